@@ -1,0 +1,3 @@
+module github.com/enforcement-io/enforcement/services/policy-watcher
+
+go 1.26

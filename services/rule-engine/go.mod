@@ -1,0 +1,3 @@
+module github.com/enforcement-io/enforcement/services/rule-engine
+
+go 1.26

@@ -1,0 +1,3 @@
+module github.com/enforcement-io/enforcement/services/source-scanner
+
+go 1.26

@@ -1,0 +1,3 @@
+module github.com/enforcement-io/enforcement/services/trigger-dispatcher
+
+go 1.26
