@@ -1,0 +1,141 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// CloudEvents 1.0 attributes in binary content mode travel as "ce-" headers; the body is the JSON
+// payload and "content-type" says so.
+const (
+	HeaderSpecVersion = "ce-specversion"
+	HeaderID          = "ce-id"
+	HeaderSource      = "ce-source"
+	HeaderType        = "ce-type"
+	HeaderSubject     = "ce-subject"
+	HeaderTime        = "ce-time"
+	HeaderContentType = "content-type"
+
+	specVersion = "1.0"
+	contentJSON = "application/json"
+)
+
+// ErrInvalidEvent marks a message that is not a valid event of this contract. Consumers treat it
+// as permanent: the message becomes a dead letter, never a retry loop.
+var ErrInvalidEvent = errors.New("invalid event")
+
+// Meta is what a consumer knows about a message besides its payload.
+type Meta struct {
+	ID     string
+	Type   string
+	Source string
+	Time   time.Time
+	// Subject is the NATS subject the message arrived on.
+	Subject string
+	// Sequence is the stream sequence, NumDelivered the delivery count (1 on first delivery).
+	Sequence     uint64
+	NumDelivered uint64
+}
+
+// Encode builds the NATS message for an event in CloudEvents binary mode. source names the
+// publishing service (ce-source, e.g. "/enforcement/source-scanner"). It fails if the event does
+// not validate, so an invalid event never reaches the stream.
+func Encode(e Event, source string, now time.Time) (*nats.Msg, error) {
+	if err := e.Validate(); err != nil {
+		return nil, fmt.Errorf("encode %s: %w: %w", e.Type(), ErrInvalidEvent, err)
+	}
+	body, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", e.Type(), err)
+	}
+	m := nats.NewMsg(Subject(e))
+	m.Data = body
+	m.Header.Set(HeaderSpecVersion, specVersion)
+	m.Header.Set(HeaderID, e.ID())
+	m.Header.Set(HeaderSource, source)
+	m.Header.Set(HeaderType, e.Type())
+	m.Header.Set(HeaderSubject, e.OrderingKey())
+	m.Header.Set(HeaderTime, now.UTC().Format(time.RFC3339Nano))
+	m.Header.Set(HeaderContentType, contentJSON)
+	m.Header.Set(nats.MsgIdHdr, e.ID())
+	return m, nil
+}
+
+// Decode turns a message back into its typed event. Header names are matched without regard to
+// case (CloudEvents headers are case-insensitive; other NATS clients may send "Ce-Id"). Every
+// failure wraps ErrInvalidEvent: wrong or missing spec version, an unknown type, a missing id,
+// a body that is not the type's JSON, or a payload that does not validate.
+func Decode(subject string, header nats.Header, data []byte) (Event, Meta, error) {
+	meta := Meta{
+		ID:      headerValue(header, HeaderID),
+		Type:    headerValue(header, HeaderType),
+		Source:  headerValue(header, HeaderSource),
+		Subject: subject,
+	}
+	if v := headerValue(header, HeaderSpecVersion); v != specVersion {
+		return nil, meta, fmt.Errorf("%w: ce-specversion %q, want %q", ErrInvalidEvent, v, specVersion)
+	}
+	if meta.ID == "" {
+		return nil, meta, fmt.Errorf("%w: ce-id is missing", ErrInvalidEvent)
+	}
+	if ct := headerValue(header, HeaderContentType); ct != "" && !strings.HasPrefix(ct, contentJSON) {
+		return nil, meta, fmt.Errorf("%w: content-type %q, want %q", ErrInvalidEvent, ct, contentJSON)
+	}
+	d, ok := byType[meta.Type]
+	if !ok {
+		return nil, meta, fmt.Errorf("%w: unknown ce-type %q", ErrInvalidEvent, meta.Type)
+	}
+	if t := headerValue(header, HeaderTime); t != "" {
+		parsed, err := time.Parse(time.RFC3339Nano, t)
+		if err != nil {
+			return nil, meta, fmt.Errorf("%w: ce-time %q: %v", ErrInvalidEvent, t, err)
+		}
+		meta.Time = parsed
+	}
+	e := d.new()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(e); err != nil {
+		return nil, meta, fmt.Errorf("%w: %s body: %v", ErrInvalidEvent, meta.Type, err)
+	}
+	if dec.More() {
+		return nil, meta, fmt.Errorf("%w: %s body: trailing data after the JSON object", ErrInvalidEvent, meta.Type)
+	}
+	if err := e.Validate(); err != nil {
+		return nil, meta, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	return e, meta, nil
+}
+
+// DecodeAs decodes a message and asserts its type. It is the one generic decode a handler that
+// expects a single event type needs.
+func DecodeAs[T Event](subject string, header nats.Header, data []byte) (T, Meta, error) {
+	var zero T
+	e, meta, err := Decode(subject, header, data)
+	if err != nil {
+		return zero, meta, err
+	}
+	t, ok := e.(T)
+	if !ok {
+		return zero, meta, fmt.Errorf("%w: got %s, want %T", ErrInvalidEvent, e.Type(), zero)
+	}
+	return t, meta, nil
+}
+
+// headerValue reads a header without regard to the case of its name.
+func headerValue(h nats.Header, name string) string {
+	if v, ok := h[name]; ok && len(v) > 0 {
+		return v[0]
+	}
+	for k, v := range h {
+		if strings.EqualFold(k, name) && len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}

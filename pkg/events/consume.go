@@ -1,0 +1,336 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Handler handles one event. It returns nil when the event is done (the message is acknowledged),
+// an error wrapping ErrPermanent or ErrInvalidEvent when retrying cannot help (the message becomes
+// a dead letter with the error as its reason), and any other error to have it retried with backoff.
+// Handlers must be idempotent: a message may be delivered more than once.
+type Handler func(ctx context.Context, e Event, m Meta) error
+
+// ErrPermanent marks an error that retrying cannot fix, such as an invalid spec.
+var ErrPermanent = errors.New("permanent error")
+
+// Permanent wraps err so the consumer dead-letters the message instead of retrying it.
+func Permanent(err error) error { return fmt.Errorf("%w: %w", ErrPermanent, err) }
+
+// Headers the consumer adds to a dead letter, next to the original event's headers.
+const (
+	HeaderDeadReason   = "Enforcement-Dead-Letter-Reason"
+	HeaderDeadConsumer = "Enforcement-Dead-Letter-Consumer"
+	HeaderDeadSubject  = "Enforcement-Original-Subject"
+	HeaderDeadSequence = "Enforcement-Original-Sequence"
+	HeaderDeadAttempts = "Enforcement-Attempts"
+)
+
+// ConsumerOptions configure Consume. Only Name is required.
+type ConsumerOptions struct {
+	// Name is the durable consumer to bind (declared in the Topology).
+	Name string
+	// Stream is the stream the consumer belongs to; StreamName by default.
+	Stream string
+	// MaxAttempts bounds how often one message is handled (counting redeliveries) before it is
+	// dead-lettered; 8 by default.
+	MaxAttempts int
+	// Backoff gives the wait before retry number attempt (1-based); by default 1 s doubling up to 30 s.
+	Backoff func(attempt int) time.Duration
+	// HandlerTimeout bounds one handler call; 2 minutes by default.
+	HandlerTimeout time.Duration
+	// Concurrency bounds how many handlers run at once (across keys); 16 by default.
+	Concurrency int
+	// Logger receives retries and dead letters; slog.Default() by default.
+	Logger *slog.Logger
+	// Metrics, if set, counts outcomes and handling time.
+	Metrics *Metrics
+}
+
+func (o *ConsumerOptions) defaults() {
+	if o.Stream == "" {
+		o.Stream = StreamName
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = 8
+	}
+	if o.Backoff == nil {
+		o.Backoff = ExponentialBackoff(time.Second, 30*time.Second)
+	}
+	if o.HandlerTimeout == 0 {
+		o.HandlerTimeout = 2 * time.Minute
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = 16
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// ExponentialBackoff returns a backoff that starts at base and doubles up to limit.
+func ExponentialBackoff(base, limit time.Duration) func(int) time.Duration {
+	return func(attempt int) time.Duration {
+		d := base
+		for i := 1; i < attempt && d < limit; i++ {
+			d *= 2
+		}
+		return min(d, limit)
+	}
+}
+
+// Consumer runs a Handler over a durable pull consumer.
+//
+// Ordering: messages are queued per ordering key (the ce-subject header, see Event.OrderingKey)
+// and each key has at most one message in flight. A failed message is retried in place, after
+// its backoff, while the message is kept alive with InProgress; later messages of the same key
+// wait behind it, messages of other keys go on. A plain Nak would let the next message of the key
+// overtake the failed one, which is why retries do not go back to the server.
+type Consumer struct {
+	opts       ConsumerOptions
+	js         jetstream.JetStream
+	cc         jetstream.ConsumeContext
+	ackWait    time.Duration
+	maxDeliver int
+	handler    Handler
+	handlerCtx context.Context
+
+	mu       sync.Mutex
+	queues   map[string][]jetstream.Msg
+	stopping bool
+	stopCh   chan struct{}
+	sem      chan struct{}
+	wg       sync.WaitGroup
+}
+
+// Consume binds the durable consumer opts.Name and starts handling its messages. The consumer
+// must exist (Topology.Apply creates it). ctx is the parent of handler contexts, which survive
+// its cancellation: handlers in flight at shutdown finish within HandlerTimeout. Call Stop to
+// shut down.
+func Consume(ctx context.Context, js jetstream.JetStream, h Handler, opts ConsumerOptions) (*Consumer, error) {
+	opts.defaults()
+	cons, err := js.Consumer(ctx, opts.Stream, opts.Name)
+	if err != nil {
+		return nil, fmt.Errorf("bind consumer %s: %w", opts.Name, err)
+	}
+	info := cons.CachedInfo()
+	c := &Consumer{
+		opts:       opts,
+		js:         js,
+		ackWait:    info.Config.AckWait,
+		maxDeliver: info.Config.MaxDeliver,
+		handler:    h,
+		handlerCtx: context.WithoutCancel(ctx),
+		queues:     make(map[string][]jetstream.Msg),
+		stopCh:     make(chan struct{}),
+		sem:        make(chan struct{}, opts.Concurrency),
+	}
+	c.cc, err = cons.Consume(c.enqueue, jetstream.PullMaxMessages(256),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			opts.Logger.Warn("Consumer pull error", "consumer", opts.Name, "error", err)
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("consume %s: %w", opts.Name, err)
+	}
+	return c, nil
+}
+
+// enqueue puts a message behind the others of its key and starts a worker for an idle key.
+func (c *Consumer) enqueue(msg jetstream.Msg) {
+	key := headerValue(msg.Headers(), HeaderSubject)
+	if key == "" {
+		key = "subject:" + msg.Subject()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q, active := c.queues[key]
+	if c.stopping && !active {
+		c.handBack(msg)
+		return
+	}
+	c.queues[key] = append(q, msg)
+	if !active {
+		c.wg.Add(1)
+		go c.runKey(key)
+	}
+}
+
+// runKey handles the messages of one key, one at a time, until its queue is empty. At shutdown
+// the rest of the queue is handed back in order.
+func (c *Consumer) runKey(key string) {
+	defer c.wg.Done()
+	for {
+		c.mu.Lock()
+		q := c.queues[key]
+		if len(q) == 0 {
+			delete(c.queues, key)
+			c.mu.Unlock()
+			return
+		}
+		if c.stopping {
+			for _, m := range q {
+				c.handBack(m)
+			}
+			delete(c.queues, key)
+			c.mu.Unlock()
+			return
+		}
+		msg := q[0]
+		c.mu.Unlock()
+
+		c.sem <- struct{}{}
+		c.process(msg)
+		<-c.sem
+
+		c.mu.Lock()
+		c.queues[key] = c.queues[key][1:]
+		c.mu.Unlock()
+	}
+}
+
+// process decides, in this one place, what happens to a message: ack, retry in place, hand back
+// or dead letter.
+func (c *Consumer) process(msg jetstream.Msg) {
+	ev, meta, err := Decode(msg.Subject(), msg.Headers(), msg.Data())
+	if md, mdErr := msg.Metadata(); mdErr == nil {
+		meta.Sequence, meta.NumDelivered = md.Sequence.Stream, md.NumDelivered
+	}
+	if err != nil {
+		c.deadLetter(msg, meta, 1, err)
+		return
+	}
+	stopKeepAlive := c.keepAlive(msg)
+	defer stopKeepAlive()
+
+	for local := 1; ; local++ {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(c.handlerCtx, c.opts.HandlerTimeout)
+		err = c.handler(ctx, ev, meta)
+		cancel()
+		c.opts.Metrics.observe(meta.Type, time.Since(start))
+		if err == nil {
+			if ackErr := msg.Ack(); ackErr != nil {
+				c.opts.Logger.Warn("Ack failed; the event will be redelivered", "consumer", c.opts.Name, "id", meta.ID, "error", ackErr)
+			}
+			c.opts.Metrics.outcome(meta.Type, "acked")
+			return
+		}
+		attempt := int(meta.NumDelivered) - 1 + local
+		if errors.Is(err, ErrPermanent) || errors.Is(err, ErrInvalidEvent) {
+			c.deadLetter(msg, meta, attempt, err)
+			return
+		}
+		if attempt >= c.opts.MaxAttempts || (c.maxDeliver > 0 && int(meta.NumDelivered) >= c.maxDeliver) {
+			c.deadLetter(msg, meta, attempt, fmt.Errorf("gave up after %d attempts: %w", attempt, err))
+			return
+		}
+		wait := c.opts.Backoff(attempt)
+		c.opts.Metrics.outcome(meta.Type, "retried")
+		c.opts.Logger.Warn("Retrying event", "consumer", c.opts.Name, "type", meta.Type, "id", meta.ID,
+			"attempt", attempt, "wait", wait.String(), "error", err)
+		select {
+		case <-time.After(wait):
+		case <-c.stopCh:
+			c.handBack(msg)
+			return
+		}
+	}
+}
+
+// keepAlive tells the server the message is still being worked on, so AckWait never triggers a
+// redelivery (and an overtaking) while a handler runs or a retry waits.
+func (c *Consumer) keepAlive(msg jetstream.Msg) func() {
+	if c.ackWait <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(c.ackWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// handBack returns a message to the server at shutdown so that another instance gets it at once.
+func (c *Consumer) handBack(msg jetstream.Msg) {
+	_ = msg.Nak()
+	c.opts.Metrics.outcome(headerValue(msg.Headers(), HeaderType), "handed_back")
+}
+
+// deadLetter stores the message with the reason on the consumer's dead-letter subject and then
+// terminates it. If the dead letter cannot be stored the message is retried later instead: it is
+// never dropped.
+func (c *Consumer) deadLetter(msg jetstream.Msg, meta Meta, attempts int, reason error) {
+	dl := nats.NewMsg(DeadLetterSubject(c.opts.Name))
+	dl.Data = msg.Data()
+	for k, v := range msg.Headers() {
+		dl.Header[k] = append([]string(nil), v...)
+	}
+	dl.Header.Set(HeaderDeadReason, reason.Error())
+	dl.Header.Set(HeaderDeadConsumer, c.opts.Name)
+	dl.Header.Set(HeaderDeadSubject, msg.Subject())
+	dl.Header.Set(HeaderDeadSequence, strconv.FormatUint(meta.Sequence, 10))
+	dl.Header.Set(HeaderDeadAttempts, strconv.Itoa(attempts))
+	dl.Header.Set(nats.MsgIdHdr, "dead-letter:"+c.opts.Name+":"+strconv.FormatUint(meta.Sequence, 10))
+	ctx, cancel := context.WithTimeout(c.handlerCtx, 10*time.Second)
+	defer cancel()
+	if _, err := c.js.PublishMsg(ctx, dl); err != nil {
+		c.opts.Logger.Error("Dead letter not stored; the event will be redelivered", "consumer", c.opts.Name, "id", meta.ID, "error", err)
+		_ = msg.NakWithDelay(c.opts.Backoff(attempts))
+		return
+	}
+	_ = msg.TermWithReason(truncate(reason.Error(), 256))
+	c.opts.Metrics.outcome(meta.Type, "dead_lettered")
+	c.opts.Logger.Error("Dead-lettered event", "consumer", c.opts.Name, "type", meta.Type, "id", meta.ID,
+		"sequence", meta.Sequence, "reason", reason.Error())
+}
+
+// Stop stops pulling, hands queued messages back to the server, and waits until in-flight
+// handlers finish or ctx ends.
+func (c *Consumer) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	if c.stopping {
+		c.mu.Unlock()
+		return nil
+	}
+	c.stopping = true
+	close(c.stopCh)
+	c.mu.Unlock()
+
+	c.cc.Drain()
+	select {
+	case <-c.cc.Closed():
+	case <-ctx.Done():
+	}
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stop consumer %s: %w", c.opts.Name, ctx.Err())
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,300 @@
+package events
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Event is one typed event of the contract. Every implementation is a struct of this package
+// listed in the catalog below; the unexported method keeps the set closed.
+type Event interface {
+	// Type is the explicit, versioned CloudEvents type name, e.g. "io.enforcement.cluster.appeared.v1".
+	Type() string
+	// ID is the deterministic business key of the event, sent as ce-id and Nats-Msg-Id. Publishing
+	// the same event twice inside the duplicate window stores it once.
+	ID() string
+	// OrderingKey groups events that must be handled in order (one cluster; one rule × cluster).
+	OrderingKey() string
+	// Validate reports a missing or malformed field. A consumer terminates an invalid event into a
+	// dead letter instead of retrying it.
+	Validate() error
+
+	subjectKeys() []string
+}
+
+// descriptor is one catalog entry: how an event type is named, where it travels and what it means.
+type descriptor struct {
+	Type    string
+	Subject []string // literal tokens and {parameters}, in order
+	Summary string
+	new     func() Event
+}
+
+// catalog lists every event of the contract. Type names and subjects are written out here, once.
+var catalog = []descriptor{
+	{"io.enforcement.cluster.appeared.v1", []string{SubjectRoot, "cluster", "appeared", "{sourceKind}", "{sourceId}", "{cluster}"},
+		"A source lists a cluster the inventory did not know.", func() Event { return &ClusterAppeared{} }},
+	{"io.enforcement.cluster.updated.v1", []string{SubjectRoot, "cluster", "updated", "{sourceKind}", "{sourceId}", "{cluster}"},
+		"A known cluster's labels, URL, state or attributes changed.", func() Event { return &ClusterUpdated{} }},
+	{"io.enforcement.cluster.gone.v1", []string{SubjectRoot, "cluster", "gone", "{sourceKind}", "{sourceId}", "{cluster}"},
+		"A cluster was absent from complete listings for the whole grace period.", func() Event { return &ClusterGone{} }},
+	{"io.enforcement.source.degraded.v1", []string{SubjectRoot, "source", "degraded", "{sourceKind}", "{sourceId}"},
+		"A scan did not produce a complete listing (or removals are held); nothing was removed.", func() Event { return &SourceDegraded{} }},
+	{"io.enforcement.intent.install.v1", []string{SubjectRoot, "intent", "install", "{cluster}", "{ruleNamespace}", "{rule}"},
+		"Make one (cluster, enforcement) Application exist as rendered.", func() Event { return &InstallIntent{} }},
+	{"io.enforcement.intent.uninstall.v1", []string{SubjectRoot, "intent", "uninstall", "{cluster}", "{ruleNamespace}", "{rule}"},
+		"Remove one (cluster, enforcement) Application Enforcement owns.", func() Event { return &UninstallIntent{} }},
+	{"io.enforcement.install.succeeded.v1", []string{SubjectRoot, "install", "succeeded", "{cluster}", "{ruleNamespace}", "{rule}"},
+		"An install intent's Application exists as rendered.", func() Event { return &InstallSucceeded{} }},
+	{"io.enforcement.install.failed.v1", []string{SubjectRoot, "install", "failed", "{cluster}", "{ruleNamespace}", "{rule}"},
+		"An install intent could not be carried out.", func() Event { return &InstallFailed{} }},
+	{"io.enforcement.uninstall.done.v1", []string{SubjectRoot, "uninstall", "done", "{cluster}", "{ruleNamespace}", "{rule}"},
+		"An uninstall intent was carried out.", func() Event { return &UninstallDone{} }},
+	{"io.enforcement.trigger.delivered.v1", []string{SubjectRoot, "trigger", "delivered", "{phase}", "{cluster}", "{ruleNamespace}", "{rule}"},
+		"A beforeInstall or afterInstall webhook answered 2xx.", func() Event { return &TriggerDelivered{} }},
+	{"io.enforcement.trigger.failed.v1", []string{SubjectRoot, "trigger", "failed", "{phase}", "{cluster}", "{ruleNamespace}", "{rule}"},
+		"A webhook did not answer 2xx after all retries.", func() Event { return &TriggerFailed{} }},
+	{"io.enforcement.compliance.changed.v1", []string{SubjectRoot, "compliance", "changed", "{cluster}"},
+		"The folded OCM Policy compliance of a managed cluster took a new value.", func() Event { return &ComplianceChanged{} }},
+	{"io.enforcement.claim.updated.v1", []string{SubjectRoot, "claim", "updated", "{cluster}"},
+		"The claim writer wrote the compliance ClusterClaim.", func() Event { return &ClaimUpdated{} }},
+}
+
+var byType = func() map[string]*descriptor {
+	m := make(map[string]*descriptor, len(catalog))
+	for i := range catalog {
+		m[catalog[i].Type] = &catalog[i]
+	}
+	return m
+}()
+
+// Types lists every event type name of the contract, in catalog order.
+func Types() []string {
+	out := make([]string, len(catalog))
+	for i, d := range catalog {
+		out[i] = d.Type
+	}
+	return out
+}
+
+func mustDescribe(t string) *descriptor {
+	d, ok := byType[t]
+	if !ok {
+		panic("events: type " + t + " is not in the catalog")
+	}
+	return d
+}
+
+// id joins a kind and key parts into an event id; each part is escaped so ':' cannot be forged.
+func id(kind string, parts ...string) string {
+	var b strings.Builder
+	b.WriteString(kind)
+	for _, p := range parts {
+		b.WriteByte(':')
+		b.WriteString(EscapeToken(p))
+	}
+	return b.String()
+}
+
+func u64(v uint64) string { return strconv.FormatUint(v, 10) }
+func i64(v int64) string  { return strconv.FormatInt(v, 10) }
+
+func clusterKey(s SourceRef, key string) string { return "cluster:" + s.ID + ":" + key }
+func pairKey(r RuleRef, cluster string) string {
+	return "rule:" + r.Namespace + "/" + r.Name + ":" + cluster
+}
+
+// ClusterAppeared
+
+func (*ClusterAppeared) Type() string { return "io.enforcement.cluster.appeared.v1" }
+func (e *ClusterAppeared) ID() string {
+	return id("cluster-appeared", e.Cluster.Source.ID, e.Cluster.Key, u64(e.Revision))
+}
+func (e *ClusterAppeared) OrderingKey() string { return clusterKey(e.Cluster.Source, e.Cluster.Key) }
+func (e *ClusterAppeared) Validate() error     { return e.Cluster.validate() }
+func (e *ClusterAppeared) subjectKeys() []string {
+	return []string{e.Cluster.Source.Kind, e.Cluster.Source.ID, e.Cluster.Name}
+}
+
+// ClusterUpdated
+
+func (*ClusterUpdated) Type() string { return "io.enforcement.cluster.updated.v1" }
+func (e *ClusterUpdated) ID() string {
+	return id("cluster-updated", e.Cluster.Source.ID, e.Cluster.Key, u64(e.Revision))
+}
+func (e *ClusterUpdated) OrderingKey() string { return clusterKey(e.Cluster.Source, e.Cluster.Key) }
+func (e *ClusterUpdated) Validate() error     { return e.Cluster.validate() }
+func (e *ClusterUpdated) subjectKeys() []string {
+	return []string{e.Cluster.Source.Kind, e.Cluster.Source.ID, e.Cluster.Name}
+}
+
+// ClusterGone
+
+func (*ClusterGone) Type() string { return "io.enforcement.cluster.gone.v1" }
+func (e *ClusterGone) ID() string {
+	return id("cluster-gone", e.Source.ID, e.Key, u64(e.Revision))
+}
+func (e *ClusterGone) OrderingKey() string { return clusterKey(e.Source, e.Key) }
+func (e *ClusterGone) Validate() error {
+	return required("cluster gone: source.kind, source.id, key, name", e.Source.Kind, e.Source.ID, e.Key, e.Name)
+}
+func (e *ClusterGone) subjectKeys() []string { return []string{e.Source.Kind, e.Source.ID, e.Name} }
+
+// SourceDegraded
+
+func (*SourceDegraded) Type() string { return "io.enforcement.source.degraded.v1" }
+func (e *SourceDegraded) ID() string {
+	return id("source-degraded", e.Source.ID, u64(e.Scan), e.Reason)
+}
+func (e *SourceDegraded) OrderingKey() string { return "source:" + e.Source.ID }
+func (e *SourceDegraded) Validate() error {
+	return required("source degraded: source.kind, source.id, reason", e.Source.Kind, e.Source.ID, e.Reason)
+}
+func (e *SourceDegraded) subjectKeys() []string { return []string{e.Source.Kind, e.Source.ID} }
+
+// InstallIntent
+
+func (*InstallIntent) Type() string { return "io.enforcement.intent.install.v1" }
+
+// ID includes the rule generation, the cluster's inventory revision and the spec hash, so an
+// uninstall followed by a reinstall (or a changed render) is a new event.
+func (e *InstallIntent) ID() string {
+	return id("install", e.Rule.Namespace, e.Rule.Name, i64(e.Rule.Generation), e.Cluster.Name,
+		u64(e.Cluster.Revision), e.Enforcement.Name, e.SpecHash)
+}
+func (e *InstallIntent) OrderingKey() string { return pairKey(e.Rule, e.Cluster.Name) }
+func (e *InstallIntent) Validate() error {
+	return required("install intent: rule, cluster name, enforcement name, repo, spec hash",
+		e.Rule.Namespace, e.Rule.Name, e.Cluster.Name, e.Enforcement.Name, e.Enforcement.Repo, e.SpecHash)
+}
+func (e *InstallIntent) subjectKeys() []string {
+	return []string{e.Cluster.Name, e.Rule.Namespace, e.Rule.Name}
+}
+
+// UninstallIntent
+
+func (*UninstallIntent) Type() string { return "io.enforcement.intent.uninstall.v1" }
+func (e *UninstallIntent) ID() string {
+	return id("uninstall", e.Rule.Namespace, e.Rule.Name, i64(e.Rule.Generation), e.Cluster.Name,
+		u64(e.Cluster.Revision), e.Enforcement)
+}
+func (e *UninstallIntent) OrderingKey() string { return pairKey(e.Rule, e.Cluster.Name) }
+func (e *UninstallIntent) Validate() error {
+	return required("uninstall intent: rule, cluster name, enforcement, reason",
+		e.Rule.Namespace, e.Rule.Name, e.Cluster.Name, e.Enforcement, e.Reason)
+}
+func (e *UninstallIntent) subjectKeys() []string {
+	return []string{e.Cluster.Name, e.Rule.Namespace, e.Rule.Name}
+}
+
+// InstallSucceeded
+
+func (*InstallSucceeded) Type() string          { return "io.enforcement.install.succeeded.v1" }
+func (e *InstallSucceeded) ID() string          { return "install-succeeded:" + e.IntentID }
+func (e *InstallSucceeded) OrderingKey() string { return pairKey(e.Rule, e.Cluster) }
+func (e *InstallSucceeded) Validate() error {
+	return required("install succeeded: intentId, rule, cluster, enforcement",
+		e.IntentID, e.Rule.Namespace, e.Rule.Name, e.Cluster, e.Enforcement)
+}
+func (e *InstallSucceeded) subjectKeys() []string {
+	return []string{e.Cluster, e.Rule.Namespace, e.Rule.Name}
+}
+
+// InstallFailed
+
+func (*InstallFailed) Type() string { return "io.enforcement.install.failed.v1" }
+
+// ID includes the reason, so a later failure of the same intent for another reason is recorded.
+func (e *InstallFailed) ID() string {
+	return "install-failed:" + e.IntentID + ":" + EscapeToken(e.Reason)
+}
+func (e *InstallFailed) OrderingKey() string { return pairKey(e.Rule, e.Cluster) }
+func (e *InstallFailed) Validate() error {
+	return required("install failed: intentId, rule, cluster, enforcement, reason",
+		e.IntentID, e.Rule.Namespace, e.Rule.Name, e.Cluster, e.Enforcement, e.Reason)
+}
+func (e *InstallFailed) subjectKeys() []string {
+	return []string{e.Cluster, e.Rule.Namespace, e.Rule.Name}
+}
+
+// UninstallDone
+
+func (*UninstallDone) Type() string          { return "io.enforcement.uninstall.done.v1" }
+func (e *UninstallDone) ID() string          { return "uninstall-done:" + e.IntentID }
+func (e *UninstallDone) OrderingKey() string { return pairKey(e.Rule, e.Cluster) }
+func (e *UninstallDone) Validate() error {
+	return required("uninstall done: intentId, rule, cluster, enforcement",
+		e.IntentID, e.Rule.Namespace, e.Rule.Name, e.Cluster, e.Enforcement)
+}
+func (e *UninstallDone) subjectKeys() []string {
+	return []string{e.Cluster, e.Rule.Namespace, e.Rule.Name}
+}
+
+// TriggerDelivered
+
+func (*TriggerDelivered) Type() string          { return "io.enforcement.trigger.delivered.v1" }
+func (e *TriggerDelivered) ID() string          { return "trigger-delivered:" + e.DeliveryID }
+func (e *TriggerDelivered) OrderingKey() string { return pairKey(e.Rule, e.Cluster) }
+func (e *TriggerDelivered) Validate() error {
+	if err := validPhase(e.Phase); err != nil {
+		return err
+	}
+	return required("trigger delivered: deliveryId, intentId, rule, cluster",
+		e.DeliveryID, e.IntentID, e.Rule.Namespace, e.Rule.Name, e.Cluster)
+}
+func (e *TriggerDelivered) subjectKeys() []string {
+	return []string{e.Phase, e.Cluster, e.Rule.Namespace, e.Rule.Name}
+}
+
+// TriggerFailed
+
+func (*TriggerFailed) Type() string          { return "io.enforcement.trigger.failed.v1" }
+func (e *TriggerFailed) ID() string          { return "trigger-failed:" + e.DeliveryID }
+func (e *TriggerFailed) OrderingKey() string { return pairKey(e.Rule, e.Cluster) }
+func (e *TriggerFailed) Validate() error {
+	if err := validPhase(e.Phase); err != nil {
+		return err
+	}
+	return required("trigger failed: deliveryId, intentId, rule, cluster",
+		e.DeliveryID, e.IntentID, e.Rule.Namespace, e.Rule.Name, e.Cluster)
+}
+func (e *TriggerFailed) subjectKeys() []string {
+	return []string{e.Phase, e.Cluster, e.Rule.Namespace, e.Rule.Name}
+}
+
+func validPhase(p string) error {
+	if p != PhaseBeforeInstall && p != PhaseAfterInstall {
+		return fmt.Errorf("trigger phase %q: want %q or %q", p, PhaseBeforeInstall, PhaseAfterInstall)
+	}
+	return nil
+}
+
+// ComplianceChanged
+
+func (*ComplianceChanged) Type() string { return "io.enforcement.compliance.changed.v1" }
+
+// ID includes when the value began to hold, so compliant → noncompliant → compliant is three events.
+func (e *ComplianceChanged) ID() string {
+	return id("compliance", e.Cluster, e.Claim, e.Value, i64(e.Since.UnixNano()))
+}
+func (e *ComplianceChanged) OrderingKey() string { return "compliance:" + e.Cluster }
+func (e *ComplianceChanged) Validate() error {
+	switch e.Value {
+	case Compliant, NonCompliant, Empty:
+	default:
+		return fmt.Errorf("compliance changed: value %q: want %q, %q or %q", e.Value, Compliant, NonCompliant, Empty)
+	}
+	return required("compliance changed: cluster, claim", e.Cluster, e.Claim)
+}
+func (e *ComplianceChanged) subjectKeys() []string { return []string{e.Cluster} }
+
+// ClaimUpdated
+
+func (*ClaimUpdated) Type() string          { return "io.enforcement.claim.updated.v1" }
+func (e *ClaimUpdated) ID() string          { return "claim-updated:" + e.ComplianceID }
+func (e *ClaimUpdated) OrderingKey() string { return "compliance:" + e.Cluster }
+func (e *ClaimUpdated) Validate() error {
+	return required("claim updated: cluster, claim, value, complianceId", e.Cluster, e.Claim, e.Value, e.ComplianceID)
+}
+func (e *ClaimUpdated) subjectKeys() []string { return []string{e.Cluster} }

@@ -1,0 +1,159 @@
+package events
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Names of the JetStream objects Enforcement uses.
+const (
+	// StreamName is the one stream that keeps every event (and every dead letter) for audit.
+	StreamName = "ENFORCEMENT"
+
+	// Durable consumer names, one per consuming service.
+	ConsumerRuleEngine        = "rule-engine"
+	ConsumerArgoSyncer        = "argo-syncer"
+	ConsumerTriggerDispatcher = "trigger-dispatcher"
+
+	// Key-value buckets.
+	BucketInventory   = "enforcement-inventory"    // source-scanner: clusters per source, scan records
+	BucketRenderCache = "enforcement-render-cache" // rule-engine: rendered enforcements per (rule generation, cluster)
+	BucketTriggers    = "enforcement-triggers"     // trigger-dispatcher: delivery records
+)
+
+// Topology is the JetStream set-up as data: the stream, the durable consumers and the key-value
+// buckets. Apply creates what is missing and updates what differs, so every service can apply it
+// at start-up without coordination.
+type Topology struct {
+	Stream    jetstream.StreamConfig
+	Consumers []jetstream.ConsumerConfig
+	Buckets   []jetstream.KeyValueConfig
+}
+
+// TopologyOptions tune the topology for an installation. The zero value gives the defaults.
+type TopologyOptions struct {
+	// Replicas for the stream, consumers and buckets; 1 by default, 3 on a production NATS cluster.
+	Replicas int
+	// MaxAge is how long events are kept for audit and replay; 30 days by default.
+	MaxAge time.Duration
+	// DuplicateWindow is how long the server remembers event ids to drop republishes; 20 minutes
+	// by default (longer than a scan interval and a restart).
+	DuplicateWindow time.Duration
+	// AckWait is how long a consumer may hold a message before the server redelivers it; 30 s by
+	// default. The consumer helper extends it while a handler works or waits for a retry.
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries of one message across crashes; 10 by default.
+	MaxDeliver int
+}
+
+func (o TopologyOptions) withDefaults() TopologyOptions {
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.MaxAge == 0 {
+		o.MaxAge = 30 * 24 * time.Hour
+	}
+	if o.DuplicateWindow == 0 {
+		o.DuplicateWindow = 20 * time.Minute
+	}
+	if o.AckWait == 0 {
+		o.AckWait = 30 * time.Second
+	}
+	if o.MaxDeliver == 0 {
+		o.MaxDeliver = 10
+	}
+	return o
+}
+
+// DefaultTopology returns Enforcement's topology with the given options.
+func DefaultTopology(opts TopologyOptions) Topology {
+	o := opts.withDefaults()
+	consumer := func(name string, subjects ...string) jetstream.ConsumerConfig {
+		return jetstream.ConsumerConfig{
+			Durable:        name,
+			Description:    "Enforcement " + name,
+			FilterSubjects: subjects,
+			DeliverPolicy:  jetstream.DeliverAllPolicy,
+			AckPolicy:      jetstream.AckExplicitPolicy,
+			AckWait:        o.AckWait,
+			MaxDeliver:     o.MaxDeliver,
+			MaxAckPending:  4096,
+			Replicas:       o.Replicas,
+		}
+	}
+	return Topology{
+		Stream: jetstream.StreamConfig{
+			Name:        StreamName,
+			Description: "Every Enforcement event, kept for audit and replay",
+			Subjects:    []string{SubjectRoot + ".>"},
+			Storage:     jetstream.FileStorage,
+			Retention:   jetstream.LimitsPolicy,
+			Discard:     jetstream.DiscardOld,
+			MaxAge:      o.MaxAge,
+			Duplicates:  o.DuplicateWindow,
+			Replicas:    o.Replicas,
+		},
+		Consumers: []jetstream.ConsumerConfig{
+			consumer(ConsumerRuleEngine,
+				"enforcement.cluster.>", "enforcement.source.>", "enforcement.install.>",
+				"enforcement.uninstall.>", "enforcement.trigger.>"),
+			consumer(ConsumerArgoSyncer, "enforcement.intent.>", "enforcement.trigger.>"),
+			consumer(ConsumerTriggerDispatcher, "enforcement.intent.install.>", "enforcement.install.succeeded.>"),
+		},
+		Buckets: []jetstream.KeyValueConfig{
+			{Bucket: BucketInventory, Description: "source-scanner inventory", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas},
+			{Bucket: BucketRenderCache, Description: "rule-engine render cache", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas},
+			{Bucket: BucketTriggers, Description: "trigger-dispatcher delivery records", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas, TTL: 30 * 24 * time.Hour},
+		},
+	}
+}
+
+// ClaimWriterConsumer is the durable consumer of one managed cluster's claim writer
+// (policy-watcher): it sees only that cluster's compliance events.
+func ClaimWriterConsumer(cluster string, opts TopologyOptions) jetstream.ConsumerConfig {
+	o := opts.withDefaults()
+	name := "claim-writer-" + EscapeToken(cluster)
+	return jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   "Enforcement claim writer for cluster " + cluster,
+		FilterSubject: "enforcement.compliance.changed." + EscapeToken(cluster),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       o.AckWait,
+		MaxDeliver:    o.MaxDeliver,
+		MaxAckPending: 64,
+		Replicas:      o.Replicas,
+	}
+}
+
+// Apply creates or updates the stream, the consumers and the buckets. It is idempotent: applying
+// the same topology twice changes nothing. Errors name the object that failed.
+func (t Topology) Apply(ctx context.Context, js jetstream.JetStream) error {
+	if _, err := js.CreateOrUpdateStream(ctx, t.Stream); err != nil {
+		return fmt.Errorf("apply stream %s: %w", t.Stream.Name, err)
+	}
+	for _, c := range t.Consumers {
+		if _, err := js.CreateOrUpdateConsumer(ctx, t.Stream.Name, c); err != nil {
+			return fmt.Errorf("apply consumer %s: %w", c.Durable, err)
+		}
+	}
+	for _, b := range t.Buckets {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, b); err != nil {
+			return fmt.Errorf("apply bucket %s: %w", b.Bucket, err)
+		}
+	}
+	return nil
+}
+
+// Consumer returns the declared config of the named durable consumer.
+func (t Topology) Consumer(name string) (jetstream.ConsumerConfig, bool) {
+	for _, c := range t.Consumers {
+		if c.Durable == name {
+			return c, true
+		}
+	}
+	return jetstream.ConsumerConfig{}, false
+}

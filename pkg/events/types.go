@@ -1,0 +1,298 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// SourceRef identifies one cluster source as the scanner sees it: a kind plus the Secret and
+// filters a ClusterRule gave it. Two rules with the same kind, Secret and filters share a source.
+type SourceRef struct {
+	// Kind is the source kind: "rancher", "static", "eks", "gke" or "ocm".
+	Kind string `json:"kind"`
+	// ID is a stable hash of (kind, Secret, filters), computed by the scanner. Required.
+	ID string `json:"id"`
+	// SecretNamespace and SecretName name the source's credentials Secret. Events carry the
+	// reference only, never the Secret's data.
+	SecretNamespace string `json:"secretNamespace,omitempty"`
+	SecretName      string `json:"secretName,omitempty"`
+}
+
+// Cluster is what a source knows about one cluster. It never contains credentials.
+type Cluster struct {
+	Source SourceRef `json:"source"`
+	// Key is the cluster's stable identity inside its source (Rancher id, EKS ARN, ...).
+	Key string `json:"key"`
+	// Name is the cluster's name, as Argo CD registers it and as templates see `name`.
+	Name string `json:"name"`
+	// URL is the API server URL Argo CD talks to (template variable `url`).
+	URL string `json:"url"`
+	// Labels are the cluster's labels in its source; rules select on them.
+	Labels map[string]string `json:"labels,omitempty"`
+	// State is the source's own lifecycle state ("active", "provisioning", "ACTIVE", ...).
+	State string `json:"state,omitempty"`
+	// Eligible reports whether the cluster may receive new installs (a healthy state). A present
+	// but ineligible cluster keeps what it has.
+	Eligible bool `json:"eligible"`
+	// Attributes are the source's own fields of the cluster object, exposed to templates.
+	Attributes map[string]any `json:"attributes,omitempty"`
+}
+
+func (c Cluster) validate() error {
+	var errs []error
+	if c.Source.Kind == "" || c.Source.ID == "" {
+		errs = append(errs, errors.New("source.kind and source.id are required"))
+	}
+	if c.Key == "" || c.Name == "" {
+		errs = append(errs, errors.New("cluster key and name are required"))
+	}
+	return errors.Join(errs...)
+}
+
+// ClusterAppeared says a source lists a cluster the inventory did not know.
+type ClusterAppeared struct {
+	Cluster Cluster `json:"cluster"`
+	// Revision is the inventory revision of this cluster's record; it makes the id unique across
+	// appeared → gone → appeared.
+	Revision uint64 `json:"revision"`
+}
+
+// ClusterUpdated says a known cluster's labels, URL, state or attributes changed.
+type ClusterUpdated struct {
+	Cluster  Cluster `json:"cluster"`
+	Revision uint64  `json:"revision"`
+	// Changed names the fields that changed ("labels", "url", "state", "eligible", "attributes").
+	Changed []string `json:"changed,omitempty"`
+}
+
+// ClusterGone says a cluster was absent from complete listings for the whole grace period.
+type ClusterGone struct {
+	Source   SourceRef `json:"source"`
+	Key      string    `json:"key"`
+	Name     string    `json:"name"`
+	Revision uint64    `json:"revision"`
+	// LastSeen is when a complete listing last contained the cluster.
+	LastSeen time.Time `json:"lastSeen"`
+}
+
+// Reasons a source is degraded. The rule engine copies them into the affected rules' conditions.
+const (
+	DegradedListFailed    = "ListFailed"     // the source answered with an error or not at all
+	DegradedUnauthorized  = "Unauthorized"   // the source refused the credentials
+	DegradedPartial       = "PartialListing" // a page or region of the listing failed
+	DegradedEmpty         = "EmptyListing"   // an empty listing from a source that had clusters
+	DegradedSecretInvalid = "SecretInvalid"  // the source Secret is missing or malformed
+	DegradedInvalidSpec   = "InvalidSpec"    // the rule's source filters cannot be used
+	DegradedRemovalsHeld  = "RemovalsHeld"   // the removal breaker tripped; removals wait for release
+)
+
+// SourceDegraded says a scan of a source did not produce a complete, trustworthy listing, so no
+// cluster was removed. Scan is the scanner's scan counter for that source.
+type SourceDegraded struct {
+	Source  SourceRef `json:"source"`
+	Scan    uint64    `json:"scan"`
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+	// Known is how many clusters the inventory holds for the source.
+	Known int `json:"known"`
+	// HeldRemovals names the clusters whose removal waits for an operator (reason RemovalsHeld).
+	HeldRemovals []string `json:"heldRemovals,omitempty"`
+}
+
+// RuleRef identifies a ClusterRule at one generation.
+type RuleRef struct {
+	Namespace  string `json:"namespace"`
+	Name       string `json:"name"`
+	UID        string `json:"uid,omitempty"`
+	Generation int64  `json:"generation"`
+}
+
+func (r RuleRef) String() string { return r.Namespace + "/" + r.Name }
+
+// Target is the cluster an intent is about.
+type Target struct {
+	Name   string    `json:"name"`
+	Key    string    `json:"key"`
+	URL    string    `json:"url"`
+	Source SourceRef `json:"source"`
+	// Revision is the cluster's inventory revision the intent was computed from.
+	Revision uint64 `json:"revision"`
+	// Gone is set on uninstall intents for a cluster its source no longer lists.
+	Gone bool `json:"gone,omitempty"`
+}
+
+// HelmParameter is one rendered `helm.parameters` entry.
+type HelmParameter struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Enforcement is one rendered package of a rule: every template already evaluated.
+type Enforcement struct {
+	Name           string            `json:"name"`
+	Repo           string            `json:"repo"`
+	Path           string            `json:"path"`
+	Namespace      string            `json:"namespace"`
+	TargetRevision string            `json:"targetRevision,omitempty"`
+	HelmParameters []HelmParameter   `json:"helmParameters,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+}
+
+// Trigger is one webhook of a rule (beforeInstall or afterInstall).
+type Trigger struct {
+	Endpoint       string `json:"endpoint"`
+	TimeoutSeconds int    `json:"timeoutSeconds"`
+	// FailurePolicy is "Ignore" (default, as the original) or "Fail".
+	FailurePolicy string `json:"failurePolicy,omitempty"`
+	// SigningSecret names a Secret in the rule's namespace whose key signs deliveries.
+	SigningSecret string `json:"signingSecret,omitempty"`
+}
+
+// Triggers are the webhooks of a rule.
+type Triggers struct {
+	BeforeInstall *Trigger `json:"beforeInstall,omitempty"`
+	AfterInstall  *Trigger `json:"afterInstall,omitempty"`
+}
+
+// Deletion policies of a rule: what happens to an Application when its rule lets go of it.
+const (
+	DeletionOrphan  = "Orphan"  // delete the Application, keep the workload (the original's behaviour)
+	DeletionCascade = "Cascade" // delete the Application and its resources on the cluster
+)
+
+// InstallIntent asks argo-syncer to make one (cluster, enforcement) Application exist as rendered.
+type InstallIntent struct {
+	Rule        RuleRef     `json:"rule"`
+	Cluster     Target      `json:"cluster"`
+	Enforcement Enforcement `json:"enforcement"`
+	// SpecHash is a hash of the rendered enforcement; a changed spec is a new intent.
+	SpecHash       string    `json:"specHash"`
+	Triggers       *Triggers `json:"triggers,omitempty"`
+	DeletionPolicy string    `json:"deletionPolicy,omitempty"`
+}
+
+// Reasons for an uninstall intent.
+const (
+	UninstallNoLongerMatches    = "NoLongerMatches"
+	UninstallClusterGone        = "ClusterGone"
+	UninstallEnforcementRemoved = "EnforcementRemoved"
+	UninstallRuleDeleted        = "RuleDeleted"
+)
+
+// UninstallIntent asks argo-syncer to remove one (cluster, enforcement) Application it owns.
+type UninstallIntent struct {
+	Rule    RuleRef `json:"rule"`
+	Cluster Target  `json:"cluster"`
+	// Enforcement is the rendered enforcement name the Application was installed under.
+	Enforcement    string `json:"enforcement"`
+	Reason         string `json:"reason"`
+	DeletionPolicy string `json:"deletionPolicy,omitempty"`
+}
+
+// InstallSucceeded reports that an install intent's Application exists as rendered.
+type InstallSucceeded struct {
+	IntentID    string  `json:"intentId"`
+	Rule        RuleRef `json:"rule"`
+	Cluster     string  `json:"cluster"`
+	Enforcement string  `json:"enforcement"`
+	Application string  `json:"application"`
+	// Created is true when the Application did not exist before (the afterInstall moment).
+	Created  bool   `json:"created"`
+	SpecHash string `json:"specHash"`
+}
+
+// InstallFailed reports that an install intent could not be carried out.
+type InstallFailed struct {
+	IntentID    string  `json:"intentId"`
+	Rule        RuleRef `json:"rule"`
+	Cluster     string  `json:"cluster"`
+	Enforcement string  `json:"enforcement"`
+	Application string  `json:"application,omitempty"`
+	Reason      string  `json:"reason"`
+	Message     string  `json:"message"`
+	// Permanent is true when retrying cannot help (the API server rejected the object).
+	Permanent bool `json:"permanent"`
+}
+
+// UninstallDone reports that an uninstall intent was carried out.
+type UninstallDone struct {
+	IntentID    string  `json:"intentId"`
+	Rule        RuleRef `json:"rule"`
+	Cluster     string  `json:"cluster"`
+	Enforcement string  `json:"enforcement"`
+	Application string  `json:"application"`
+	// Deleted is false when there was nothing (owned) to delete.
+	Deleted bool `json:"deleted"`
+}
+
+// Trigger phases.
+const (
+	PhaseBeforeInstall = "beforeInstall"
+	PhaseAfterInstall  = "afterInstall"
+)
+
+// TriggerDelivered reports that a webhook answered 2xx.
+type TriggerDelivered struct {
+	DeliveryID  string  `json:"deliveryId"`
+	IntentID    string  `json:"intentId"`
+	Phase       string  `json:"phase"`
+	Rule        RuleRef `json:"rule"`
+	Cluster     string  `json:"cluster"`
+	Enforcement string  `json:"enforcement"`
+	StatusCode  int     `json:"statusCode"`
+	Attempts    int     `json:"attempts"`
+}
+
+// TriggerFailed reports that a webhook did not answer 2xx after all retries.
+type TriggerFailed struct {
+	DeliveryID    string  `json:"deliveryId"`
+	IntentID      string  `json:"intentId"`
+	Phase         string  `json:"phase"`
+	Rule          RuleRef `json:"rule"`
+	Cluster       string  `json:"cluster"`
+	Enforcement   string  `json:"enforcement"`
+	FailurePolicy string  `json:"failurePolicy"`
+	StatusCode    int     `json:"statusCode,omitempty"`
+	Attempts      int     `json:"attempts"`
+	Message       string  `json:"message"`
+}
+
+// Compliance values, as the original policy-watcher wrote them.
+const (
+	Compliant    = "compliant"
+	NonCompliant = "noncompliant"
+	Empty        = "empty"
+)
+
+// ComplianceChanged says the folded OCM Policy compliance of a namespace took a new value.
+type ComplianceChanged struct {
+	Cluster   string `json:"cluster"`
+	Namespace string `json:"namespace"`
+	Claim     string `json:"claim"`
+	Value     string `json:"value"`
+	Previous  string `json:"previous,omitempty"`
+	// Since is when the value began to hold (for compliant: after the stable duration).
+	Since    time.Time `json:"since"`
+	Policies int       `json:"policies"`
+	// NonCompliantPolicies names the policies that are not Compliant (bounded by the publisher).
+	NonCompliantPolicies []string `json:"nonCompliantPolicies,omitempty"`
+}
+
+// ClaimUpdated says the claim writer wrote a ClusterClaim.
+type ClaimUpdated struct {
+	Cluster      string `json:"cluster"`
+	Claim        string `json:"claim"`
+	Value        string `json:"value"`
+	Previous     string `json:"previous,omitempty"`
+	ComplianceID string `json:"complianceId"`
+}
+
+func required(what string, values ...string) error {
+	for _, v := range values {
+		if v == "" {
+			return fmt.Errorf("%s: required field is empty", what)
+		}
+	}
+	return nil
+}
