@@ -1,0 +1,89 @@
+package service
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Getenv reads one environment variable; tests pass a map's lookup instead of os.Getenv.
+type Getenv func(string) string
+
+// Defaults of the variables every service reads (design.md, "Fixed interfaces").
+const (
+	DefaultNATSURL           = "nats://127.0.0.1:4222"
+	DefaultMetricsAddr       = ":8080"
+	DefaultHealthAddr        = ":8081"
+	DefaultOperatorNamespace = "enforcement"
+	DefaultArgoCDNamespace   = "argocd"
+)
+
+// Common is the configuration shared by the services that use NATS.
+type Common struct {
+	NATSURL     string // NATS_URL, default nats://127.0.0.1:4222
+	NATSCreds   string // NATS_CREDS, optional path of a NATS credentials file
+	MetricsAddr string // METRICS_ADDR, default :8080
+	HealthAddr  string // HEALTH_ADDR, default :8081
+}
+
+// LoadCommon reads NATS_URL, NATS_CREDS, METRICS_ADDR and HEALTH_ADDR.
+func LoadCommon(getenv Getenv) Common {
+	return Common{
+		NATSURL:     String(getenv, "NATS_URL", DefaultNATSURL),
+		NATSCreds:   getenv("NATS_CREDS"),
+		MetricsAddr: String(getenv, "METRICS_ADDR", DefaultMetricsAddr),
+		HealthAddr:  String(getenv, "HEALTH_ADDR", DefaultHealthAddr),
+	}
+}
+
+// String returns the variable's value, or def when it is unset or empty.
+func String(getenv Getenv, name, def string) string {
+	if v := getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// Duration parses a Go duration ("30s", "10m"); def when unset. A value that does not parse, or
+// a negative one, is an error naming the variable.
+func Duration(getenv Getenv, name string, def time.Duration) (time.Duration, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: not a duration (use Go syntax such as 30s or 10m): %w", name, v, err)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%s=%q: must not be negative", name, v)
+	}
+	return d, nil
+}
+
+// Seconds parses a whole number of seconds (the original policy-watcher's *_SEC variables);
+// def when unset. A non-number or a value below min is an error naming the variable.
+func Seconds(getenv Getenv, name string, def time.Duration, min int) (time.Duration, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min {
+		return 0, fmt.Errorf("%s=%q: want a whole number of seconds >= %d", name, v, min)
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+// Fraction parses a number in (0, 1]; def when unset.
+func Fraction(getenv Getenv, name string, def float64) (float64, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f <= 0 || f > 1 {
+		return 0, fmt.Errorf("%s=%q: want a number greater than 0 and at most 1", name, v)
+	}
+	return f, nil
+}
