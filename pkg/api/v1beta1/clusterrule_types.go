@@ -1,0 +1,274 @@
+package v1beta1
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+// GroupVersion is the API group and version of ClusterRule.
+var GroupVersion = schema.GroupVersion{Group: "enforcement.globo.com", Version: "v1beta1"}
+
+var schemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+// AddToScheme registers ClusterRule and ClusterRuleList with a scheme.
+var AddToScheme = schemeBuilder.AddToScheme
+
+func init() { schemeBuilder.Register(&ClusterRule{}, &ClusterRuleList{}) }
+
+// ClusterRule selects clusters from one source and names the packages (enforcements) every
+// selected cluster gets through Argo CD.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=cr;crule,categories=enforcement
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Clusters",type=integer,JSONPath=`.status.matchedClusters`
+// +kubebuilder:printcolumn:name="Installed",type=integer,JSONPath=`.status.installedApplications`
+// +kubebuilder:printcolumn:name="Errors",type=integer,JSONPath=`.status.installErrorCount`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ClusterRule struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ClusterRuleSpec   `json:"spec"`
+	Status ClusterRuleStatus `json:"status,omitempty"`
+}
+
+// ClusterRuleList is a list of ClusterRules.
+//
+// +kubebuilder:object:root=true
+type ClusterRuleList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterRule `json:"items"`
+}
+
+// ClusterRuleSpec is what the rule wants.
+type ClusterRuleSpec struct {
+	// Enforcements are the packages installed on every selected cluster. Every field may use the
+	// original's Jinja templates: ${{ expr }} and ${% stmt %}.
+	// +kubebuilder:validation:MinItems=1
+	Enforcements []Enforcement `json:"enforcements"`
+
+	// Source says where the clusters come from and which of them the rule selects.
+	Source Source `json:"source"`
+
+	// Triggers are webhooks called before and after an Application is created.
+	// +optional
+	Triggers *Triggers `json:"triggers,omitempty"`
+
+	// DeletionPolicy says what happens to a cluster's workloads when the rule lets go of an
+	// Application: Orphan (default, as the original) deletes the Application and keeps the
+	// resources; Cascade deletes them too. A cluster that is gone is always orphaned.
+	// +kubebuilder:validation:Enum=Orphan;Cascade
+	// +kubebuilder:default=Orphan
+	// +optional
+	DeletionPolicy string `json:"deletionPolicy,omitempty"`
+}
+
+// Enforcement is one package: an Argo CD Application source.
+type Enforcement struct {
+	// Name of the package; the Application is named <cluster>-<name>.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Repo is the Git (or Helm) repository URL.
+	// +kubebuilder:validation:MinLength=1
+	Repo string `json:"repo"`
+	// Path inside the repository.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// Namespace the package is installed into on the cluster.
+	// +kubebuilder:default=default
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// TargetRevision (extension) is the Git revision; HEAD when empty.
+	// +optional
+	TargetRevision string `json:"targetRevision,omitempty"`
+	// Helm holds Helm parameters.
+	// +optional
+	Helm *Helm `json:"helm,omitempty"`
+	// Labels are added to the Application.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Helm holds the Helm settings of an enforcement.
+type Helm struct {
+	// Parameters are Helm parameters; values may be numbers, booleans or (templated) strings.
+	// +optional
+	Parameters map[string]apiextensionsv1.JSON `json:"parameters,omitempty"`
+}
+
+// Source names one cluster source and the selection inside it. Exactly one of rancher, static,
+// eks, gke and ocm is set.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.rancher), has(self.static), has(self.eks), has(self.gke), has(self.ocm)].filter(x, x).size() == 1",message="exactly one source kind (rancher, static, eks, gke or ocm) must be set"
+type Source struct {
+	// SecretName names the Secret with the source's credentials in the operator namespace.
+	// Default: a Secret named after the source kind (e.g. "rancher").
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
+
+	// MatchLabels (extension) selects clusters whose labels include all of these.
+	// +optional
+	MatchLabels map[string]string `json:"matchLabels,omitempty"`
+	// MatchExpressions (extension) selects clusters by label expressions (In, NotIn, Exists,
+	// DoesNotExist), as a Kubernetes label selector does.
+	// +optional
+	MatchExpressions []metav1.LabelSelectorRequirement `json:"matchExpressions,omitempty"`
+
+	// +optional
+	Rancher *RancherSource `json:"rancher,omitempty"`
+	// +optional
+	Static *StaticSource `json:"static,omitempty"`
+	// +optional
+	EKS *EKSSource `json:"eks,omitempty"`
+	// +optional
+	GKE *GKESource `json:"gke,omitempty"`
+	// +optional
+	OCM *OCMSource `json:"ocm,omitempty"`
+}
+
+// RancherSource selects clusters from Rancher's /v3/clusters.
+type RancherSource struct {
+	// Filters are passed to the Rancher API as query parameters.
+	// +optional
+	Filters map[string]string `json:"filters,omitempty"`
+	// Labels select clusters whose labels include all of these.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// Ignore lists cluster names that are never selected.
+	// +optional
+	Ignore []string `json:"ignore,omitempty"`
+}
+
+// StaticSource selects clusters listed in a ConfigMap in the operator namespace.
+type StaticSource struct {
+	// ConfigMap names the ConfigMap (key clusters.yaml); default "enforcement-static-clusters".
+	// +optional
+	ConfigMap string `json:"configMap,omitempty"`
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// +optional
+	Ignore []string `json:"ignore,omitempty"`
+}
+
+// EKSSource selects Amazon EKS clusters.
+type EKSSource struct {
+	// +optional
+	Regions []string `json:"regions,omitempty"`
+	// Tags select clusters whose tags include all of these.
+	// +optional
+	Tags map[string]string `json:"tags,omitempty"`
+	// +optional
+	Ignore []string `json:"ignore,omitempty"`
+}
+
+// GKESource selects Google GKE clusters.
+type GKESource struct {
+	// +optional
+	Projects []string `json:"projects,omitempty"`
+	// Filters match fields of the cluster object in gcloud's dotted form, with glob patterns.
+	// +optional
+	Filters map[string]string `json:"filters,omitempty"`
+	// Tags select clusters whose resourceLabels include all of these.
+	// +optional
+	Tags map[string]string `json:"tags,omitempty"`
+	// +optional
+	Ignore []string `json:"ignore,omitempty"`
+}
+
+// OCMSource selects Open Cluster Management ManagedClusters on the hub.
+type OCMSource struct {
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// Claims select clusters whose ClusterClaims have these exact values.
+	// +optional
+	Claims map[string]string `json:"claims,omitempty"`
+	// +optional
+	Ignore []string `json:"ignore,omitempty"`
+}
+
+// Triggers are the rule's webhooks.
+type Triggers struct {
+	// +optional
+	BeforeInstall *Trigger `json:"beforeInstall,omitempty"`
+	// +optional
+	AfterInstall *Trigger `json:"afterInstall,omitempty"`
+}
+
+// Trigger is one webhook, POSTed when an Application is created.
+type Trigger struct {
+	// +kubebuilder:validation:MinLength=1
+	Endpoint string `json:"endpoint"`
+	// Timeout in seconds.
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=300
+	// +optional
+	Timeout int32 `json:"timeout,omitempty"`
+	// FailurePolicy (extension): Ignore (default, as the original) installs whatever the webhook
+	// answers; Fail holds the install until the webhook answers 2xx.
+	// +kubebuilder:validation:Enum=Ignore;Fail
+	// +kubebuilder:default=Ignore
+	// +optional
+	FailurePolicy string `json:"failurePolicy,omitempty"`
+	// SigningSecret (extension) names a Secret in the rule's namespace whose key "key" signs
+	// deliveries (Standard Webhooks).
+	// +optional
+	SigningSecret string `json:"signingSecret,omitempty"`
+}
+
+// ClusterRuleStatus is what rule-engine observed. Only rule-engine writes it.
+type ClusterRuleStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready, with the reasons listed in conditions.go.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// MatchedClusters counts the clusters the rule selects.
+	// +optional
+	MatchedClusters int32 `json:"matchedClusters,omitempty"`
+	// InstalledApplications counts Applications reported installed.
+	// +optional
+	InstalledApplications int32 `json:"installedApplications,omitempty"`
+	// InstallErrorCount counts (cluster, enforcement) pairs whose last install failed.
+	// +optional
+	InstallErrorCount int32 `json:"installErrorCount,omitempty"`
+	// Clusters lists the selected clusters (at most MaxStatusEntries; see MatchedClusters).
+	// +optional
+	Clusters []ClusterStatus `json:"clusters,omitempty"`
+	// InstallErrors lists failing (cluster, enforcement) pairs (at most MaxStatusEntries).
+	// +optional
+	InstallErrors []InstallError `json:"installErrors,omitempty"`
+}
+
+// MaxStatusEntries bounds the lists in the status so a rule over thousands of clusters stays small.
+const MaxStatusEntries = 50
+
+// ClusterStatus is one selected cluster.
+type ClusterStatus struct {
+	Name string `json:"name"`
+	// +optional
+	URL string `json:"url,omitempty"`
+}
+
+// InstallError is a failing (cluster, enforcement) pair.
+type InstallError struct {
+	Cluster     string `json:"cluster"`
+	Enforcement string `json:"enforcement"`
+	Reason      string `json:"reason"`
+	Message     string `json:"message"`
+	// Count is how many times it failed in a row.
+	Count int32 `json:"count"`
+}
+
+// DeepCopyObject helpers are generated into zz_generated.deepcopy.go.
+var _ runtime.Object = &ClusterRule{}

@@ -1,0 +1,19 @@
+package v1beta1
+
+// ConditionReady is the one condition type of a ClusterRule: True when every selected cluster
+// has its enforcements installed and nothing blocks the rule.
+const ConditionReady = "Ready"
+
+// Reasons of the Ready condition, CamelCase as Kubernetes conventions want. rule-engine picks
+// the most important one that applies, in this order.
+const (
+	ReasonInvalidSpec    = "InvalidSpec"    // False: the rule cannot be used as written
+	ReasonTemplateError  = "TemplateError"  // False: a template failed to render for some cluster
+	ReasonRemovalsHeld   = "RemovalsHeld"   // False: the removal breaker holds removals; an operator must release them
+	ReasonSourceDegraded = "SourceDegraded" // False: the last scan of the source was not complete
+	ReasonTriggerBlocked = "TriggerBlocked" // False: a failurePolicy=Fail trigger holds installs
+	ReasonInstallFailed  = "InstallFailed"  // False: some installs failed
+	ReasonProgressing    = "Progressing"    // False: installs issued, not all confirmed yet
+	ReasonNoClusters     = "NoClusters"     // True: nothing matches (yet)
+	ReasonInstalled      = "Installed"      // True: every selected cluster has its enforcements
+)
