@@ -234,28 +234,32 @@ const (
 
 // TriggerDelivered reports that a webhook answered 2xx.
 type TriggerDelivered struct {
-	DeliveryID  string  `json:"deliveryId"`
-	IntentID    string  `json:"intentId"`
-	Phase       string  `json:"phase"`
-	Rule        RuleRef `json:"rule"`
-	Cluster     string  `json:"cluster"`
-	Enforcement string  `json:"enforcement"`
-	StatusCode  int     `json:"statusCode"`
-	Attempts    int     `json:"attempts"`
+	DeliveryID string `json:"deliveryId"`
+	IntentID   string `json:"intentId"`
+	// IntentSequence is the install intent's stream sequence; argo-syncer reads the intent back
+	// from the stream with it when a beforeInstall trigger released the install.
+	IntentSequence uint64  `json:"intentSequence,omitempty"`
+	Phase          string  `json:"phase"`
+	Rule           RuleRef `json:"rule"`
+	Cluster        string  `json:"cluster"`
+	Enforcement    string  `json:"enforcement"`
+	StatusCode     int     `json:"statusCode"`
+	Attempts       int     `json:"attempts"`
 }
 
 // TriggerFailed reports that a webhook did not answer 2xx after all retries.
 type TriggerFailed struct {
-	DeliveryID    string  `json:"deliveryId"`
-	IntentID      string  `json:"intentId"`
-	Phase         string  `json:"phase"`
-	Rule          RuleRef `json:"rule"`
-	Cluster       string  `json:"cluster"`
-	Enforcement   string  `json:"enforcement"`
-	FailurePolicy string  `json:"failurePolicy"`
-	StatusCode    int     `json:"statusCode,omitempty"`
-	Attempts      int     `json:"attempts"`
-	Message       string  `json:"message"`
+	DeliveryID     string  `json:"deliveryId"`
+	IntentID       string  `json:"intentId"`
+	IntentSequence uint64  `json:"intentSequence,omitempty"`
+	Phase          string  `json:"phase"`
+	Rule           RuleRef `json:"rule"`
+	Cluster        string  `json:"cluster"`
+	Enforcement    string  `json:"enforcement"`
+	FailurePolicy  string  `json:"failurePolicy"`
+	StatusCode     int     `json:"statusCode,omitempty"`
+	Attempts       int     `json:"attempts"`
+	Message        string  `json:"message"`
 }
 
 // Compliance values, as the original policy-watcher wrote them.
