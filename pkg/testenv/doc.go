@@ -1,0 +1,28 @@
+// Package testenv starts the real servers that Enforcement's component tests run against, so
+// that a test exercises the same NATS JetStream, kube-apiserver, etcd and CRD schemas as
+// production instead of fakes that agree with whatever the code under test assumes.
+//
+//   - StartNATS runs nats-server in-process with JetStream on a temporary store; Restart keeps
+//     the store and the port, so durable state (streams, consumers, KV) survives like it does
+//     when a real server restarts.
+//   - StartKube (or SharedKube with RunWithSharedKube in TestMain) runs kube-apiserver and etcd
+//     through controller-runtime's envtest. The binaries are compiled from Go modules by
+//     hack/build-tools.sh and cached, because no registry other than the Go module proxy is
+//     reachable.
+//   - ArgoCDCRDs and OCMCRDs return the upstream CRDs, copied byte for byte from the pinned
+//     module versions (a test checks for drift), so the API server validates Applications,
+//     Policies and ClusterClaims exactly as a real cluster with those products would.
+//
+// Every helper that takes a testing.TB fails the test on error and registers its own cleanup.
+// A component test typically reads:
+//
+//	func TestMain(m *testing.M) { os.Exit(testenv.RunWithSharedKube(m)) }
+//
+//	func TestInstall(t *testing.T) {
+//		bus := testenv.StartNATS(t)
+//		kube := testenv.SharedKube(t)
+//		kube.InstallCRDs(t, testenv.ArgoCDCRDs()...)
+//		ns := kube.Namespace(t, "install")
+//		// run the service against bus.URL() and kube.Kubeconfig, assert on kube.Client
+//	}
+package testenv

@@ -1,0 +1,173 @@
+package testenv_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/enforcement-io/enforcement/pkg/testenv"
+)
+
+// A stream, its message and a durable consumer written before Restart are there afterwards, on
+// the same URL: the store directory and the port are kept.
+func TestNATSRestartKeepsDurableState(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.StartNATS(t)
+	url := srv.URL()
+	if !strings.HasPrefix(url, "nats://127.0.0.1:") {
+		t.Fatalf("URL = %q, want nats://127.0.0.1:<port>", url)
+	}
+
+	nc, js := connect(t, url)
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "AUDIT", Subjects: []string{"audit.>"}, Storage: jetstream.FileStorage,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "audit.one", []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: "reader", AckPolicy: jetstream.AckExplicitPolicy,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+
+	srv.Restart(t)
+	if srv.URL() != url {
+		t.Fatalf("URL after restart = %q, want %q", srv.URL(), url)
+	}
+
+	_, js = connect(t, url)
+	cons, err := js.Consumer(ctx, "AUDIT", "reader")
+	if err != nil {
+		t.Fatalf("durable consumer lost on restart: %v", err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for msg := range batch.Messages() {
+		got = append(got, string(msg.Data()))
+		if err := msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 1 || got[0] != "kept" {
+		t.Fatalf("messages after restart = %q, want [kept]", got)
+	}
+}
+
+// After Shutdown nothing listens on the URL any more, and a second Shutdown is harmless.
+func TestNATSShutdown(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	connect(t, srv.URL())
+	srv.Shutdown()
+	srv.Shutdown()
+	if srv.Server() != nil {
+		t.Fatal("Server() after Shutdown is not nil")
+	}
+	if _, err := nats.Connect(srv.URL(), nats.NoReconnect(), nats.Timeout(time.Second)); err == nil {
+		t.Fatal("connected to a server that was shut down")
+	}
+}
+
+// WithServerOptions reaches the server, and survives Restart.
+func TestNATSWithServerOptions(t *testing.T) {
+	const maxPayload = 4096
+	srv := testenv.StartNATS(t,
+		testenv.WithServerOptions(func(o *server.Options) { o.MaxPayload = maxPayload }),
+		testenv.WithNATSLogs(t),
+	)
+	nc, _ := connect(t, srv.URL())
+	if got := nc.MaxPayload(); got != maxPayload {
+		t.Fatalf("MaxPayload = %d, want %d", got, maxPayload)
+	}
+	srv.Restart(t)
+	nc, _ = connect(t, srv.URL())
+	if got := nc.MaxPayload(); got != maxPayload {
+		t.Fatalf("MaxPayload after restart = %d, want %d", got, maxPayload)
+	}
+}
+
+// The standalone binary is the pinned version and serves JetStream.
+func TestNATSServerBinary(t *testing.T) {
+	bin, err := testenv.NATSServerBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s --version: %v\n%s", bin, err, out)
+	}
+	if !strings.Contains(string(out), "v2.12.1") {
+		t.Fatalf("%s --version = %q, want v2.12.1", bin, out)
+	}
+
+	port := freePort(t)
+	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", fmt.Sprint(port), "-js", "-sd", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	var nc *nats.Conn
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		nc, err = nats.Connect(url, nats.NoReconnect())
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connect to nats-server process: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.AccountInfo(context.Background()); err != nil {
+		t.Fatalf("JetStream not enabled in the nats-server process: %v", err)
+	}
+}
+
+func connect(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// freePort asks the kernel for a free port on 127.0.0.1.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
