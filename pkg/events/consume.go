@@ -25,6 +25,9 @@ var ErrPermanent = errors.New("permanent error")
 // Permanent wraps err so the consumer dead-letters the message instead of retrying it.
 func Permanent(err error) error { return fmt.Errorf("%w: %w", ErrPermanent, err) }
 
+// handBackDelay is how long a message handed back at shutdown waits before redelivery.
+const handBackDelay = 200 * time.Millisecond
+
 // Headers the consumer adds to a dead letter, next to the original event's headers.
 const (
 	HeaderDeadReason   = "Enforcement-Dead-Letter-Reason"
@@ -104,7 +107,8 @@ type Consumer struct {
 	handlerCtx context.Context
 
 	mu       sync.Mutex
-	queues   map[string][]jetstream.Msg
+	queues   map[string][]jetstream.Msg // messages not finished yet, per ordering key
+	running  map[string]bool            // keys with a worker
 	stopping bool
 	stopCh   chan struct{}
 	sem      chan struct{}
@@ -130,6 +134,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, h Handler, opts Consum
 		handler:    h,
 		handlerCtx: context.WithoutCancel(ctx),
 		queues:     make(map[string][]jetstream.Msg),
+		running:    make(map[string]bool),
 		stopCh:     make(chan struct{}),
 		sem:        make(chan struct{}, opts.Concurrency),
 	}
@@ -144,6 +149,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, h Handler, opts Consum
 }
 
 // enqueue puts a message behind the others of its key and starts a worker for an idle key.
+// While stopping, messages are only queued; Stop hands them back once pulling has ended.
 func (c *Consumer) enqueue(msg jetstream.Msg) {
 	key := headerValue(msg.Headers(), HeaderSubject)
 	if key == "" {
@@ -151,35 +157,26 @@ func (c *Consumer) enqueue(msg jetstream.Msg) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	q, active := c.queues[key]
-	if c.stopping && !active {
-		c.handBack(msg)
-		return
-	}
-	c.queues[key] = append(q, msg)
-	if !active {
+	c.queues[key] = append(c.queues[key], msg)
+	if !c.running[key] && !c.stopping {
+		c.running[key] = true
 		c.wg.Add(1)
 		go c.runKey(key)
 	}
 }
 
-// runKey handles the messages of one key, one at a time, until its queue is empty. At shutdown
-// the rest of the queue is handed back in order.
+// runKey handles the messages of one key, one at a time, until its queue is empty or the
+// consumer stops; at a stop, unfinished messages stay queued, in order, for Stop to hand back.
 func (c *Consumer) runKey(key string) {
 	defer c.wg.Done()
 	for {
 		c.mu.Lock()
 		q := c.queues[key]
-		if len(q) == 0 {
-			delete(c.queues, key)
-			c.mu.Unlock()
-			return
-		}
-		if c.stopping {
-			for _, m := range q {
-				c.handBack(m)
+		if len(q) == 0 || c.stopping {
+			if len(q) == 0 {
+				delete(c.queues, key)
 			}
-			delete(c.queues, key)
+			c.running[key] = false
 			c.mu.Unlock()
 			return
 		}
@@ -187,25 +184,28 @@ func (c *Consumer) runKey(key string) {
 		c.mu.Unlock()
 
 		c.sem <- struct{}{}
-		c.process(msg)
+		finished := c.process(msg)
 		<-c.sem
 
 		c.mu.Lock()
-		c.queues[key] = c.queues[key][1:]
+		if finished {
+			c.queues[key] = c.queues[key][1:]
+		}
 		c.mu.Unlock()
 	}
 }
 
-// process decides, in this one place, what happens to a message: ack, retry in place, hand back
-// or dead letter.
-func (c *Consumer) process(msg jetstream.Msg) {
+// process decides, in this one place, what happens to a message: ack, retry in place or dead
+// letter. It returns false when a stop interrupted a retry wait: the message is then left for
+// Stop to hand back.
+func (c *Consumer) process(msg jetstream.Msg) bool {
 	ev, meta, err := Decode(msg.Subject(), msg.Headers(), msg.Data())
 	if md, mdErr := msg.Metadata(); mdErr == nil {
 		meta.Sequence, meta.NumDelivered = md.Sequence.Stream, md.NumDelivered
 	}
 	if err != nil {
 		c.deadLetter(msg, meta, 1, err)
-		return
+		return true
 	}
 	stopKeepAlive := c.keepAlive(msg)
 	defer stopKeepAlive()
@@ -221,16 +221,16 @@ func (c *Consumer) process(msg jetstream.Msg) {
 				c.opts.Logger.Warn("Ack failed; the event will be redelivered", "consumer", c.opts.Name, "id", meta.ID, "error", ackErr)
 			}
 			c.opts.Metrics.outcome(meta.Type, "acked")
-			return
+			return true
 		}
 		attempt := int(meta.NumDelivered) - 1 + local
 		if errors.Is(err, ErrPermanent) || errors.Is(err, ErrInvalidEvent) {
 			c.deadLetter(msg, meta, attempt, err)
-			return
+			return true
 		}
 		if attempt >= c.opts.MaxAttempts || (c.maxDeliver > 0 && int(meta.NumDelivered) >= c.maxDeliver) {
 			c.deadLetter(msg, meta, attempt, fmt.Errorf("gave up after %d attempts: %w", attempt, err))
-			return
+			return true
 		}
 		wait := c.opts.Backoff(attempt)
 		c.opts.Metrics.outcome(meta.Type, "retried")
@@ -239,8 +239,7 @@ func (c *Consumer) process(msg jetstream.Msg) {
 		select {
 		case <-time.After(wait):
 		case <-c.stopCh:
-			c.handBack(msg)
-			return
+			return false
 		}
 	}
 }
@@ -268,8 +267,15 @@ func (c *Consumer) keepAlive(msg jetstream.Msg) func() {
 }
 
 // handBack returns a message to the server at shutdown so that another instance gets it at once.
+// It is called only after pulling ended: a message handed back earlier could be redelivered to
+// this very subscription while it drains, and come back behind its successors.
+//
+// The short delay matters: the server may still hold this subscription's last pull request for a
+// moment, and a message it tries to deliver there goes to the back of its redelivery queue. With
+// a delay, the handed-back messages expire together and the server redelivers them sorted by
+// stream sequence, which keeps each key's order.
 func (c *Consumer) handBack(msg jetstream.Msg) {
-	_ = msg.Nak()
+	_ = msg.NakWithDelay(handBackDelay)
 	c.opts.Metrics.outcome(headerValue(msg.Headers(), HeaderType), "handed_back")
 }
 
@@ -301,8 +307,10 @@ func (c *Consumer) deadLetter(msg jetstream.Msg, meta Meta, attempts int, reason
 		"sequence", meta.Sequence, "reason", reason.Error())
 }
 
-// Stop stops pulling, hands queued messages back to the server, and waits until in-flight
-// handlers finish or ctx ends.
+// Stop stops pulling, lets in-flight handlers finish, and hands every message that was not
+// finished back to the server, key by key in order, so the next instance continues exactly where
+// this one stopped. It returns early with an error if ctx ends first; unfinished messages are
+// then redelivered after AckWait.
 func (c *Consumer) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	if c.stopping {
@@ -317,15 +325,24 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	select {
 	case <-c.cc.Closed():
 	case <-ctx.Done():
+		return fmt.Errorf("stop consumer %s: %w", c.opts.Name, ctx.Err())
 	}
 	done := make(chan struct{})
 	go func() { c.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("stop consumer %s: %w", c.opts.Name, ctx.Err())
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, q := range c.queues {
+		for _, m := range q {
+			c.handBack(m)
+		}
+		delete(c.queues, key)
+	}
+	return nil
 }
 
 func truncate(s string, n int) string {

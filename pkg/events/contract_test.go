@@ -1,0 +1,387 @@
+package events
+
+// The contract suite: what every service relies on from the bus, checked on a real nats-server
+// with JetStream on disk. If one of these fails, at-least-once delivery, ordering or dead
+// letters are broken for everyone.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// appeared is a valid event for cluster key with the given revision.
+func appeared(key string, rev uint64) *ClusterAppeared {
+	return &ClusterAppeared{Revision: rev, Cluster: Cluster{Source: testSource, Key: key, Name: key, URL: "https://" + key, Eligible: true}}
+}
+
+// recorder is a handler that records what it saw and answers with a programmable function.
+type recorder struct {
+	mu     sync.Mutex
+	seen   []string // "key@rev#delivery"
+	answer func(e *ClusterAppeared, m Meta) error
+	signal chan string
+}
+
+func newRecorder(answer func(e *ClusterAppeared, m Meta) error) *recorder {
+	return &recorder{answer: answer, signal: make(chan string, 1024)}
+}
+
+func (r *recorder) handle(_ context.Context, e Event, m Meta) error {
+	a := e.(*ClusterAppeared)
+	entry := fmt.Sprintf("%s@%d#%d", a.Cluster.Key, a.Revision, m.NumDelivered)
+	var err error
+	if r.answer != nil {
+		err = r.answer(a, m)
+	}
+	r.mu.Lock()
+	r.seen = append(r.seen, entry)
+	r.mu.Unlock()
+	if err != nil {
+		entry += " failed"
+	}
+	r.signal <- entry
+	return err
+}
+
+func (r *recorder) snapshot() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.seen...)
+}
+
+// waitFor waits until the handler reported n outcomes.
+func (r *recorder) waitFor(t *testing.T, n int) []string {
+	t.Helper()
+	var got []string
+	deadline := time.After(20 * time.Second)
+	for len(got) < n {
+		select {
+		case s := <-r.signal:
+			got = append(got, s)
+		case <-deadline:
+			t.Fatalf("waited for %d handler calls, got %d: %v", n, len(got), got)
+		}
+	}
+	return got
+}
+
+func consume(t *testing.T, js jetstream.JetStream, h Handler, o ConsumerOptions) *Consumer {
+	t.Helper()
+	if o.Name == "" {
+		o.Name = ConsumerRuleEngine
+	}
+	if o.Backoff == nil {
+		o.Backoff = func(int) time.Duration { return 20 * time.Millisecond }
+	}
+	c, err := Consume(context.Background(), js, h, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return c
+}
+
+func publish(t *testing.T, p *Publisher, evs ...Event) {
+	t.Helper()
+	if err := p.PublishAll(context.Background(), evs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestContractRepublishIsDeduplicated(t *testing.T) {
+	_, js := connect(t, startNATS(t, ""), TopologyOptions{})
+	p := NewPublisher(js, "/test")
+	ctx := context.Background()
+	first, err := p.Publish(ctx, appeared("c1", 1))
+	if err != nil || first.Duplicate {
+		t.Fatalf("first publish: %+v, %v", first, err)
+	}
+	second, err := p.Publish(ctx, appeared("c1", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !second.Duplicate || second.Sequence != first.Sequence {
+		t.Fatalf("republish stored again: %+v (first %+v)", second, first)
+	}
+	publish(t, p, appeared("c1", 1), appeared("c1", 1)) // async republish too
+	reappeared, err := p.Publish(ctx, appeared("c1", 2))
+	if err != nil || reappeared.Duplicate {
+		t.Fatalf("a new revision must not be deduplicated: %+v, %v", reappeared, err)
+	}
+	s, _ := js.Stream(ctx, StreamName)
+	info, _ := s.Info(ctx)
+	if info.State.Msgs != 2 {
+		t.Fatalf("stream holds %d messages, want 2", info.State.Msgs)
+	}
+}
+
+func TestContractUnackedEventIsRedeliveredAfterTheConsumerDies(t *testing.T) {
+	srv := startNATS(t, "")
+	opts := TopologyOptions{AckWait: time.Second}
+	nc1, js1 := connect(t, srv, opts)
+	publish(t, NewPublisher(js1, "/test"), appeared("c1", 1))
+
+	// The first instance takes the message and dies before acknowledging it.
+	took := make(chan struct{})
+	block := make(chan struct{})
+	defer close(block)
+	consume(t, js1, func(context.Context, Event, Meta) error { close(took); <-block; return nil }, ConsumerOptions{})
+	<-took
+	nc1.Close()
+
+	_, js2 := connect(t, srv, opts)
+	r := newRecorder(nil)
+	consume(t, js2, r.handle, ConsumerOptions{})
+	got := r.waitFor(t, 1)
+	if got[0] != "c1@1#2" {
+		t.Fatalf("second instance saw %v, want the event on its second delivery", got)
+	}
+}
+
+func TestContractPermanentErrorBecomesADeadLetterWithReasonAndEvent(t *testing.T) {
+	_, js := connect(t, startNATS(t, ""), TopologyOptions{})
+	ev := appeared("c1", 1)
+	publish(t, NewPublisher(js, "/test"), ev)
+	r := newRecorder(func(*ClusterAppeared, Meta) error { return Permanent(errors.New("spec.repo is empty")) })
+	consume(t, js, r.handle, ConsumerOptions{})
+	r.waitFor(t, 1)
+
+	dls := waitDeadLetters(t, js, ConsumerRuleEngine, 1)
+	dl := dls[0]
+	if !strings.Contains(dl.Reason, "spec.repo is empty") || dl.EventID != ev.ID() || dl.OriginalSubject != Subject(ev) || dl.Attempts != 1 {
+		t.Fatalf("dead letter %+v", dl)
+	}
+	back, _, err := DecodeAs[*ClusterAppeared](dl.OriginalSubject, dl.Header, dl.Data)
+	if err != nil || back.Cluster.Key != "c1" {
+		t.Fatalf("dead letter does not keep the original event: %v %+v", err, back)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(r.snapshot()); n != 1 {
+		t.Fatalf("handler called %d times for a permanent error, want 1", n)
+	}
+}
+
+func TestContractExhaustedRetriesBecomeADeadLetter(t *testing.T) {
+	_, js := connect(t, startNATS(t, ""), TopologyOptions{})
+	publish(t, NewPublisher(js, "/test"), appeared("c1", 1))
+	r := newRecorder(func(*ClusterAppeared, Meta) error { return errors.New("argo cd unavailable") })
+	consume(t, js, r.handle, ConsumerOptions{MaxAttempts: 3})
+	r.waitFor(t, 3)
+	dl := waitDeadLetters(t, js, ConsumerRuleEngine, 1)[0]
+	if !strings.Contains(dl.Reason, "gave up after 3 attempts: argo cd unavailable") || dl.Attempts != 3 {
+		t.Fatalf("dead letter %+v", dl)
+	}
+}
+
+func TestContractExhaustedDeliveriesAcrossCrashesBecomeADeadLetter(t *testing.T) {
+	srv := startNATS(t, "")
+	opts := TopologyOptions{AckWait: 500 * time.Millisecond, MaxDeliver: 2}
+	nc1, js1 := connect(t, srv, opts)
+	publish(t, NewPublisher(js1, "/test"), appeared("c1", 1))
+	took := make(chan struct{})
+	block := make(chan struct{})
+	defer close(block)
+	consume(t, js1, func(context.Context, Event, Meta) error { close(took); <-block; return nil }, ConsumerOptions{})
+	<-took
+	nc1.Close() // crash on delivery 1
+
+	_, js2 := connect(t, srv, opts)
+	r := newRecorder(func(*ClusterAppeared, Meta) error { return errors.New("still failing") })
+	consume(t, js2, r.handle, ConsumerOptions{MaxAttempts: 10})
+	r.waitFor(t, 1) // delivery 2 is the server's last: the consumer must not retry in the dark
+	dl := waitDeadLetters(t, js2, ConsumerRuleEngine, 1)[0]
+	if !strings.Contains(dl.Reason, "still failing") {
+		t.Fatalf("dead letter %+v", dl)
+	}
+}
+
+func TestContractInvalidEventIsDeadLetteredWhileOthersCarryOn(t *testing.T) {
+	nc, js := connect(t, startNATS(t, ""), TopologyOptions{})
+	bad := nats.NewMsg("enforcement.cluster.appeared.rancher.x.c0")
+	bad.Header.Set(HeaderSpecVersion, "1.0")
+	bad.Header.Set(HeaderID, "garbage-1")
+	bad.Header.Set(HeaderType, "io.enforcement.cluster.appeared.v1")
+	bad.Data = []byte(`{"cluster": "not an object"}`)
+	if _, err := js.PublishMsg(context.Background(), bad); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc
+	publish(t, NewPublisher(js, "/test"), appeared("c1", 1), appeared("c2", 1))
+	r := newRecorder(nil)
+	consume(t, js, r.handle, ConsumerOptions{})
+	got := r.waitFor(t, 2)
+	if strings.Join(got, ",") != "c1@1#1,c2@1#1" && strings.Join(got, ",") != "c2@1#1,c1@1#1" {
+		t.Fatalf("valid events handled: %v", got)
+	}
+	dl := waitDeadLetters(t, js, ConsumerRuleEngine, 1)[0]
+	if dl.EventID != "garbage-1" || !strings.Contains(dl.Reason, "invalid event") {
+		t.Fatalf("dead letter %+v", dl)
+	}
+}
+
+func TestContractPerKeyOrderHoldsWhileARetryWaits(t *testing.T) {
+	_, js := connect(t, startNATS(t, ""), TopologyOptions{})
+	failures := 2
+	var mu sync.Mutex
+	r := newRecorder(func(e *ClusterAppeared, _ Meta) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.Cluster.Key == "a" && e.Revision == 1 && failures > 0 {
+			failures--
+			return errors.New("transient")
+		}
+		return nil
+	})
+	publish(t, NewPublisher(js, "/test"), appeared("a", 1), appeared("a", 2), appeared("a", 3), appeared("b", 1))
+	consume(t, js, r.handle, ConsumerOptions{Backoff: func(int) time.Duration { return 300 * time.Millisecond }})
+	got := r.waitFor(t, 6)
+
+	var a []string
+	bAt, aDoneAt := -1, -1
+	for i, s := range got {
+		switch {
+		case strings.HasPrefix(s, "a@"):
+			a = append(a, s)
+			if s == "a@1#1" && aDoneAt < 0 && !strings.HasSuffix(s, "failed") {
+				aDoneAt = i
+			}
+		case strings.HasPrefix(s, "b@"):
+			bAt = i
+		}
+	}
+	want := []string{"a@1#1 failed", "a@1#1 failed", "a@1#1", "a@2#1", "a@3#1"}
+	if strings.Join(a, ",") != strings.Join(want, ",") {
+		t.Fatalf("key a handled as %v, want %v (a later event overtook a retry)", a, want)
+	}
+	if bAt > aDoneAt {
+		t.Fatalf("key b waited for key a's retries: %v", got)
+	}
+}
+
+func TestContractStopDrainsInFlightWorkAndHandsBackTheRest(t *testing.T) {
+	srv := startNATS(t, "")
+	_, js := connect(t, srv, TopologyOptions{})
+	publish(t, NewPublisher(js, "/test"), appeared("a", 1), appeared("a", 2), appeared("a", 3))
+	started := make(chan struct{})
+	var finished bool
+	c, err := Consume(context.Background(), js, func(_ context.Context, e Event, _ Meta) error {
+		if e.(*ClusterAppeared).Revision == 1 {
+			close(started)
+			time.Sleep(400 * time.Millisecond)
+			finished = true
+		}
+		return nil
+	}, ConsumerOptions{Name: ConsumerRuleEngine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if err := c.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !finished {
+		t.Fatal("Stop returned before the in-flight handler finished")
+	}
+
+	// The next instance gets exactly what was not done, in order.
+	_, js2 := connect(t, srv, TopologyOptions{})
+	r := newRecorder(nil)
+	consume(t, js2, r.handle, ConsumerOptions{})
+	got := r.waitFor(t, 2)
+	if got[0] != "a@2#2" || got[1] != "a@3#2" {
+		t.Fatalf("after restart: %v, want a@2 and a@3 handed back in order", got)
+	}
+	select {
+	case extra := <-r.signal:
+		t.Fatalf("a finished event came back: %s", extra)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+func TestContractDeadLetterCanBeReplayed(t *testing.T) {
+	_, js := connect(t, startNATS(t, ""), TopologyOptions{})
+	publish(t, NewPublisher(js, "/test"), appeared("c1", 1))
+	fixed := false
+	var mu sync.Mutex
+	r := newRecorder(func(*ClusterAppeared, Meta) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !fixed {
+			return Permanent(errors.New("secret rancher not found"))
+		}
+		return nil
+	})
+	consume(t, js, r.handle, ConsumerOptions{})
+	r.waitFor(t, 1)
+	dl := waitDeadLetters(t, js, ConsumerRuleEngine, 1)[0]
+	mu.Lock()
+	fixed = true
+	mu.Unlock()
+	if _, err := ReplayDeadLetter(context.Background(), js, dl.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.waitFor(t, 1); got[0] != "c1@1#1" {
+		t.Fatalf("replayed event handled as %v", got)
+	}
+	if _, err := ReplayDeadLetter(context.Background(), js, 1); err == nil {
+		t.Fatal("replaying a sequence that is not a dead letter succeeded")
+	}
+}
+
+func TestContractTopologyApplyIsIdempotent(t *testing.T) {
+	_, js := connect(t, startNATS(t, ""), TopologyOptions{})
+	ctx := context.Background()
+	publish(t, NewPublisher(js, "/test"), appeared("c1", 1))
+	for i := 0; i < 2; i++ {
+		if err := DefaultTopology(TopologyOptions{}).Apply(ctx, js); err != nil {
+			t.Fatalf("apply #%d: %v", i+2, err)
+		}
+	}
+	s, err := js.Stream(ctx, StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := s.Info(ctx)
+	if info.State.Msgs != 1 || info.Config.Duplicates != 20*time.Minute || info.Config.Storage != jetstream.FileStorage {
+		t.Fatalf("stream after re-apply: %d msgs, config %+v", info.State.Msgs, info.Config)
+	}
+	names := s.ConsumerNames(ctx)
+	var n int
+	for range names.Name() {
+		n++
+	}
+	if n != len(DefaultTopology(TopologyOptions{}).Consumers) {
+		t.Fatalf("%d consumers after re-apply", n)
+	}
+	for _, b := range DefaultTopology(TopologyOptions{}).Buckets {
+		if _, err := js.KeyValue(ctx, b.Bucket); err != nil {
+			t.Errorf("bucket %s: %v", b.Bucket, err)
+		}
+	}
+}
+
+func waitDeadLetters(t *testing.T, js jetstream.JetStream, consumer string, n int) []DeadLetter {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		dls, err := ListDeadLetters(context.Background(), js, consumer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dls) >= n {
+			return dls
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d dead letters, want %d", len(dls), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
