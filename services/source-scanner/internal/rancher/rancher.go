@@ -1,0 +1,309 @@
+// Package rancher lists the clusters of a Rancher server through its v3 API (GET /v3/clusters),
+// the source the original Enforcement operator supported.
+//
+// The listing must be complete or fail: every page is followed through pagination.next, and a
+// failed page, a body that is not a Rancher collection, or a "partial" collection without a next
+// page makes the whole listing an error, so that the scanner never mistakes a short listing for
+// removed clusters. The bearer token is sent only to the host of the Secret's url: pagination
+// links and redirects that point elsewhere are refused.
+package rancher
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
+)
+
+// Kind is the source kind of Rancher clusters.
+const Kind = "rancher"
+
+// Secret keys of a Rancher source (design.md, "Fixed interfaces"); url and token are the
+// original operator's two keys.
+const (
+	KeyURL      = "url"
+	KeyToken    = "token"
+	KeyCACert   = "caCert"
+	KeyInsecure = "insecure"
+)
+
+// maxPageBytes bounds one page's body; a larger answer is treated as garbage, not read forever.
+const maxPageBytes = 64 << 20
+
+// maxPages bounds how many pages one listing follows, against a pagination loop.
+const maxPages = 10000
+
+// VolatileFields are top-level fields of a Rancher cluster object that change all the time
+// (resource usage, condition timestamps, transition messages). They are left out of the
+// attributes, so that a change in them does not announce a cluster update every scan and make
+// every rule re-render; templates cannot use them.
+var VolatileFields = []string{
+	"allocatable", "capacity", "limits", "requested", "conditions", "componentStatuses",
+	"transitioning", "transitioningMessage",
+}
+
+// Credentials are what a Rancher source Secret holds. Token never leaves this package except in
+// the Authorization header of requests to URL's host.
+type Credentials struct {
+	URL      *url.URL
+	Token    string
+	CACert   []byte
+	Insecure bool
+}
+
+// ParseSecret reads a source Secret's data. A missing url or token, a url that is not absolute
+// http(s), an insecure value that is not a boolean or a caCert without a PEM certificate is an
+// error (the scanner reports it as SecretInvalid). Messages never contain the token.
+func ParseSecret(data map[string][]byte) (Credentials, error) {
+	var c Credentials
+	raw := strings.TrimSpace(string(data[KeyURL]))
+	if raw == "" {
+		return c, errors.New(`key "url" is missing or empty`)
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return c, fmt.Errorf(`key "url" (%q) is not an absolute http or https URL`, raw)
+	}
+	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v3")
+	u.RawQuery, u.Fragment = "", ""
+	c.URL = u
+	c.Token = strings.TrimSpace(string(data[KeyToken]))
+	if c.Token == "" {
+		return c, errors.New(`key "token" is missing or empty`)
+	}
+	if v := strings.TrimSpace(string(data[KeyInsecure])); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return c, fmt.Errorf(`key "insecure" (%q) is not a boolean`, v)
+		}
+		c.Insecure = b
+	}
+	if ca := data[KeyCACert]; len(ca) > 0 {
+		if !x509.NewCertPool().AppendCertsFromPEM(ca) {
+			return c, errors.New(`key "caCert" holds no PEM certificate`)
+		}
+		c.CACert = ca
+	}
+	return c, nil
+}
+
+// Lister lists one Rancher source: the server of Creds, narrowed by Filters (query parameters
+// of /v3/clusters, as the original's rule filters).
+type Lister struct {
+	Creds   Credentials
+	Filters map[string]string
+}
+
+// List fetches every page of /v3/clusters. Errors are scanner.DegradedErrors: Unauthorized for
+// 401/403, PartialListing when a page after the first fails, ListFailed otherwise.
+func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
+	client := l.httpClient()
+	defer client.CloseIdleConnections()
+
+	first := *l.Creds.URL
+	first.Path += "/v3/clusters"
+	q := url.Values{}
+	for k, v := range l.Filters {
+		q.Set(k, v)
+	}
+	first.RawQuery = q.Encode()
+
+	var out []events.Cluster
+	next := first.String()
+	seen := map[string]bool{}
+	for page := 1; next != ""; page++ {
+		fail := func(reason string, err error) ([]events.Cluster, error) {
+			if page > 1 && reason == events.DegradedListFailed {
+				reason = events.DegradedPartial
+				err = fmt.Errorf("page %d: %w", page, err)
+			}
+			return nil, scanner.Degraded(reason, err)
+		}
+		if page > maxPages || seen[next] {
+			return fail(events.DegradedListFailed, errors.New("pagination does not end"))
+		}
+		seen[next] = true
+		target, err := url.Parse(next)
+		if err != nil {
+			return fail(events.DegradedListFailed, fmt.Errorf("pagination.next %q: %w", next, err))
+		}
+		if !sameOrigin(target, l.Creds.URL) {
+			return fail(events.DegradedListFailed,
+				fmt.Errorf("pagination.next points to %s, not the source host %s; not sending the token there", target.Host, l.Creds.URL.Host))
+		}
+		c, nextURL, reason, err := l.page(ctx, client, target)
+		if err != nil {
+			return fail(reason, err)
+		}
+		out = append(out, c...)
+		next = nextURL
+	}
+	return out, nil
+}
+
+// collection is the envelope of a Rancher v3 list answer.
+type collection struct {
+	Type       string            `json:"type"`
+	Data       []json.RawMessage `json:"data"`
+	Pagination *struct {
+		Next    string `json:"next"`
+		Partial bool   `json:"partial"`
+	} `json:"pagination"`
+}
+
+// page fetches one page and returns its clusters and the next page's URL.
+func (l *Lister) page(ctx context.Context, client *http.Client, target *url.URL) ([]events.Cluster, string, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target.String(), nil)
+	if err != nil {
+		return nil, "", events.DegradedListFailed, err
+	}
+	req.Header.Set("Authorization", "Bearer "+l.Creds.Token)
+	req.Header.Set("Accept", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, "", events.DegradedListFailed, fmt.Errorf("GET %s: %w", redact(target), err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		return nil, "", events.DegradedUnauthorized, fmt.Errorf("GET %s: %s: the server refused the token", redact(target), resp.Status)
+	case resp.StatusCode != http.StatusOK:
+		return nil, "", events.DegradedListFailed, fmt.Errorf("GET %s: %s", redact(target), resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPageBytes+1))
+	if err != nil {
+		return nil, "", events.DegradedListFailed, fmt.Errorf("GET %s: read body: %w", redact(target), err)
+	}
+	if len(body) > maxPageBytes {
+		return nil, "", events.DegradedListFailed, fmt.Errorf("GET %s: body larger than %d bytes", redact(target), maxPageBytes)
+	}
+	var col collection
+	if err := json.Unmarshal(body, &col); err != nil {
+		return nil, "", events.DegradedListFailed, fmt.Errorf("GET %s: not a Rancher collection: %w", redact(target), err)
+	}
+	if col.Type != "collection" || col.Data == nil {
+		return nil, "", events.DegradedListFailed, fmt.Errorf("GET %s: not a Rancher collection (type %q, data missing: %t)", redact(target), col.Type, col.Data == nil)
+	}
+	clusters := make([]events.Cluster, 0, len(col.Data))
+	for i, raw := range col.Data {
+		c, err := l.cluster(raw)
+		if err != nil {
+			return nil, "", events.DegradedListFailed, fmt.Errorf("GET %s: cluster #%d: %w", redact(target), i, err)
+		}
+		clusters = append(clusters, c)
+	}
+	next := ""
+	if col.Pagination != nil {
+		next = col.Pagination.Next
+		if col.Pagination.Partial && next == "" {
+			return nil, "", events.DegradedPartial, fmt.Errorf("GET %s: the answer is partial and has no next page", redact(target))
+		}
+	}
+	if next != "" {
+		// Rancher sends absolute links; resolve relative ones against the page they came from.
+		ref, err := target.Parse(next)
+		if err != nil {
+			return nil, "", events.DegradedListFailed, fmt.Errorf("GET %s: pagination.next %q: %w", redact(target), next, err)
+		}
+		next = ref.String()
+	}
+	return clusters, next, "", nil
+}
+
+// cluster converts one cluster object. Its top-level fields, minus VolatileFields, become the
+// attributes (template variables); id, name, state and labels are read from them.
+func (l *Lister) cluster(raw json.RawMessage) (events.Cluster, error) {
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return events.Cluster{}, fmt.Errorf("not a JSON object: %w", err)
+	}
+	id, _ := obj["id"].(string)
+	name, _ := obj["name"].(string)
+	if id == "" || name == "" {
+		return events.Cluster{}, errors.New("id or name is missing")
+	}
+	state, _ := obj["state"].(string)
+	labels := map[string]string{}
+	if m, ok := obj["labels"].(map[string]any); ok {
+		for k, v := range m {
+			if s, ok := v.(string); ok {
+				labels[k] = s
+			} else {
+				labels[k] = fmt.Sprint(v)
+			}
+		}
+	}
+	for _, f := range VolatileFields {
+		delete(obj, f)
+	}
+	return events.Cluster{
+		Key:        id,
+		Name:       name,
+		URL:        l.Creds.URL.String() + "/k8s/clusters/" + url.PathEscape(id),
+		Labels:     labels,
+		State:      state,
+		Eligible:   Eligible(state),
+		Attributes: obj,
+	}, nil
+}
+
+// Eligible is the original operator's rule: a Rancher cluster may receive new installs in any
+// state but provisioning and waiting.
+func Eligible(state string) bool {
+	return state != "provisioning" && state != "waiting"
+}
+
+// httpClient builds a client that verifies TLS (against caCert when given, else the system
+// roots) unless the Secret says insecure, and that follows redirects only within the source's
+// own origin, so the token is never sent to another host.
+func (l *Lister) httpClient() *http.Client {
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if len(l.Creds.CACert) > 0 {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(l.Creds.CACert)
+		tlsConfig.RootCAs = pool
+	}
+	if l.Creds.Insecure {
+		tlsConfig.InsecureSkipVerify = true //nolint:gosec // the operator asked for it in the Secret
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.TLSClientConfig = tlsConfig
+	origin := l.Creds.URL
+	return &http.Client{
+		Transport: transport,
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if !sameOrigin(req.URL, origin) {
+				return fmt.Errorf("redirect to %s refused: not the source host", req.URL.Host)
+			}
+			if len(via) >= 5 {
+				return errors.New("too many redirects")
+			}
+			return nil
+		},
+	}
+}
+
+// sameOrigin reports whether u has the scheme and host of origin (an https source never
+// downgrades to http).
+func sameOrigin(u, origin *url.URL) bool {
+	return strings.EqualFold(u.Scheme, origin.Scheme) && strings.EqualFold(u.Host, origin.Host)
+}
+
+// redact drops the query string from a URL for messages (filters are harmless, but a server's
+// pagination token or marker need not end up in events).
+func redact(u *url.URL) string {
+	c := *u
+	c.RawQuery = ""
+	c.User = nil
+	return c.String()
+}

@@ -1,0 +1,212 @@
+package rancher_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/rancher"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/rancherfake"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
+)
+
+func TestParseSecret(t *testing.T) {
+	tests := []struct {
+		name    string
+		data    map[string][]byte
+		wantErr string
+		wantURL string
+	}{
+		{"original two keys", map[string][]byte{"url": []byte("https://rancher.test.com"), "token": []byte("abc94943#434!")}, "", "https://rancher.test.com"},
+		{"trailing slash and /v3", map[string][]byte{"url": []byte("https://r.example/v3/"), "token": []byte("s3cr3t-tok")}, "", "https://r.example"},
+		{"missing url", map[string][]byte{"token": []byte("s3cr3t-tok")}, `"url" is missing`, ""},
+		{"relative url", map[string][]byte{"url": []byte("rancher.local"), "token": []byte("s3cr3t-tok")}, "not an absolute", ""},
+		{"missing token", map[string][]byte{"url": []byte("https://r")}, `"token" is missing`, ""},
+		{"bad insecure", map[string][]byte{"url": []byte("https://r"), "token": []byte("s3cr3t-tok"), "insecure": []byte("maybe")}, "not a boolean", ""},
+		{"bad caCert", map[string][]byte{"url": []byte("https://r"), "token": []byte("s3cr3t-tok"), "caCert": []byte("nope")}, "no PEM", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := rancher.ParseSecret(tt.data)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				if tok := string(tt.data["token"]); tok != "" && strings.Contains(err.Error(), tok) {
+					t.Fatalf("error %q contains the token", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.URL.String() != tt.wantURL {
+				t.Fatalf("url = %s, want %s", c.URL, tt.wantURL)
+			}
+		})
+	}
+}
+
+// lister returns a lister for srv that trusts its certificate.
+func lister(t *testing.T, srv *rancherfake.Server, filters map[string]string) *rancher.Lister {
+	t.Helper()
+	creds, err := rancher.ParseSecret(map[string][]byte{"url": []byte(srv.URL), "token": []byte(srv.Token), "caCert": srv.CACertPEM()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rancher.Lister{Creds: creds, Filters: filters}
+}
+
+func TestListFollowsPaginationAndFilters(t *testing.T) {
+	srv := rancherfake.New(t, "tok-1", 2)
+	srv.SetClusters(
+		rancherfake.Cluster("c-1", "prod-1", "active", map[string]string{"env": "prod"}),
+		rancherfake.Cluster("c-2", "prod-2", "provisioning", nil),
+		rancherfake.Cluster("c-3", "prod-3", "waiting", nil),
+		rancherfake.Cluster("c-4", "prod-4", "updating", nil),
+		rancherfake.Cluster("c-5", "prod-5", "unavailable", nil),
+		func() map[string]any { c := rancherfake.Cluster("c-6", "dev-1", "active", nil); c["provider"] = "eks"; return c }(),
+	)
+	got, err := lister(t, srv, map[string]string{"provider": "rke"}).List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 5 {
+		t.Fatalf("listed %d clusters, want 5 (the rke ones over 3 pages)", len(got))
+	}
+	wantEligible := map[string]bool{"c-1": true, "c-2": false, "c-3": false, "c-4": true, "c-5": true}
+	for _, c := range got {
+		if c.Eligible != wantEligible[c.Key] {
+			t.Errorf("%s (%s): eligible = %t", c.Key, c.State, c.Eligible)
+		}
+		if want := srv.URL + "/k8s/clusters/" + c.Key; c.URL != want {
+			t.Errorf("url = %s, want %s", c.URL, want)
+		}
+		if c.Attributes["provider"] != "rke" || c.Attributes["id"] != c.Key || c.Attributes["nodeCount"] != float64(3) {
+			t.Errorf("attributes miss top-level fields: %v", c.Attributes)
+		}
+		for _, f := range rancher.VolatileFields {
+			if _, ok := c.Attributes[f]; ok {
+				t.Errorf("volatile field %s kept in attributes", f)
+			}
+		}
+	}
+	if got[0].Labels["env"] != "prod" {
+		t.Errorf("labels = %v", got[0].Labels)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d requests, want 3 pages", len(reqs))
+	}
+	for _, r := range reqs {
+		if r.Authorization != "Bearer tok-1" || !strings.Contains(r.Query, "provider=rke") {
+			t.Errorf("request %+v lacks the token or the filter", r)
+		}
+	}
+}
+
+func TestListDegradedReasons(t *testing.T) {
+	tests := []struct {
+		name   string
+		break_ func(*rancherfake.Server)
+		token  string
+		want   string
+	}{
+		{"401", nil, "wrong", events.DegradedUnauthorized},
+		{"403", func(s *rancherfake.Server) { s.FailPage(1, 403) }, "", events.DegradedUnauthorized},
+		{"500 first page", func(s *rancherfake.Server) { s.FailPage(1, 500) }, "", events.DegradedListFailed},
+		{"503 second page", func(s *rancherfake.Server) { s.FailPage(2, 503) }, "", events.DegradedPartial},
+		{"garbage", func(s *rancherfake.Server) { s.BreakPage(1, rancherfake.FailGarbage) }, "", events.DegradedListFailed},
+		{"garbage second page", func(s *rancherfake.Server) { s.BreakPage(2, rancherfake.FailGarbage) }, "", events.DegradedPartial},
+		{"partial without next", func(s *rancherfake.Server) { s.BreakPage(1, rancherfake.FailPartial) }, "", events.DegradedPartial},
+		{"timeout on second page", func(s *rancherfake.Server) { s.BreakPage(2, rancherfake.FailHang) }, "", events.DegradedPartial},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := rancherfake.New(t, "tok-9f8e7d", 1)
+			srv.SetClusters(rancherfake.Cluster("c-1", "a", "active", nil), rancherfake.Cluster("c-2", "b", "active", nil))
+			if tt.break_ != nil {
+				tt.break_(srv)
+			}
+			l := lister(t, srv, nil)
+			if tt.token != "" {
+				l.Creds.Token = tt.token
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			got, err := l.List(ctx)
+			if err == nil {
+				t.Fatalf("listed %d clusters, want an error", len(got))
+			}
+			if r := scanner.ReasonOf(err); r != tt.want {
+				t.Fatalf("reason = %s (%v), want %s", r, err, tt.want)
+			}
+			if strings.Contains(err.Error(), l.Creds.Token) {
+				t.Fatalf("error %q contains the token", err)
+			}
+		})
+	}
+}
+
+func TestListRefusesTLSWithoutTrust(t *testing.T) {
+	srv := rancherfake.New(t, "tok", 10)
+	srv.SetClusters(rancherfake.Cluster("c-1", "a", "active", nil))
+	creds, _ := rancher.ParseSecret(map[string][]byte{"url": []byte(srv.URL), "token": []byte("tok")})
+	if _, err := (&rancher.Lister{Creds: creds}).List(context.Background()); err == nil {
+		t.Fatal("listing succeeded against an untrusted certificate")
+	}
+	creds.Insecure = true
+	if got, err := (&rancher.Lister{Creds: creds}).List(context.Background()); err != nil || len(got) != 1 {
+		t.Fatalf("insecure listing: %v, %d clusters", err, len(got))
+	}
+}
+
+// TestTokenNeverLeavesTheSourceHost points pagination.next and a redirect at another host and
+// checks that host never receives a request with the token.
+func TestTokenNeverLeavesTheSourceHost(t *testing.T) {
+	var leaked atomic.Int32
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			leaked.Add(1)
+		}
+		fmt.Fprint(w, `{"type":"collection","data":[]}`)
+	}))
+	defer evil.Close()
+	source := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("mode") == "redirect" {
+			http.Redirect(w, r, evil.URL+"/v3/clusters", http.StatusFound)
+			return
+		}
+		fmt.Fprintf(w, `{"type":"collection","data":[{"id":"c-1","name":"a","state":"active"}],"pagination":{"next":%q,"partial":true}}`, evil.URL+"/v3/clusters?marker=1")
+	}))
+	defer source.Close()
+	for _, mode := range []string{"next", "redirect"} {
+		u, _ := url.Parse(source.URL)
+		l := &rancher.Lister{Creds: rancher.Credentials{URL: u, Token: "secret-token"}, Filters: map[string]string{"mode": mode}}
+		if _, err := l.List(context.Background()); err == nil {
+			t.Errorf("%s: listing succeeded through another host", mode)
+		}
+	}
+	if n := leaked.Load(); n != 0 {
+		t.Fatalf("the other host received the token %d times", n)
+	}
+}
+
+func TestListTimeoutIsDeadline(t *testing.T) {
+	srv := rancherfake.New(t, "tok", 10)
+	srv.BreakPage(1, rancherfake.FailHang)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := lister(t, srv, nil).List(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || scanner.ReasonOf(err) != events.DegradedListFailed {
+		t.Fatalf("err = %v, want a ListFailed deadline error", err)
+	}
+}

@@ -1,0 +1,152 @@
+package scanner
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+func TestSourceID(t *testing.T) {
+	base := SourceID("rancher", "enforcement", "rancher", map[string]string{"a": "1", "b": "2"})
+	if len(base) != 16 {
+		t.Fatalf("id %q: want 16 hex characters", base)
+	}
+	// Golden value (printf 'rancher\0enforcement\0rancher\0a=1\0b=2\0' | sha256sum): rule-engine
+	// computes the same; changing the algorithm breaks the contract.
+	if want := "2d9ba57e32783940"; base != want {
+		t.Fatalf("id = %s, want %s", base, want)
+	}
+	same := SourceID("rancher", "enforcement", "rancher", map[string]string{"b": "2", "a": "1"})
+	if same != base {
+		t.Errorf("filter order changed the id")
+	}
+	for name, other := range map[string]string{
+		"kind":      SourceID("static", "enforcement", "rancher", map[string]string{"a": "1", "b": "2"}),
+		"namespace": SourceID("rancher", "other", "rancher", map[string]string{"a": "1", "b": "2"}),
+		"secret":    SourceID("rancher", "enforcement", "rancher-2", map[string]string{"a": "1", "b": "2"}),
+		"filter":    SourceID("rancher", "enforcement", "rancher", map[string]string{"a": "1", "b": "3"}),
+		"no filter": SourceID("rancher", "enforcement", "rancher", nil),
+		"shifted":   SourceID("rancher", "enforcemen", "trancher", map[string]string{"a": "1", "b": "2"}),
+	} {
+		if other == base {
+			t.Errorf("%s: different source, same id", name)
+		}
+	}
+}
+
+func cluster(key string, labels map[string]string) events.Cluster {
+	return events.Cluster{Key: key, Name: "n-" + key, URL: "https://" + key, Labels: labels, State: "active", Eligible: true,
+		Attributes: map[string]any{"id": key, "nodes": float64(3)}}
+}
+
+func TestDiff(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	grace := 10 * time.Minute
+	known := map[string]*record{
+		"same":      {Cluster: cluster("same", map[string]string{"env": "a"})},
+		"relabeled": {Cluster: cluster("relabeled", map[string]string{"env": "a"})},
+		"returning": {Cluster: cluster("returning", nil), MissingSince: now.Add(-time.Hour)},
+		"vanishing": {Cluster: cluster("vanishing", nil)},
+		"waiting":   {Cluster: cluster("waiting", nil), MissingSince: now.Add(-grace + time.Second)},
+		"due":       {Cluster: cluster("due", nil), MissingSince: now.Add(-grace)},
+		"tomb":      {Cluster: cluster("tomb", nil), Event: eventGone},
+	}
+	ineligible := cluster("returning", nil)
+	ineligible.State, ineligible.Eligible = "provisioning", false
+	listing := []events.Cluster{
+		cluster("same", map[string]string{"env": "a"}),
+		cluster("relabeled", map[string]string{"env": "b"}),
+		cluster("returning", nil),
+		cluster("new", nil),
+		cluster("tomb", nil),
+	}
+	p := diff(known, listing, now, grace)
+	keys := func(cs []events.Cluster) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.Key)
+		}
+		return out
+	}
+	if got := keys(p.Appeared); !reflect.DeepEqual(got, []string{"new", "tomb"}) {
+		t.Errorf("appeared = %v", got)
+	}
+	if len(p.Updated) != 1 || p.Updated[0].Cluster.Key != "relabeled" || !reflect.DeepEqual(p.Updated[0].Changed, []string{"labels"}) {
+		t.Errorf("updated = %+v", p.Updated)
+	}
+	if !reflect.DeepEqual(p.Returned, []string{"returning"}) || !reflect.DeepEqual(p.Missing, []string{"vanishing"}) ||
+		!reflect.DeepEqual(p.Due, []string{"due"}) {
+		t.Errorf("returned %v missing %v due %v", p.Returned, p.Missing, p.Due)
+	}
+
+	// A state change of a returning cluster is an update naming state and eligibility.
+	p = diff(known, []events.Cluster{ineligible}, now, grace)
+	if len(p.Updated) != 1 || !reflect.DeepEqual(p.Updated[0].Changed, []string{"state", "eligible"}) {
+		t.Errorf("updated = %+v", p.Updated)
+	}
+}
+
+func TestChangedFields(t *testing.T) {
+	a := cluster("k", map[string]string{"x": "1"})
+	tests := []struct {
+		name   string
+		mutate func(c *events.Cluster)
+		want   []string
+	}{
+		{"nothing", func(*events.Cluster) {}, nil},
+		{"labels removed", func(c *events.Cluster) { c.Labels = nil; c.Attributes = map[string]any{"id": "k", "nodes": float64(3)} }, []string{"labels"}},
+		{"url", func(c *events.Cluster) { c.URL = "https://other" }, []string{"url"}},
+		{"name", func(c *events.Cluster) { c.Name = "renamed" }, []string{"name"}},
+		{"attribute", func(c *events.Cluster) { c.Attributes = map[string]any{"id": "k", "nodes": float64(4)} }, []string{"attributes"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := cluster("k", map[string]string{"x": "1"})
+			tt.mutate(&b)
+			if got := changedFields(a, b); !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("changed = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRemovalCap(t *testing.T) {
+	for _, tt := range []struct {
+		known    int
+		fraction float64
+		want     int
+	}{{0, 0.1, 1}, {5, 0.1, 1}, {19, 0.1, 1}, {20, 0.1, 2}, {100, 0.1, 10}, {10000, 0.1, 1000}, {10, 1, 10}} {
+		if got := removalCap(tt.known, tt.fraction); got != tt.want {
+			t.Errorf("removalCap(%d, %g) = %d, want %d", tt.known, tt.fraction, got, tt.want)
+		}
+	}
+}
+
+func TestDecideRemovals(t *testing.T) {
+	known := map[string]*record{}
+	for i := range 20 {
+		known[fmt.Sprint(i)] = &record{Cluster: cluster(fmt.Sprint(i), nil)}
+	}
+	// 20 known at 0.1: the cap is 2.
+	if d := decideRemovals(known, []string{"1", "2"}, 0, 0.1); d.Tripped || len(d.Remove) != 2 {
+		t.Errorf("2 due: %+v, want both removed", d)
+	}
+	d := decideRemovals(known, []string{"1", "2", "3"}, 0, 0.1)
+	if !d.Tripped || len(d.Remove) != 0 || len(d.Hold) != 3 {
+		t.Errorf("3 due: %+v, want all 3 held", d)
+	}
+	known["1"].HeldAt, known["2"].HeldAt, known["3"].HeldAt = 7, 7, 9
+	// Held clusters stay held without a release, even when few are due.
+	if d := decideRemovals(known, []string{"1"}, 0, 0.1); len(d.Remove) != 0 || d.Tripped {
+		t.Errorf("held, no release: %+v", d)
+	}
+	// A release through scan 7 frees the ones held by scan 7, not the one held by scan 9, and
+	// does not count against the cap.
+	d = decideRemovals(known, []string{"1", "2", "3", "4", "5"}, 7, 0.1)
+	if !reflect.DeepEqual(d.Remove, []string{"1", "2", "4", "5"}) || d.Tripped {
+		t.Errorf("release 7: %+v", d)
+	}
+}

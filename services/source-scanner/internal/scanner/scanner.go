@@ -1,0 +1,624 @@
+// Package scanner is the heart of source-scanner: it turns complete listings of a cluster source
+// into cluster appeared / updated / gone events by diffing them against an inventory kept in a
+// JetStream key-value bucket, and it enforces the deletion safety rules of design.md.
+//
+// Why it is shaped this way: the worst incidents of this field started in a component like this
+// one (Argo CD's ApplicationSet deleted every Application when a cluster listing failed). So a
+// listing that is failed, partial, timed out or suspiciously empty changes nothing and publishes
+// a SourceDegraded event; a cluster is gone only after it was absent from complete listings for a
+// grace period; and a breaker holds removals when too many clusters vanish at once, until an
+// operator releases them.
+//
+// Crash safety. Every event carries the KV revision of the record write that announced it, and
+// its id is built from that revision, so a republish is dropped by the stream's duplicate window.
+// A scan therefore (1) writes each changed record, marked with the event it announces, (2)
+// publishes the events and waits for the stream's acknowledgements, (3) moves the source's
+// "published" watermark to the highest revision written. A crash between (1) and (3) leaves
+// records above the watermark; the next scan (in this or a new process) republishes exactly
+// those before it lists anything. Nothing is lost, and what is repeated is deduplicated by id.
+package scanner
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+// Lister lists every cluster of one source. A nil error promises a complete listing; anything
+// short of that (an error answer, a failed page, a timeout, a body that does not parse) must be
+// an error, preferably a DegradedError naming the reason. Clusters need Key and Name; the
+// scanner fills in Source.
+type Lister interface {
+	List(ctx context.Context) ([]events.Cluster, error)
+}
+
+// ListerFunc adapts a function to Lister.
+type ListerFunc func(ctx context.Context) ([]events.Cluster, error)
+
+// List calls f.
+func (f ListerFunc) List(ctx context.Context) ([]events.Cluster, error) { return f(ctx) }
+
+// Source is one source to scan: its identity, how to list it, and the operator's release of held
+// removals.
+type Source struct {
+	Ref    events.SourceRef
+	Lister Lister
+	// ReleaseThrough releases the removals held by scans up to and including this scan number
+	// (0 releases nothing). It comes from the release annotation of the rules using the source.
+	ReleaseThrough uint64
+}
+
+// Publisher is the part of events.Publisher the scanner needs.
+type Publisher interface {
+	PublishAll(ctx context.Context, evs []events.Event) error
+}
+
+// Config tunes the safety rules. Zero values get the defaults of design.md.
+type Config struct {
+	// GracePeriod is how long a cluster must be absent from complete listings before it is
+	// gone (GONE_GRACE_PERIOD, default 10m).
+	GracePeriod time.Duration
+	// MaxRemovalFraction caps removals per source and scan at max(1, fraction × known)
+	// (MAX_REMOVAL_FRACTION, default 0.1).
+	MaxRemovalFraction float64
+	// ListTimeout bounds one listing; a listing that takes longer is degraded (default 60s).
+	ListTimeout time.Duration
+	// Now is the clock; tests inject one so that grace periods pass without sleeping.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.GracePeriod == 0 {
+		c.GracePeriod = 10 * time.Minute
+	}
+	if c.MaxRemovalFraction == 0 {
+		c.MaxRemovalFraction = 0.1
+	}
+	if c.ListTimeout == 0 {
+		c.ListTimeout = time.Minute
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Result says what one scan of a source did.
+type Result struct {
+	// Scan is the source's scan number (persisted, so it keeps counting across restarts).
+	Scan uint64
+	// Complete is true when the listing was complete and diffed against the inventory.
+	Complete bool
+	// Reason is the degraded reason published by this scan, if any (RemovalsHeld may come with
+	// a complete listing).
+	Reason  string
+	Message string
+	// Appeared, Updated and Gone count the events this scan announced.
+	Appeared, Updated, Gone int
+	// Held names the clusters whose removal waits for an operator after this scan.
+	Held []string
+	// Known is how many clusters the inventory holds for the source after this scan.
+	Known int
+}
+
+// Scanner scans sources and keeps their inventory. It is safe for concurrent use; scans of one
+// source are serialised. Exactly one scanner process may write a bucket's inventory at a time
+// (writes are compare-and-set, so a second writer fails its scans rather than corrupting state).
+type Scanner struct {
+	kv      jetstream.KeyValue
+	pub     Publisher
+	cfg     Config
+	metrics *Metrics
+	log     *slog.Logger
+
+	mu     sync.Mutex
+	states map[string]*sourceState
+}
+
+// sourceMeta is the per-source record of the inventory (key "sources.<id>").
+type sourceMeta struct {
+	Source events.SourceRef `json:"source"`
+	// Scan counts scans; it numbers SourceDegraded events and held removals.
+	Scan uint64 `json:"scan"`
+	// Published is the watermark: every event announced by a record write at or below this KV
+	// revision was acknowledged by the stream.
+	Published uint64 `json:"published"`
+	// LastComplete is the time of the last complete listing.
+	LastComplete time.Time `json:"lastComplete,omitzero"`
+
+	rev uint64
+}
+
+// sourceState is the in-memory copy of one source's inventory; the KV bucket is the truth and
+// this copy is reloaded from it after any write error.
+type sourceState struct {
+	mu       sync.Mutex
+	meta     sourceMeta
+	clusters map[string]*record // by cluster key
+}
+
+// New returns a scanner over the inventory bucket kv (events.BucketInventory) publishing with pub.
+func New(kv jetstream.KeyValue, pub Publisher, cfg Config, metrics *Metrics, logger *slog.Logger) *Scanner {
+	return &Scanner{
+		kv:      kv,
+		pub:     pub,
+		cfg:     cfg.withDefaults(),
+		metrics: metrics,
+		log:     logger,
+		states:  make(map[string]*sourceState),
+	}
+}
+
+// ScanOnce scans one source: it republishes what an interrupted scan left unannounced, lists the
+// source, and either publishes SourceDegraded (changing nothing) or announces what changed
+// since the inventory's state, applying the grace period and the removal breaker. The error is
+// for failures of the scanner itself (NATS, the KV bucket, a cancelled ctx); a degraded source
+// is a normal Result.
+func (s *Scanner) ScanOnce(ctx context.Context, src Source) (Result, error) {
+	res, err := s.scan(ctx, src)
+	switch {
+	case err != nil:
+		s.metrics.Scans.WithLabelValues(src.Ref.Kind, ResultError).Inc()
+	case res.Complete:
+		s.metrics.Scans.WithLabelValues(src.Ref.Kind, ResultComplete).Inc()
+	default:
+		s.metrics.Scans.WithLabelValues(src.Ref.Kind, ResultDegraded).Inc()
+	}
+	return res, err
+}
+
+func (s *Scanner) scan(ctx context.Context, src Source) (Result, error) {
+	if src.Ref.ID == "" || src.Ref.Kind == "" {
+		return Result{}, errors.New("scan: source kind and id are required")
+	}
+	st, err := s.state(ctx, src.Ref)
+	if err != nil {
+		return Result{}, err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	// Any failure below leaves the KV bucket as the truth; reload it next time.
+	fail := func(err error) (Result, error) {
+		s.forget(src.Ref.ID)
+		return Result{}, err
+	}
+	if err := s.recover(ctx, st); err != nil {
+		return fail(err)
+	}
+
+	st.meta.Source = src.Ref
+	st.meta.Scan++
+	if err := s.putMeta(ctx, st); err != nil {
+		return fail(err)
+	}
+	res := Result{Scan: st.meta.Scan, Known: live(st.clusters)}
+
+	listing, err := s.list(ctx, src)
+	if err == nil {
+		err = validate(src.Ref, listing)
+	}
+	if err == nil && len(listing) == 0 && res.Known > 0 {
+		err = Degradedf(events.DegradedEmpty, "the source listed no clusters but the inventory holds %d; removing nothing", res.Known)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			// Shutting down: an interrupted listing says nothing about the source.
+			return Result{}, ctx.Err()
+		}
+		res.Reason, res.Message = ReasonOf(err), err.Error()
+		if isTimeout(err) {
+			res.Message = fmt.Sprintf("listing timed out after %s: %v", s.cfg.ListTimeout, err)
+		}
+		res.Held = heldNames(st.clusters)
+		if err := s.degraded(ctx, st, res.Reason, res.Message, res.Held); err != nil {
+			return fail(err)
+		}
+		s.log.Warn("Source degraded; removing nothing", "source", src.Ref.ID, "kind", src.Ref.Kind,
+			"scan", res.Scan, "reason", res.Reason, "message", res.Message)
+		s.setGauges(st)
+		return res, nil
+	}
+
+	res.Complete = true
+	if err := s.apply(ctx, st, src, listing, &res); err != nil {
+		return fail(err)
+	}
+	if len(res.Held) > 0 {
+		res.Reason = events.DegradedRemovalsHeld
+		res.Message = fmt.Sprintf("%d cluster removals are held by the removal breaker (cap %d of %d known per scan); "+
+			"release them with the annotation %s=\"%d\" on a ClusterRule using this source",
+			len(res.Held), removalCap(res.Known, s.cfg.MaxRemovalFraction), res.Known, ReleaseAnnotation, res.Scan)
+		if err := s.degraded(ctx, st, res.Reason, res.Message, res.Held); err != nil {
+			return fail(err)
+		}
+		s.log.Warn("Removals held by the breaker", "source", src.Ref.ID, "kind", src.Ref.Kind,
+			"scan", res.Scan, "held", len(res.Held))
+	}
+	level := slog.LevelDebug
+	if res.Appeared+res.Updated+res.Gone > 0 {
+		level = slog.LevelInfo
+	}
+	s.log.Log(ctx, level, "Scanned source", "source", src.Ref.ID, "kind", src.Ref.Kind, "scan", res.Scan,
+		"appeared", res.Appeared, "updated", res.Updated, "gone", res.Gone, "known", res.Known)
+	s.setGauges(st)
+	return res, nil
+}
+
+// ReleaseAnnotation is the ClusterRule annotation an operator sets to release held removals:
+// its value is the scan number reported by the RemovalsHeld event (or condition), and it
+// releases every removal held by that scan or an earlier one. The number (rather than "all")
+// makes a forgotten annotation harmless: removals held by later scans stay held.
+const ReleaseAnnotation = "enforcement.globo.com/release-removals"
+
+// list runs the source's lister under the listing timeout and records its duration.
+func (s *Scanner) list(ctx context.Context, src Source) ([]events.Cluster, error) {
+	lctx, cancel := context.WithTimeout(ctx, s.cfg.ListTimeout)
+	defer cancel()
+	start := time.Now()
+	listing, err := src.Lister.List(lctx)
+	s.metrics.ListingDuration.WithLabelValues(src.Ref.Kind).Observe(time.Since(start).Seconds())
+	if err == nil && lctx.Err() != nil {
+		// A lister that returned "successfully" after its deadline may have cut corners.
+		err = lctx.Err()
+	}
+	return listing, err
+}
+
+// validate stamps the source on every cluster and rejects a listing the diff cannot trust.
+func validate(ref events.SourceRef, listing []events.Cluster) error {
+	seen := make(map[string]struct{}, len(listing))
+	for i := range listing {
+		c := &listing[i]
+		if c.Key == "" || c.Name == "" {
+			return Degradedf(events.DegradedListFailed, "cluster #%d of the listing has no key or name", i)
+		}
+		if _, dup := seen[c.Key]; dup {
+			return Degradedf(events.DegradedListFailed, "cluster key %q is listed twice", c.Key)
+		}
+		seen[c.Key] = struct{}{}
+		c.Source = ref
+	}
+	return nil
+}
+
+// apply turns a complete listing into record writes and events (see the package comment for the
+// order of writes and publishes).
+func (s *Scanner) apply(ctx context.Context, st *sourceState, src Source, listing []events.Cluster, res *Result) error {
+	now := s.cfg.Now()
+	p := diff(st.clusters, listing, now, s.cfg.GracePeriod)
+	d := decideRemovals(st.clusters, p.Due, src.ReleaseThrough, s.cfg.MaxRemovalFraction)
+	if d.Tripped {
+		s.log.Warn("Removal breaker tripped", "source", src.Ref.ID, "kind", src.Ref.Kind, "scan", st.meta.Scan,
+			"due", len(d.Hold), "cap", removalCap(live(st.clusters), s.cfg.MaxRemovalFraction))
+	}
+	var evs []events.Event
+	write := func(key string, r *record) error { return s.putRecord(ctx, st, key, r) }
+
+	for _, c := range p.Appeared {
+		r := &record{Cluster: c, Event: eventAppeared}
+		if err := write(c.Key, r); err != nil {
+			return err
+		}
+		evs = append(evs, eventFor(r))
+		res.Appeared++
+	}
+	for _, u := range p.Updated {
+		r := &record{Cluster: u.Cluster, Event: eventUpdated, Changed: u.Changed}
+		if err := write(u.Cluster.Key, r); err != nil {
+			return err
+		}
+		evs = append(evs, eventFor(r))
+		res.Updated++
+	}
+	// Bookkeeping writes announce nothing, so they clear Event: a record above the watermark
+	// with an Event is one that still has to reach the stream.
+	quiet := func(key string, change func(r *record)) error {
+		r := *st.clusters[key]
+		r.Event, r.Changed = "", nil
+		change(&r)
+		return write(key, &r)
+	}
+	for _, key := range p.Returned {
+		if err := quiet(key, func(r *record) { r.MissingSince, r.LastSeen, r.HeldAt = time.Time{}, time.Time{}, 0 }); err != nil {
+			return err
+		}
+	}
+	lastSeen := st.meta.LastComplete
+	for _, key := range p.Missing {
+		if err := quiet(key, func(r *record) { r.MissingSince, r.LastSeen = now, lastSeen }); err != nil {
+			return err
+		}
+	}
+	for _, key := range d.Hold {
+		if err := quiet(key, func(r *record) { r.HeldAt = st.meta.Scan }); err != nil {
+			return err
+		}
+	}
+	for _, key := range d.Remove {
+		r := *st.clusters[key]
+		r.Event, r.Changed = eventGone, nil
+		if err := write(key, &r); err != nil {
+			return err
+		}
+		evs = append(evs, eventFor(&r))
+		res.Gone++
+	}
+	if err := s.publish(ctx, src.Ref.Kind, evs); err != nil {
+		return err
+	}
+	st.meta.Published = maxRev(st)
+	st.meta.LastComplete = now
+	if err := s.putMeta(ctx, st); err != nil {
+		return err
+	}
+	s.dropTombstones(ctx, st)
+	res.Known = live(st.clusters)
+	res.Held = heldNames(st.clusters)
+	return nil
+}
+
+// recover republishes the events of record writes above the watermark (an interrupted scan),
+// then moves the watermark and drops the tombstones whose gone event is published.
+func (s *Scanner) recover(ctx context.Context, st *sourceState) error {
+	var pending []*record
+	for _, r := range st.clusters {
+		if r.Event != "" && r.rev > st.meta.Published {
+			pending = append(pending, r)
+		}
+	}
+	if len(pending) > 0 {
+		sort.Slice(pending, func(i, j int) bool { return pending[i].rev < pending[j].rev })
+		evs := make([]events.Event, 0, len(pending))
+		for _, r := range pending {
+			evs = append(evs, eventFor(r))
+		}
+		if err := s.publish(ctx, st.meta.Source.Kind, evs); err != nil {
+			return err
+		}
+		s.log.Info("Republished events of an interrupted scan", "source", st.meta.Source.ID, "events", len(evs))
+	}
+	if top := maxRev(st); top > st.meta.Published {
+		st.meta.Published = top
+		if err := s.putMeta(ctx, st); err != nil {
+			return err
+		}
+	}
+	s.dropTombstones(ctx, st)
+	return nil
+}
+
+// publish sends cluster events and counts them.
+func (s *Scanner) publish(ctx context.Context, kind string, evs []events.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	if err := s.pub.PublishAll(ctx, evs); err != nil {
+		return fmt.Errorf("publish %d cluster events: %w", len(evs), err)
+	}
+	for _, e := range evs {
+		s.metrics.Events.WithLabelValues(kind, strings.TrimPrefix(eventName(e), "cluster-")).Inc()
+	}
+	return nil
+}
+
+// degraded publishes a SourceDegraded event for the current scan.
+func (s *Scanner) degraded(ctx context.Context, st *sourceState, reason, message string, held []string) error {
+	e := &events.SourceDegraded{
+		Source:       st.meta.Source,
+		Scan:         st.meta.Scan,
+		Reason:       reason,
+		Message:      message,
+		Known:        live(st.clusters),
+		HeldRemovals: held,
+	}
+	if err := s.pub.PublishAll(ctx, []events.Event{e}); err != nil {
+		return fmt.Errorf("publish source degraded: %w", err)
+	}
+	s.metrics.Degraded.WithLabelValues(st.meta.Source.Kind, reason).Inc()
+	return nil
+}
+
+// dropTombstones deletes the records of clusters whose gone event is published. A failed delete
+// is retried on the next scan; the tombstone is harmless meanwhile.
+func (s *Scanner) dropTombstones(ctx context.Context, st *sourceState) {
+	for key, r := range st.clusters {
+		if !r.tombstone() || r.rev > st.meta.Published {
+			continue
+		}
+		err := s.kv.Delete(ctx, clusterKVKey(st.meta.Source.ID, key), jetstream.LastRevision(r.rev))
+		if err != nil {
+			s.log.Warn("Could not delete inventory tombstone; retrying next scan", "source", st.meta.Source.ID, "error", err)
+			continue
+		}
+		delete(st.clusters, key)
+	}
+}
+
+func (s *Scanner) setGauges(st *sourceState) {
+	ref := st.meta.Source
+	s.metrics.ClustersKnown.WithLabelValues(ref.Kind, ref.ID).Set(float64(live(st.clusters)))
+	s.metrics.RemovalsHeld.WithLabelValues(ref.Kind, ref.ID).Set(float64(len(heldNames(st.clusters))))
+}
+
+// state returns the in-memory inventory of a source, loading it from the bucket on first use.
+func (s *Scanner) state(ctx context.Context, ref events.SourceRef) (*sourceState, error) {
+	s.mu.Lock()
+	st, ok := s.states[ref.ID]
+	s.mu.Unlock()
+	if ok {
+		return st, nil
+	}
+	st, err := s.load(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.states[ref.ID]; ok {
+		return cur, nil
+	}
+	s.states[ref.ID] = st
+	return st, nil
+}
+
+// forget drops a source's in-memory inventory so the next scan reloads it from the bucket.
+func (s *Scanner) forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.states, id)
+}
+
+// load reads a source's records from the bucket.
+func (s *Scanner) load(ctx context.Context, ref events.SourceRef) (*sourceState, error) {
+	st := &sourceState{meta: sourceMeta{Source: ref}, clusters: make(map[string]*record)}
+	entry, err := s.kv.Get(ctx, metaKVKey(ref.ID))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("read inventory of source %s: %w", ref.ID, err)
+	default:
+		if err := json.Unmarshal(entry.Value(), &st.meta); err != nil {
+			return nil, fmt.Errorf("read inventory of source %s: %w", ref.ID, err)
+		}
+		st.meta.rev = entry.Revision()
+	}
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	w, err := s.kv.Watch(lctx, "clusters."+ref.ID+".>", jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("read inventory of source %s: %w", ref.ID, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-lctx.Done():
+			return nil, fmt.Errorf("read inventory of source %s: %w", ref.ID, lctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("read inventory of source %s: watcher closed", ref.ID)
+			}
+			if e == nil {
+				// Caught up with every stored record.
+				return st, nil
+			}
+			r := &record{}
+			if err := json.Unmarshal(e.Value(), r); err != nil {
+				return nil, fmt.Errorf("read inventory record %s: %w", e.Key(), err)
+			}
+			r.rev = e.Revision()
+			st.clusters[r.Cluster.Key] = r
+		}
+	}
+}
+
+// putRecord writes a cluster record with compare-and-set on the revision the scanner last saw.
+func (s *Scanner) putRecord(ctx context.Context, st *sourceState, key string, r *record) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode inventory record %s: %w", key, err)
+	}
+	kvKey := clusterKVKey(st.meta.Source.ID, key)
+	var rev uint64
+	if old, ok := st.clusters[key]; ok {
+		rev, err = s.kv.Update(ctx, kvKey, data, old.rev)
+	} else {
+		rev, err = s.kv.Create(ctx, kvKey, data)
+	}
+	if err != nil {
+		return fmt.Errorf("write inventory record of cluster %s: %w", key, err)
+	}
+	r.rev = rev
+	st.clusters[key] = r
+	return nil
+}
+
+// putMeta writes the source record with compare-and-set.
+func (s *Scanner) putMeta(ctx context.Context, st *sourceState) error {
+	data, err := json.Marshal(st.meta)
+	if err != nil {
+		return fmt.Errorf("encode source record: %w", err)
+	}
+	key := metaKVKey(st.meta.Source.ID)
+	var rev uint64
+	if st.meta.rev == 0 {
+		rev, err = s.kv.Create(ctx, key, data)
+	} else {
+		rev, err = s.kv.Update(ctx, key, data, st.meta.rev)
+	}
+	if err != nil {
+		return fmt.Errorf("write source record %s: %w", st.meta.Source.ID, err)
+	}
+	st.meta.rev = rev
+	return nil
+}
+
+// eventFor rebuilds the event a record write announced; the same record always yields the same
+// event id.
+func eventFor(r *record) events.Event {
+	switch r.Event {
+	case eventAppeared:
+		return &events.ClusterAppeared{Cluster: r.Cluster, Revision: r.rev}
+	case eventUpdated:
+		return &events.ClusterUpdated{Cluster: r.Cluster, Revision: r.rev, Changed: slices.Clone(r.Changed)}
+	default:
+		return &events.ClusterGone{Source: r.Cluster.Source, Key: r.Cluster.Key, Name: r.Cluster.Name,
+			Revision: r.rev, LastSeen: r.LastSeen}
+	}
+}
+
+// eventName is the id prefix of an event ("cluster-appeared", ...), used as a metric label.
+func eventName(e events.Event) string {
+	name, _, _ := strings.Cut(e.ID(), ":")
+	return name
+}
+
+// live counts the clusters a source knows (listed or missing), excluding tombstones.
+func live(clusters map[string]*record) int {
+	n := 0
+	for _, r := range clusters {
+		if !r.tombstone() {
+			n++
+		}
+	}
+	return n
+}
+
+// heldNames lists the names of the clusters whose removal is held, sorted.
+func heldNames(clusters map[string]*record) []string {
+	var names []string
+	for _, r := range clusters {
+		if r.HeldAt != 0 && !r.tombstone() {
+			names = append(names, r.Cluster.Name)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+func maxRev(st *sourceState) uint64 {
+	top := st.meta.Published
+	for _, r := range st.clusters {
+		top = max(top, r.rev)
+	}
+	return top
+}
+
+// KV keys: "sources.<id>" and "clusters.<id>.<key>", the cluster key in unpadded base64url
+// because KV keys allow only letters, digits and "-_=./" while source keys are free text.
+func metaKVKey(id string) string { return "sources." + id }
+
+func clusterKVKey(id, key string) string {
+	return "clusters." + id + "." + base64.RawURLEncoding.EncodeToString([]byte(key))
+}
