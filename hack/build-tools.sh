@@ -23,6 +23,11 @@ build() {
 	echo "built $name $version in $((SECONDS - start))s" >&2
 }
 
+# Two test binaries may ask for the tools at once on a cold cache: build under one lock.
+mkdir -p "$cache"
+exec 9>"$cache/.lock"
+flock 9
+
 etcd_v="$(version_of etcd go.etcd.io/etcd/server/v3)"
 kube_v="$(version_of kube-apiserver k8s.io/kubernetes)"
 nats_v="$(version_of nats-server github.com/nats-io/nats-server/v2)"
