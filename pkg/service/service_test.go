@@ -1,0 +1,122 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func env(m map[string]string) Getenv { return func(k string) string { return m[k] } }
+
+func TestConfigParsersNameTheVariableInTheirErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  func(Getenv) error
+		val  string
+		want string // "" = no error
+	}{
+		{"duration ok", func(g Getenv) error { _, err := Duration(g, "SCAN_INTERVAL", time.Second); return err }, "45s", ""},
+		{"duration bare number", func(g Getenv) error { _, err := Duration(g, "SCAN_INTERVAL", time.Second); return err }, "30", "SCAN_INTERVAL=\"30\": not a duration"},
+		{"duration negative", func(g Getenv) error { _, err := Duration(g, "GONE_GRACE_PERIOD", time.Second); return err }, "-1m", "GONE_GRACE_PERIOD=\"-1m\": must not be negative"},
+		{"seconds ok", func(g Getenv) error { _, err := Seconds(g, "POLL_INTERVAL_SEC", time.Second, 1); return err }, "30", ""},
+		{"seconds zero", func(g Getenv) error { _, err := Seconds(g, "POLL_INTERVAL_SEC", time.Second, 1); return err }, "0", "POLL_INTERVAL_SEC=\"0\""},
+		{"seconds text", func(g Getenv) error { _, err := Seconds(g, "STABLE_DURATION_SEC", time.Second, 0); return err }, "2m", "STABLE_DURATION_SEC"},
+		{"fraction ok", func(g Getenv) error { _, err := Fraction(g, "MAX_REMOVAL_FRACTION", 0.1); return err }, "0.25", ""},
+		{"fraction too big", func(g Getenv) error { _, err := Fraction(g, "MAX_REMOVAL_FRACTION", 0.1); return err }, "1.5", "MAX_REMOVAL_FRACTION=\"1.5\""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := strings.SplitN(tc.want, "=", 2)[0]
+			vars := map[string]string{"SCAN_INTERVAL": tc.val, "GONE_GRACE_PERIOD": tc.val, "POLL_INTERVAL_SEC": tc.val, "STABLE_DURATION_SEC": tc.val, "MAX_REMOVAL_FRACTION": tc.val}
+			err := tc.run(env(vars))
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), name) {
+				t.Fatalf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c := LoadCommon(env(nil))
+	if c.NATSURL != DefaultNATSURL || c.MetricsAddr != ":8080" || c.HealthAddr != ":8081" {
+		t.Fatalf("defaults: %+v", c)
+	}
+	if d, err := Duration(env(nil), "SCAN_INTERVAL", 30*time.Second); err != nil || d != 30*time.Second {
+		t.Fatalf("unset duration: %v %v", d, err)
+	}
+}
+
+func TestReadyzReportsTheFailingDependency(t *testing.T) {
+	h := NewHealth()
+	down := errors.New("connection refused")
+	h.AddCheck("nats", func(context.Context) error { return nil })
+	h.AddCheck("kubernetes", func(context.Context) error { return down })
+	srv, err := Listen("127.0.0.1:0", h.Handler(), NewLogger(io.Discard, "test", env(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + srv.Addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz %d", code)
+	}
+	code, body := get("/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "kubernetes: connection refused") || strings.Contains(body, "nats") {
+		t.Fatalf("/readyz %d %q", code, body)
+	}
+	h.AddCheck("kubernetes", func(context.Context) error { return nil })
+	if code, _ := get("/readyz"); code != 200 {
+		t.Fatalf("/readyz after recovery %d", code)
+	}
+}
+
+func TestListenFailsOnABusyAddress(t *testing.T) {
+	a, err := Listen("127.0.0.1:0", http.NotFoundHandler(), NewLogger(io.Discard, "t", env(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Shutdown(context.Background())
+	if _, err := Listen(a.Addr, http.NotFoundHandler(), NewLogger(io.Discard, "t", env(nil))); err == nil || !strings.Contains(err.Error(), a.Addr) {
+		t.Fatalf("second Listen on %s: %v", a.Addr, err)
+	}
+}
+
+func TestConnectNATSGivesUpWhenTheContextEnds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := ConnectNATS(ctx, "nats://127.0.0.1:1", "", "test", NewLogger(io.Discard, "t", env(nil)))
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ConnectNATS: %v", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatal("ConnectNATS did not stop retrying when the context ended")
+	}
+}
+
+func TestRegistryLints(t *testing.T) {
+	problems, err := testutil.GatherAndLint(NewRegistry())
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %v", err, problems)
+	}
+}
