@@ -1,0 +1,172 @@
+package main
+
+// The ClusterRule controller. controller-runtime delivers rule changes (and, through a channel
+// source, "this rule's status may have changed" notices from the engine); the work queue folds
+// repeated notices for one rule into one reconcile, which is how status writes are coalesced.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+)
+
+// Finalizer keeps a deleted ClusterRule until its uninstall intents are published (the original
+// operator leaked every Application of a deleted rule).
+const Finalizer = "enforcement.globo.com/uninstall"
+
+// reconciler reconciles ClusterRules against the engine.
+type reconciler struct {
+	client          client.Client
+	engine          *engine
+	secretNamespace string
+	metrics         *metrics
+	log             *slog.Logger
+}
+
+// setupController registers the controller with mgr and returns the function the engine calls
+// to mark a rule dirty.
+func setupController(ctx context.Context, mgr ctrl.Manager, rc *reconciler) (func(string), error) {
+	n := &notifier{pending: map[string]bool{}, wake: make(chan struct{}, 1), out: make(chan event.GenericEvent)}
+	go n.pump(ctx)
+	skip := true
+	err := ctrl.NewControllerManagedBy(mgr).
+		For(&v1beta1.ClusterRule{}).
+		WatchesRawSource(source.Channel(n.out, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: &skip}).
+		Complete(rc)
+	if err != nil {
+		return nil, fmt.Errorf("set up ClusterRule controller: %w", err)
+	}
+	return n.add, nil
+}
+
+// Reconcile evaluates the rule (only when its generation changed), handles deletion through the
+// finalizer, and writes the status when it differs from what the API server has.
+func (rc *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	key := req.Namespace + "/" + req.Name
+	var cr v1beta1.ClusterRule
+	if err := rc.client.Get(ctx, req.NamespacedName, &cr); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Gone without our finalizer (removed by hand): still uninstall what it had.
+			return ctrl.Result{}, rc.engine.deleteRule(ctx, key, events.RuleRef{}, "")
+		}
+		return ctrl.Result{}, err
+	}
+	if !cr.DeletionTimestamp.IsZero() {
+		if !controllerutil.ContainsFinalizer(&cr, Finalizer) {
+			return ctrl.Result{}, nil
+		}
+		policy := cr.Spec.DeletionPolicy
+		ref := events.RuleRef{Namespace: cr.Namespace, Name: cr.Name, UID: string(cr.UID), Generation: cr.Generation}
+		if err := rc.engine.deleteRule(ctx, key, ref, policy); err != nil {
+			return ctrl.Result{}, err
+		}
+		patch := client.MergeFrom(cr.DeepCopy())
+		controllerutil.RemoveFinalizer(&cr, Finalizer)
+		if err := rc.client.Patch(ctx, &cr, patch); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("remove finalizer of %s: %w", key, err)
+		}
+		rc.log.Info("Deleted ClusterRule; uninstall intents published", "rule", key)
+		return ctrl.Result{}, nil
+	}
+	if !controllerutil.ContainsFinalizer(&cr, Finalizer) {
+		patch := client.MergeFrom(cr.DeepCopy())
+		controllerutil.AddFinalizer(&cr, Finalizer)
+		if err := rc.client.Patch(ctx, &cr, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer to %s: %w", key, err)
+		}
+	}
+	if err := rc.engine.applyRule(ctx, ruleFromSpec(&cr, rc.secretNamespace)); err != nil {
+		return ctrl.Result{}, err
+	}
+	status, requeue := rc.engine.status(key, cr.Generation)
+	conds := append([]metav1.Condition(nil), cr.Status.Conditions...)
+	for _, c := range status.Conditions {
+		meta.SetStatusCondition(&conds, c) // keeps lastTransitionTime when the status is the same
+	}
+	status.Conditions = conds
+	if !equality.Semantic.DeepEqual(cr.Status, status) {
+		patch := client.MergeFrom(cr.DeepCopy())
+		cr.Status = status
+		if err := rc.client.Status().Patch(ctx, &cr, patch); err != nil {
+			if apierrors.IsNotFound(err) {
+				return ctrl.Result{}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("update status of %s: %w", key, err)
+		}
+		rc.metrics.statusWrites.Inc()
+	}
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// metav1Condition is a Ready condition for generation, to be filled in.
+func metav1Condition(generation int64) metav1.Condition {
+	return metav1.Condition{Type: v1beta1.ConditionReady, ObservedGeneration: generation, LastTransitionTime: metav1.Now()}
+}
+
+// notifier turns engine notices into controller events without ever blocking the engine: keys
+// collect in a set and one goroutine feeds them to the controller's channel source.
+type notifier struct {
+	mu      sync.Mutex
+	pending map[string]bool
+	wake    chan struct{}
+	out     chan event.GenericEvent
+}
+
+func (n *notifier) add(key string) {
+	n.mu.Lock()
+	n.pending[key] = true
+	n.mu.Unlock()
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (n *notifier) pump(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.wake:
+		}
+		n.mu.Lock()
+		keys := n.pending
+		n.pending = map[string]bool{}
+		n.mu.Unlock()
+		for key := range keys {
+			nn := splitKey(key)
+			obj := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: nn.Namespace, Name: nn.Name}}
+			select {
+			case n.out <- event.GenericEvent{Object: obj}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+func splitKey(key string) types.NamespacedName {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '/' {
+			return types.NamespacedName{Namespace: key[:i], Name: key[i+1:]}
+		}
+	}
+	return types.NamespacedName{Name: key}
+}

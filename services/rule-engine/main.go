@@ -1,0 +1,262 @@
+// Command rule-engine is Enforcement's ClusterRule controller. It keeps a view of the clusters
+// every source lists (from cluster events), matches them against ClusterRules, renders each
+// rule's enforcements with the cluster's variables, and publishes install and uninstall intents
+// for argo-syncer. It folds install, trigger and source outcomes back into each rule's status.
+// See README.md for the events, configuration, metrics and design decisions.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/service"
+	"github.com/go-logr/logr"
+	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "rule-engine:", err)
+		os.Exit(1)
+	}
+}
+
+// serviceName names the service in logs, metrics and the events it publishes.
+const serviceName = "rule-engine"
+
+// shutdownTimeout bounds the graceful stop of the consumer, the controller and HTTP.
+const shutdownTimeout = 20 * time.Second
+
+// config is the rule engine's configuration, read from the environment once at start.
+type config struct {
+	service.Common
+	// OperatorNamespace (OPERATOR_NAMESPACE, default "enforcement") holds the source Secrets.
+	OperatorNamespace string
+	// WatchNamespaces (WATCH_NAMESPACES, comma list) limits the watched namespaces; empty: all.
+	WatchNamespaces []string
+	// TemplateHTTPAllow (TEMPLATE_HTTP_ALLOW, comma list of hosts) lets templates call
+	// requests.get on these hosts; empty: templates have no network.
+	TemplateHTTPAllow []string
+	// TemplateHTTPTimeout (TEMPLATE_HTTP_TIMEOUT, default 5s) bounds one requests.get.
+	TemplateHTTPTimeout time.Duration
+	// SourceDegradedTTL (SOURCE_DEGRADED_TTL, default 10m) is how long a "source degraded"
+	// event keeps the SourceDegraded / RemovalsHeld condition on the rules of that source.
+	SourceDegradedTTL time.Duration
+}
+
+func loadConfig(getenv service.Getenv) (config, error) {
+	c := config{
+		Common:            service.LoadCommon(getenv),
+		OperatorNamespace: service.String(getenv, "OPERATOR_NAMESPACE", service.DefaultOperatorNamespace),
+		WatchNamespaces:   commaList(getenv("WATCH_NAMESPACES")),
+		TemplateHTTPAllow: commaList(getenv("TEMPLATE_HTTP_ALLOW")),
+	}
+	var errs []error
+	var err error
+	if c.TemplateHTTPTimeout, err = service.Duration(getenv, "TEMPLATE_HTTP_TIMEOUT", 5*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if c.SourceDegradedTTL, err = service.Duration(getenv, "SOURCE_DEGRADED_TTL", 10*time.Minute); err != nil {
+		errs = append(errs, err)
+	}
+	if c.TemplateHTTPTimeout == 0 && err == nil {
+		errs = append(errs, errors.New("TEMPLATE_HTTP_TIMEOUT must be greater than 0"))
+	}
+	return c, errors.Join(errs...)
+}
+
+func commaList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// run starts the rule engine and blocks until ctx ends (nil) or a component fails.
+func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) error {
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	logger := service.NewLogger(stdout, serviceName, getenv)
+	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
+	reg := service.NewRegistry()
+	m := newMetrics(reg)
+
+	kubeCfg, err := service.KubeConfig(getenv)
+	if err != nil {
+		return err
+	}
+	kubeCheck, err := service.KubeReachable(kubeCfg)
+	if err != nil {
+		return err
+	}
+	var natsUp func(context.Context) error
+	var consumerBound atomic.Bool
+	health := service.NewHealth()
+	health.AddCheck("nats", func(ctx context.Context) error {
+		if natsUp == nil {
+			return errors.New("not connected yet")
+		}
+		return natsUp(ctx)
+	})
+	health.AddCheck("consumer", func(context.Context) error {
+		if !consumerBound.Load() {
+			return fmt.Errorf("consumer %s not bound", events.ConsumerRuleEngine)
+		}
+		return nil
+	})
+	health.AddCheck("kubernetes", kubeCheck)
+	healthSrv, err := service.Listen(cfg.HealthAddr, health.Handler(), logger)
+	if err != nil {
+		return err
+	}
+	metricsSrv, err := service.Listen(cfg.MetricsAddr, service.MetricsHandler(reg), logger)
+	if err != nil {
+		return errors.Join(err, healthSrv.Shutdown(context.Background()))
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		_ = metricsSrv.Shutdown(sctx)
+		_ = healthSrv.Shutdown(sctx)
+	}()
+
+	nc, err := service.ConnectNATS(ctx, cfg.NATSURL, cfg.NATSCreds, serviceName, logger)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer func() { _ = nc.Drain() }()
+	natsUp = service.NATSConnected(nc)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
+		return err
+	}
+	st, err := openKVStore(ctx, js, 1)
+	if err != nil {
+		return err
+	}
+	eng := newEngine(logger, st, events.NewPublisher(js, "/enforcement/"+serviceName),
+		newRenderer(cfg.TemplateHTTPAllow, cfg.TemplateHTTPTimeout), m, cfg.SourceDegradedTTL)
+	if err := eng.load(ctx); err != nil {
+		return err
+	}
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1beta1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cacheOpts := cache.Options{}
+	if len(cfg.WatchNamespaces) > 0 {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range cfg.WatchNamespaces {
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	mgr, err := ctrl.NewManager(kubeCfg, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  cacheOpts,
+		Metrics:                metricsserver.Options{BindAddress: "0"}, // our own /metrics serves reg
+		HealthProbeBindAddress: "0",
+		GracefulShutdownTimeout: func() *time.Duration {
+			d := shutdownTimeout
+			return &d
+		}(),
+	})
+	if err != nil {
+		return fmt.Errorf("controller manager: %w", err)
+	}
+	mgrCtx, stopMgr := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopMgr()
+	notify, err := setupController(mgrCtx, mgr, &reconciler{client: mgr.GetClient(), engine: eng,
+		secretNamespace: cfg.OperatorNamespace, metrics: m, log: logger})
+	if err != nil {
+		return err
+	}
+	eng.mu.Lock()
+	eng.notify = notify
+	eng.mu.Unlock()
+
+	consumer, err := events.Consume(ctx, js, eventHandler(eng), events.ConsumerOptions{
+		Name: events.ConsumerRuleEngine, Metrics: events.NewMetrics(reg, serviceName), Logger: logger})
+	if err != nil {
+		return err
+	}
+	consumerBound.Store(true)
+	logger.Info("Started", "watchNamespaces", cfg.WatchNamespaces, "operatorNamespace", cfg.OperatorNamespace)
+
+	mgrErr := make(chan error, 1)
+	go func() { mgrErr <- mgr.Start(mgrCtx) }()
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-mgrErr:
+		runErr = fmt.Errorf("controller manager: %w", runErr)
+	}
+
+	// Shut down: stop consuming (in-flight handlers finish), then the controller, then NATS.
+	consumerBound.Store(false)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := consumer.Stop(sctx); err != nil {
+		logger.Warn("Consumer did not stop cleanly", "error", err)
+	}
+	stopMgr()
+	if runErr == nil {
+		select {
+		case err := <-mgrErr:
+			if err != nil {
+				logger.Warn("Controller manager stopped with an error", "error", err)
+			}
+		case <-sctx.Done():
+		}
+	}
+	logger.Info("Stopped")
+	return runErr
+}
+
+// eventHandler routes consumed events to the engine. Every engine error is transient (NATS or
+// KV unavailable) and retried by the consumer; a malformed event never reaches here.
+func eventHandler(eng *engine) events.Handler {
+	return func(ctx context.Context, ev events.Event, meta events.Meta) error {
+		switch e := ev.(type) {
+		case *events.ClusterAppeared:
+			return eng.applyCluster(ctx, e.Cluster, e.Revision)
+		case *events.ClusterUpdated:
+			return eng.applyCluster(ctx, e.Cluster, e.Revision)
+		case *events.ClusterGone:
+			return eng.applyClusterGone(ctx, e)
+		default:
+			return eng.applyOutcome(ctx, ev, meta)
+		}
+	}
+}

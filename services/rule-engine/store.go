@@ -1,0 +1,284 @@
+package main
+
+// Persistence. The rule engine's memory (which clusters exist, what each (rule, cluster) pair
+// was last told to install) must survive a restart: the durable consumer does not redeliver
+// acknowledged cluster events, and the diff against "what was installed" is what turns a changed
+// rule into install and uninstall intents. Both live in a KV bucket of the rule engine's own
+// (BucketState), written after the intents are published and before the event is acknowledged,
+// so a crash in between replays the event and republishes the same (deduplicated) intents.
+// Rendered enforcements are cached in events.BucketRenderCache.
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// BucketState is the rule engine's own KV bucket: the cluster view ("cluster.<cid>") and the
+// per-(rule, cluster) install records ("pair.<rule>.<cid>"). It is not part of the shared
+// topology because no other service reads it.
+const BucketState = "enforcement-rule-engine-state"
+
+// clusterRecord is one cluster of the view, with the inventory revision it was last seen at.
+type clusterRecord struct {
+	Cluster  events.Cluster `json:"cluster"`
+	Revision uint64         `json:"revision"`
+}
+
+// pairState is what a (rule, cluster) pair was last told to install, and what came of it.
+type pairState struct {
+	Rule    events.RuleRef `json:"rule"`
+	Cluster events.Target  `json:"cluster"`
+	// RenderKey is the (generation, variables) the enforcements were last rendered for; the
+	// same key means nothing to render and nothing to send.
+	RenderKey      string               `json:"renderKey"`
+	DeletionPolicy string               `json:"deletionPolicy,omitempty"`
+	Enforcements   map[string]*enfState `json:"enforcements"`
+}
+
+// enfState is one installed enforcement (by rendered name) of a pair.
+type enfState struct {
+	SpecHash  string `json:"specHash"`
+	IntentID  string `json:"intentId"`
+	Installed bool   `json:"installed,omitempty"`
+	// Failure is the last install failure of this intent, with a count.
+	Failure *failure `json:"failure,omitempty"`
+	// TriggerBlocked is the message of a failurePolicy=Fail trigger that holds the install.
+	TriggerBlocked string `json:"triggerBlocked,omitempty"`
+	// lastOutcome is the id of the last outcome event applied, so a redelivery counts once.
+	LastOutcome string `json:"lastOutcome,omitempty"`
+}
+
+type failure struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	Count   int32  `json:"count"`
+}
+
+func (p *pairState) clone() *pairState {
+	c := *p
+	c.Enforcements = make(map[string]*enfState, len(p.Enforcements))
+	for k, v := range p.Enforcements {
+		e := *v
+		if v.Failure != nil {
+			f := *v.Failure
+			e.Failure = &f
+		}
+		c.Enforcements[k] = &e
+	}
+	return &c
+}
+
+// store persists the engine's memory. kvStore is the real one; memStore serves unit tests and
+// benchmarks of the matching and rendering core.
+type store interface {
+	putCluster(ctx context.Context, cid string, rec *clusterRecord) error
+	deleteCluster(ctx context.Context, cid string) error
+	putPair(ctx context.Context, rule, cid string, p *pairState) error
+	deletePair(ctx context.Context, rule, cid string) error
+	// load returns every stored cluster and pair (pairs keyed by rule, then cid).
+	load(ctx context.Context) (map[string]*clusterRecord, map[string]map[string]*pairState, error)
+	getRender(ctx context.Context, key string) ([]events.Enforcement, bool, error)
+	putRender(ctx context.Context, key string, enfs []events.Enforcement) error
+}
+
+// clusterID is a cluster's identity across sources, safe as a KV key token.
+func clusterID(sourceID, key string) string {
+	return sourceID + "." + base64.RawURLEncoding.EncodeToString([]byte(key))
+}
+
+func ruleToken(rule string) string { return base64.RawURLEncoding.EncodeToString([]byte(rule)) }
+
+// kvStore keeps the state in JetStream KV buckets.
+type kvStore struct {
+	state  jetstream.KeyValue
+	render jetstream.KeyValue
+}
+
+// openKVStore creates the state bucket if needed (History 1, file storage) and binds the render
+// cache bucket, which the shared topology declares.
+func openKVStore(ctx context.Context, js jetstream.JetStream, replicas int) (*kvStore, error) {
+	state, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: BucketState, Description: "rule-engine cluster view and install records",
+		Storage: jetstream.FileStorage, History: 1, Replicas: max(replicas, 1),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("apply bucket %s: %w", BucketState, err)
+	}
+	render, err := js.KeyValue(ctx, events.BucketRenderCache)
+	if err != nil {
+		return nil, fmt.Errorf("bind bucket %s: %w", events.BucketRenderCache, err)
+	}
+	return &kvStore{state: state, render: render}, nil
+}
+
+func (s *kvStore) putJSON(ctx context.Context, kv jetstream.KeyValue, key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, key, b); err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	return nil
+}
+
+func (s *kvStore) del(ctx context.Context, key string) error {
+	if err := s.state.Purge(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	return nil
+}
+
+func (s *kvStore) putCluster(ctx context.Context, cid string, rec *clusterRecord) error {
+	return s.putJSON(ctx, s.state, "cluster."+cid, rec)
+}
+func (s *kvStore) deleteCluster(ctx context.Context, cid string) error {
+	return s.del(ctx, "cluster."+cid)
+}
+func (s *kvStore) putPair(ctx context.Context, rule, cid string, p *pairState) error {
+	return s.putJSON(ctx, s.state, "pair."+ruleToken(rule)+"."+cid, p)
+}
+func (s *kvStore) deletePair(ctx context.Context, rule, cid string) error {
+	return s.del(ctx, "pair."+ruleToken(rule)+"."+cid)
+}
+
+// load reads the whole state bucket with one watcher (faster than a Get per key).
+func (s *kvStore) load(ctx context.Context) (map[string]*clusterRecord, map[string]map[string]*pairState, error) {
+	clusters := map[string]*clusterRecord{}
+	pairs := map[string]map[string]*pairState{}
+	w, err := s.state.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, nil, fmt.Errorf("watch %s: %w", BucketState, err)
+	}
+	defer w.Stop()
+	for {
+		var entry jetstream.KeyValueEntry
+		select {
+		case entry = <-w.Updates():
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+		if entry == nil { // every stored value has been delivered
+			return clusters, pairs, nil
+		}
+		key := entry.Key()
+		switch {
+		case strings.HasPrefix(key, "cluster."):
+			var rec clusterRecord
+			if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+				return nil, nil, fmt.Errorf("decode %s: %w", key, err)
+			}
+			clusters[strings.TrimPrefix(key, "cluster.")] = &rec
+		case strings.HasPrefix(key, "pair."):
+			parts := strings.SplitN(strings.TrimPrefix(key, "pair."), ".", 2)
+			rule, err := base64.RawURLEncoding.DecodeString(parts[0])
+			if err != nil || len(parts) != 2 {
+				return nil, nil, fmt.Errorf("malformed key %s", key)
+			}
+			var p pairState
+			if err := json.Unmarshal(entry.Value(), &p); err != nil {
+				return nil, nil, fmt.Errorf("decode %s: %w", key, err)
+			}
+			if pairs[string(rule)] == nil {
+				pairs[string(rule)] = map[string]*pairState{}
+			}
+			pairs[string(rule)][parts[1]] = &p
+		}
+	}
+}
+
+func (s *kvStore) getRender(ctx context.Context, key string) ([]events.Enforcement, bool, error) {
+	entry, err := s.render.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("get render %s: %w", key, err)
+	}
+	var enfs []events.Enforcement
+	if err := json.Unmarshal(entry.Value(), &enfs); err != nil {
+		return nil, false, nil // a damaged entry is re-rendered and overwritten
+	}
+	return enfs, true, nil
+}
+
+func (s *kvStore) putRender(ctx context.Context, key string, enfs []events.Enforcement) error {
+	return s.putJSON(ctx, s.render, key, enfs)
+}
+
+// memStore is an in-memory store for unit tests and benchmarks.
+type memStore struct {
+	mu       sync.Mutex
+	clusters map[string]*clusterRecord
+	pairs    map[string]map[string]*pairState
+	renders  map[string][]events.Enforcement
+}
+
+func newMemStore() *memStore {
+	return &memStore{clusters: map[string]*clusterRecord{}, pairs: map[string]map[string]*pairState{}, renders: map[string][]events.Enforcement{}}
+}
+
+func (s *memStore) putCluster(_ context.Context, cid string, rec *clusterRecord) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clusters[cid] = rec
+	return nil
+}
+func (s *memStore) deleteCluster(_ context.Context, cid string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.clusters, cid)
+	return nil
+}
+func (s *memStore) putPair(_ context.Context, rule, cid string, p *pairState) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pairs[rule] == nil {
+		s.pairs[rule] = map[string]*pairState{}
+	}
+	s.pairs[rule][cid] = p.clone()
+	return nil
+}
+func (s *memStore) deletePair(_ context.Context, rule, cid string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pairs[rule], cid)
+	return nil
+}
+func (s *memStore) load(context.Context) (map[string]*clusterRecord, map[string]map[string]*pairState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clusters := make(map[string]*clusterRecord, len(s.clusters))
+	for k, v := range s.clusters {
+		c := *v
+		clusters[k] = &c
+	}
+	pairs := make(map[string]map[string]*pairState, len(s.pairs))
+	for r, m := range s.pairs {
+		pairs[r] = make(map[string]*pairState, len(m))
+		for c, p := range m {
+			pairs[r][c] = p.clone()
+		}
+	}
+	return clusters, pairs, nil
+}
+func (s *memStore) getRender(_ context.Context, key string) ([]events.Enforcement, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.renders[key]
+	return e, ok, nil
+}
+func (s *memStore) putRender(_ context.Context, key string, enfs []events.Enforcement) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.renders[key] = enfs
+	return nil
+}
