@@ -1,0 +1,379 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+// applicationsGVR is Argo CD's Application resource. The dispatcher only reads whether one
+// exists, through the dynamic client, so it needs no Argo CD Go types.
+var applicationsGVR = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "applications"}
+
+// maxTriggerTimeout caps a trigger's timeout as the CRD does (1..300 s).
+const maxTriggerTimeout = 300 * time.Second
+
+// signingSecretKey is the key of the signing Secret that holds the HMAC key.
+const signingSecretKey = "key"
+
+// dispatcherDeps are the dispatcher's connections to the outside, injected so that tests and
+// benchmarks build it the same way run does.
+type dispatcherDeps struct {
+	records   *recordStore
+	publisher *events.Publisher
+	apps      dynamic.ResourceInterface // Applications in ARGOCD_NAMESPACE
+	secrets   corev1client.SecretsGetter
+	metrics   *metrics
+	logger    *slog.Logger
+}
+
+// dispatcher turns install intents and install outcomes into webhook deliveries.
+type dispatcher struct {
+	cfg config
+	dispatcherDeps
+	webhooks *webhookClient
+
+	stopOnce sync.Once
+	stopCh   chan struct{}
+}
+
+func newDispatcher(cfg config, deps dispatcherDeps) *dispatcher {
+	if deps.logger == nil {
+		deps.logger = discardLogger()
+	}
+	stop := make(chan struct{})
+	return &dispatcher{
+		cfg:            cfg,
+		dispatcherDeps: deps,
+		stopCh:         stop,
+		webhooks: &webhookClient{
+			http:        newHTTPClient(netPolicy{Denied: cfg.Denied, Allowed: cfg.Allowed}),
+			maxAttempts: cfg.MaxAttempts,
+			backoffBase: cfg.BackoffBase,
+			backoffMax:  cfg.BackoffMax,
+			metrics:     deps.metrics,
+			logger:      deps.logger,
+			now:         time.Now,
+			stop:        stop,
+		},
+	}
+}
+
+// shutdown makes deliveries that wait for a retry give up; their events are handed back.
+func (d *dispatcher) shutdown() { d.stopOnce.Do(func() { close(d.stopCh) }) }
+
+// handlerTimeout bounds one handler call: every attempt at the longest timeout plus every
+// backoff, with a minute to spare for Kubernetes and NATS calls.
+func (d *dispatcher) handlerTimeout() time.Duration {
+	return time.Duration(d.cfg.MaxAttempts)*(maxTriggerTimeout+d.cfg.BackoffMax) + time.Minute
+}
+
+// handle is the consumer's handler. It returns nil once the event's deliveries are final and
+// their outcome events are stored; any error makes the consumer retry the event, which is safe
+// because a final record is never delivered again.
+func (d *dispatcher) handle(ctx context.Context, e events.Event, m events.Meta) error {
+	switch ev := e.(type) {
+	case *events.InstallIntent:
+		return d.onIntent(ctx, ev, m)
+	case *events.InstallSucceeded:
+		return d.onSucceeded(ctx, ev)
+	}
+	return nil
+}
+
+// onIntent arms the afterInstall delivery and delivers beforeInstall when the Application does
+// not exist yet. argo-syncer waits for the beforeInstall outcome event before it creates the
+// Application, so "not existing" here means "about to be created".
+func (d *dispatcher) onIntent(ctx context.Context, in *events.InstallIntent, m events.Meta) error {
+	if in.Triggers == nil {
+		return nil
+	}
+	intentID := m.ID
+	if intentID == "" {
+		intentID = in.ID()
+	}
+	// Armed first: argo-syncer may create the Application right after the beforeInstall outcome,
+	// and the InstallSucceeded that follows must find the afterInstall delivery waiting.
+	if t := in.Triggers.AfterInstall; t != nil {
+		r, err := newRecord(in, intentID, m.Sequence, events.PhaseAfterInstall, *t)
+		if err != nil {
+			return events.Permanent(err)
+		}
+		r.State = stateArmed
+		if _, err := d.records.create(ctx, r); err != nil {
+			return err
+		}
+	}
+	t := in.Triggers.BeforeInstall
+	if t == nil {
+		return nil
+	}
+	id := deliveryID(intentID, events.PhaseBeforeInstall)
+	existing, _, err := d.records.get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if existing != nil && existing.final() {
+		// A redelivered intent: the webhook was called; only make sure the outcome is published.
+		return d.publish(ctx, existing)
+	}
+	appName := events.ApplicationName(in.Cluster.Name, in.Enforcement.Name)
+	exists, err := d.applicationExists(ctx, appName)
+	if err != nil {
+		return err
+	}
+	if exists {
+		d.metrics.delivery(events.PhaseBeforeInstall, outcomeSkipped)
+		d.logger.Info("Application exists; no beforeInstall on update", "application", appName,
+			"rule", in.Rule.String(), "intent", intentID)
+		return nil
+	}
+	r, err := newRecord(in, intentID, m.Sequence, events.PhaseBeforeInstall, *t)
+	if err != nil {
+		return events.Permanent(err)
+	}
+	return d.deliverAndRecord(ctx, r)
+}
+
+// onSucceeded delivers the afterInstall armed by the intent when argo-syncer created the
+// Application (not when it updated one).
+func (d *dispatcher) onSucceeded(ctx context.Context, s *events.InstallSucceeded) error {
+	if !s.Created {
+		return nil
+	}
+	r, _, err := d.records.get(ctx, deliveryID(s.IntentID, events.PhaseAfterInstall))
+	if err != nil || r == nil { // no record: the intent had no afterInstall trigger
+		return err
+	}
+	if r.final() {
+		return d.publish(ctx, r)
+	}
+	return d.deliverAndRecord(ctx, r)
+}
+
+// deliverAndRecord calls the webhook, stores the final outcome in the record and publishes it.
+// The record is written before the event: if the process dies in between, the redelivered event
+// finds the final record and publishes the outcome without calling the webhook again.
+func (d *dispatcher) deliverAndRecord(ctx context.Context, r *record) error {
+	res, err := d.deliver(ctx, r)
+	if err != nil {
+		return err
+	}
+	r.Attempts, r.StatusCode, r.Message = res.Attempts, res.StatusCode, res.Message
+	r.State = stateFailed
+	if res.Delivered {
+		r.State = stateDelivered
+	}
+	r.UpdatedAt = time.Now().UTC()
+	if err := d.records.put(ctx, r); err != nil {
+		return err
+	}
+	outcome := outcomeFailed
+	if res.Delivered {
+		outcome = outcomeDelivered
+	}
+	d.metrics.delivery(r.Phase, outcome)
+	return d.publish(ctx, r)
+}
+
+// deliver makes the delivery of r, fetching the signing key when the trigger names one. A
+// missing Secret or key fails the delivery (an unsigned call would defeat the receiver's check);
+// an unreachable API server is an error, retried by the consumer.
+func (d *dispatcher) deliver(ctx context.Context, r *record) (webhookResult, error) {
+	req := webhookRequest{
+		ID: r.DeliveryID, Phase: r.Phase, Endpoint: r.Trigger.Endpoint,
+		Timeout: triggerTimeout(r.Trigger, d.cfg.DefaultTimeout), Body: r.Body,
+	}
+	if name := r.Trigger.SigningSecret; name != "" {
+		key, err := d.signingKey(ctx, r.Rule.Namespace, name)
+		var bad *badSecretError
+		if errors.As(err, &bad) {
+			d.logger.Warn("Signing Secret unusable; delivery failed", "deliveryId", r.DeliveryID,
+				"rule", r.Rule.String(), "error", err)
+			return webhookResult{Message: err.Error()}, nil
+		}
+		if err != nil {
+			return webhookResult{}, err
+		}
+		req.Key = key
+	}
+	return d.webhooks.deliver(ctx, req)
+}
+
+// badSecretError says the signing Secret is missing or has no usable key.
+type badSecretError struct{ msg string }
+
+func (e *badSecretError) Error() string { return e.msg }
+
+// signingKey reads the HMAC key from the Secret name in namespace. The key never leaves this
+// function except into the signature.
+func (d *dispatcher) signingKey(ctx context.Context, namespace, name string) ([]byte, error) {
+	s, err := d.secrets.Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, &badSecretError{fmt.Sprintf("signing Secret %s/%s not found", namespace, name)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read signing Secret %s/%s: %w", namespace, name, err)
+	}
+	v, ok := s.Data[signingSecretKey]
+	if !ok {
+		return nil, &badSecretError{fmt.Sprintf("signing Secret %s/%s has no key %q", namespace, name, signingSecretKey)}
+	}
+	key, err := signingKey(v)
+	if err != nil {
+		return nil, &badSecretError{fmt.Sprintf("signing Secret %s/%s key %q: %v", namespace, name, signingSecretKey, err)}
+	}
+	return key, nil
+}
+
+// applicationExists reads the Application; only NotFound means it does not exist.
+func (d *dispatcher) applicationExists(ctx context.Context, name string) (bool, error) {
+	_, err := d.apps.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("read application %s: %w", name, err)
+}
+
+// publish stores the record's outcome event. Its id is derived from the delivery id, so
+// publishing it again (after a redelivery) is deduplicated by the server.
+func (d *dispatcher) publish(ctx context.Context, r *record) error {
+	ev := r.outcome()
+	if _, err := d.publisher.Publish(ctx, ev); err != nil {
+		return err
+	}
+	d.logger.Info("Published trigger outcome", "type", ev.Type(), "deliveryId", r.DeliveryID,
+		"phase", r.Phase, "rule", r.Rule.String(), "cluster", r.Cluster, "enforcement", r.Enforcement,
+		"attempts", r.Attempts, "statusCode", r.StatusCode)
+	return nil
+}
+
+// newRecord builds the delivery record of one phase of an intent, body included.
+func newRecord(in *events.InstallIntent, intentID string, seq uint64, phase string, t events.Trigger) (*record, error) {
+	id := deliveryID(intentID, phase)
+	body, err := buildPayload(in, phase, id)
+	if err != nil {
+		return nil, fmt.Errorf("render %s body: %w", phase, err)
+	}
+	return &record{
+		DeliveryID: id, IntentID: intentID, IntentSequence: seq, Phase: phase,
+		Rule: in.Rule, Cluster: in.Cluster.Name, Enforcement: in.Enforcement.Name,
+		Trigger: t, Body: body, UpdatedAt: time.Now().UTC(),
+	}, nil
+}
+
+// triggerTimeout is the trigger's timeout, def when unset, capped at maxTriggerTimeout.
+func triggerTimeout(t events.Trigger, def time.Duration) time.Duration {
+	if t.TimeoutSeconds <= 0 {
+		return def
+	}
+	return min(time.Duration(t.TimeoutSeconds)*time.Second, maxTriggerTimeout)
+}
+
+// retryBlocked tries again, every BlockedRetryInterval, the beforeInstall deliveries that failed
+// under failurePolicy Fail: their installs wait for a 2xx. A success records the delivery and
+// publishes TriggerDelivered, which releases the install in argo-syncer and clears the blocked
+// condition in rule-engine. Several replicas may run the loop: a compare-and-set on the record
+// lets one of them take each retry. It returns when ctx ends or the dispatcher shuts down.
+func (d *dispatcher) retryBlocked(ctx context.Context) {
+	if d.cfg.BlockedRetryInterval <= 0 {
+		return
+	}
+	t := time.NewTicker(d.cfg.BlockedRetryInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.stopCh:
+			return
+		case <-t.C:
+		}
+		if err := d.retryBlockedOnce(ctx); err != nil && ctx.Err() == nil {
+			d.logger.Warn("Retrying blocked deliveries", "error", err)
+		}
+	}
+}
+
+// retryBlockedOnce makes one pass over the records.
+func (d *dispatcher) retryBlockedOnce(ctx context.Context) error {
+	ids, err := d.records.ids(ctx)
+	if err != nil {
+		return err
+	}
+	blocked := 0
+	var errs []error
+	for _, id := range ids {
+		r, rev, err := d.records.get(ctx, id)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if r == nil || !r.blocked() {
+			continue
+		}
+		// Claim the retry: only the replica whose compare-and-set succeeds delivers, and a record
+		// touched less than half an interval ago (by another replica's pass) waits.
+		if time.Since(r.UpdatedAt) < d.cfg.BlockedRetryInterval/2 {
+			blocked++
+			continue
+		}
+		r.UpdatedAt = time.Now().UTC()
+		ok, _, err := d.records.update(ctx, r, rev)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		res, err := d.deliver(ctx, r)
+		if err != nil {
+			errs = append(errs, err)
+			blocked++
+			continue
+		}
+		r.Attempts += res.Attempts
+		r.StatusCode, r.Message, r.UpdatedAt = res.StatusCode, res.Message, time.Now().UTC()
+		if !res.Delivered {
+			blocked++
+			if err := d.records.put(ctx, r); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		// Published before it is recorded: the intent was acknowledged long ago, so if the
+		// record said Delivered before the event was stored, a crash in between would lose the
+		// release. The other way round, a crash repeats the call with the same id.
+		r.State = stateDelivered
+		if err := d.publish(ctx, r); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := d.records.put(ctx, r); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		d.metrics.delivery(r.Phase, outcomeDelivered)
+		d.logger.Info("Blocked beforeInstall delivered; install released", "deliveryId", r.DeliveryID,
+			"rule", r.Rule.String(), "cluster", r.Cluster, "enforcement", r.Enforcement)
+	}
+	if d.metrics != nil {
+		d.metrics.blocked.Set(float64(blocked))
+	}
+	return errors.Join(errs...)
+}

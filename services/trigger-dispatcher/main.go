@@ -1,0 +1,175 @@
+// Command trigger-dispatcher delivers a ClusterRule's beforeInstall and afterInstall webhooks.
+//
+// It consumes install intents and install outcomes from the ENFORCEMENT stream (durable consumer
+// "trigger-dispatcher"), calls the rule's webhooks at the original operator's moments (before an
+// Application is created, after it was created; never on updates), and publishes every final
+// outcome as a trigger delivered / trigger failed event, which argo-syncer waits for before it
+// creates an Application whose rule has a beforeInstall trigger. Delivery records in the
+// enforcement-triggers KV bucket make a finished delivery final across redeliveries and restarts.
+// The README tells the whole choreography.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/service"
+)
+
+// serviceName names the service in logs, metrics, the NATS connection and ce-source.
+const serviceName = "trigger-dispatcher"
+
+// shutdownTimeout bounds the graceful shutdown: in-flight webhook attempts finish (each bounded by
+// its trigger's timeout), waiting retries are handed back to the server.
+const shutdownTimeout = 30 * time.Second
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "trigger-dispatcher:", err)
+		os.Exit(1)
+	}
+}
+
+// run starts the dispatcher and blocks until ctx is cancelled, then shuts down gracefully and
+// returns nil. It returns an error when the configuration is invalid or a dependency cannot be
+// set up (the HTTP ports, the Kubernetes client, the JetStream topology).
+func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) error {
+	_ = stderr // logs go to stdout as JSON; stderr is left for main's fatal error
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	logger := service.NewLogger(stdout, serviceName, getenv)
+	reg := service.NewRegistry()
+	metrics := newMetrics(reg)
+
+	// The health server starts first so that /healthz answers while NATS is still coming up;
+	// /readyz stays 503 until the consumer is bound.
+	health := service.NewHealth()
+	var bound atomic.Bool
+	health.AddCheck("consumer", func(context.Context) error {
+		if !bound.Load() {
+			return errors.New("consumer " + events.ConsumerTriggerDispatcher + " not bound yet")
+		}
+		return nil
+	})
+	healthSrv, err := service.Listen(cfg.HealthAddr, health.Handler(), logger)
+	if err != nil {
+		return err
+	}
+	metricsSrv, err := service.Listen(cfg.MetricsAddr, service.MetricsHandler(reg), logger)
+	if err != nil {
+		return errors.Join(err, healthSrv.Shutdown(context.Background()))
+	}
+	stopHTTP := func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return errors.Join(metricsSrv.Shutdown(sctx), healthSrv.Shutdown(sctx))
+	}
+
+	kubeCfg, err := service.KubeConfig(getenv)
+	if err != nil {
+		return errors.Join(err, stopHTTP())
+	}
+	kubeCheck, err := service.KubeReachable(kubeCfg)
+	if err != nil {
+		return errors.Join(err, stopHTTP())
+	}
+	health.AddCheck("kubernetes", kubeCheck)
+	dyn, err := dynamic.NewForConfig(kubeCfg)
+	if err != nil {
+		return errors.Join(fmt.Errorf("kubernetes dynamic client: %w", err), stopHTTP())
+	}
+	cs, err := kubernetes.NewForConfig(kubeCfg)
+	if err != nil {
+		return errors.Join(fmt.Errorf("kubernetes client: %w", err), stopHTTP())
+	}
+
+	nc, err := service.ConnectNATS(ctx, cfg.NATSURL, cfg.NATSCreds, serviceName, logger)
+	if err != nil {
+		if ctx.Err() != nil { // cancelled while waiting for NATS: a normal shutdown
+			return stopHTTP()
+		}
+		return errors.Join(err, stopHTTP())
+	}
+	health.AddCheck("nats", service.NATSConnected(nc))
+	closeNATS := func() error {
+		if err := nc.Drain(); err != nil {
+			nc.Close()
+			return fmt.Errorf("drain NATS: %w", err)
+		}
+		return nil
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return errors.Join(fmt.Errorf("jetstream: %w", err), closeNATS(), stopHTTP())
+	}
+	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
+		return errors.Join(fmt.Errorf("apply topology: %w", err), closeNATS(), stopHTTP())
+	}
+	kv, err := js.KeyValue(ctx, events.BucketTriggers)
+	if err != nil {
+		return errors.Join(fmt.Errorf("open bucket %s: %w", events.BucketTriggers, err), closeNATS(), stopHTTP())
+	}
+
+	d := newDispatcher(cfg, dispatcherDeps{
+		records:   &recordStore{kv: kv},
+		publisher: events.NewPublisher(js, "/enforcement/"+serviceName),
+		apps:      dyn.Resource(applicationsGVR).Namespace(cfg.ArgoCDNamespace),
+		secrets:   cs.CoreV1(),
+		metrics:   metrics,
+		logger:    logger,
+	})
+	consumer, err := events.Consume(ctx, js, d.handle, events.ConsumerOptions{
+		Name:           events.ConsumerTriggerDispatcher,
+		Backoff:        events.ExponentialBackoff(cfg.ConsumerBackoffBase, 30*time.Second),
+		HandlerTimeout: d.handlerTimeout(),
+		Metrics:        events.NewMetrics(reg, serviceName),
+		Logger:         logger,
+	})
+	if err != nil {
+		return errors.Join(err, closeNATS(), stopHTTP())
+	}
+	bound.Store(true)
+	logger.Info("Started trigger dispatcher", "metrics", metricsSrv.Addr, "health", healthSrv.Addr,
+		"argocdNamespace", cfg.ArgoCDNamespace)
+
+	blockedDone := make(chan struct{})
+	go func() {
+		defer close(blockedDone)
+		d.retryBlocked(ctx)
+	}()
+
+	<-ctx.Done()
+	logger.Info("Shutting down")
+	bound.Store(false)
+	d.shutdown() // waiting retries give up at once; their messages go back to the server
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	err = consumer.Stop(sctx)
+	<-blockedDone
+	err = errors.Join(err, closeNATS(), stopHTTP())
+	if err != nil {
+		return err
+	}
+	logger.Info("Stopped")
+	return nil
+}
+
+// discardLogger is a logger for code paths that have none (tests, benchmarks).
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+// Delivery states kept in a record.
+const (
+	// stateArmed: an afterInstall delivery that waits for its intent's InstallSucceeded{Created}.
+	stateArmed = "Armed"
+	// stateDelivered: the webhook answered 2xx. Final.
+	stateDelivered = "Delivered"
+	// stateFailed: the webhook did not answer 2xx after all retries. Final for Ignore; under Fail
+	// a beforeInstall failure is retried by the blocked-delivery loop until it is delivered.
+	stateFailed = "Failed"
+)
+
+// record is one delivery (one phase of one install intent) in the enforcement-triggers bucket,
+// keyed by its delivery id. It holds everything needed to deliver again and to republish the
+// outcome event, so it survives restarts of every service: no in-memory state matters.
+type record struct {
+	DeliveryID     string          `json:"deliveryId"`
+	IntentID       string          `json:"intentId"`
+	IntentSequence uint64          `json:"intentSequence"`
+	Phase          string          `json:"phase"`
+	Rule           events.RuleRef  `json:"rule"`
+	Cluster        string          `json:"cluster"`
+	Enforcement    string          `json:"enforcement"`
+	Trigger        events.Trigger  `json:"trigger"`
+	Body           json.RawMessage `json:"body"`
+	State          string          `json:"state"`
+	StatusCode     int             `json:"statusCode,omitempty"`
+	Attempts       int             `json:"attempts,omitempty"`
+	Message        string          `json:"message,omitempty"`
+	UpdatedAt      time.Time       `json:"updatedAt"`
+}
+
+// final reports whether the delivery is finished and must not call the webhook again on a
+// redelivered event.
+func (r *record) final() bool { return r.State == stateDelivered || r.State == stateFailed }
+
+// failurePolicy is the trigger's policy with its default, Ignore (as the original).
+func (r *record) failurePolicy() string {
+	if r.Trigger.FailurePolicy == "" {
+		return "Ignore"
+	}
+	return r.Trigger.FailurePolicy
+}
+
+// blocked reports whether the record holds an install: a failed beforeInstall under Fail.
+func (r *record) blocked() bool {
+	return r.Phase == events.PhaseBeforeInstall && r.State == stateFailed && r.failurePolicy() == "Fail"
+}
+
+// outcome is the event that reports the record's final state.
+func (r *record) outcome() events.Event {
+	if r.State == stateDelivered {
+		return &events.TriggerDelivered{
+			DeliveryID: r.DeliveryID, IntentID: r.IntentID, IntentSequence: r.IntentSequence,
+			Phase: r.Phase, Rule: r.Rule, Cluster: r.Cluster, Enforcement: r.Enforcement,
+			StatusCode: r.StatusCode, Attempts: r.Attempts,
+		}
+	}
+	return &events.TriggerFailed{
+		DeliveryID: r.DeliveryID, IntentID: r.IntentID, IntentSequence: r.IntentSequence,
+		Phase: r.Phase, Rule: r.Rule, Cluster: r.Cluster, Enforcement: r.Enforcement,
+		FailurePolicy: r.failurePolicy(), StatusCode: r.StatusCode, Attempts: r.Attempts, Message: r.Message,
+	}
+}
+
+// recordStore reads and writes records in the KV bucket.
+type recordStore struct {
+	kv jetstream.KeyValue
+}
+
+// get returns the record and its revision, or nil when there is none.
+func (s *recordStore) get(ctx context.Context, id string) (*record, uint64, error) {
+	entry, err := s.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read delivery record %s: %w", id, err)
+	}
+	var r record
+	if err := json.Unmarshal(entry.Value(), &r); err != nil {
+		return nil, 0, fmt.Errorf("decode delivery record %s: %w", id, err)
+	}
+	return &r, entry.Revision(), nil
+}
+
+// create stores r unless a record with its id exists; it reports whether it stored it.
+func (s *recordStore) create(ctx context.Context, r *record) (bool, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return false, err
+	}
+	if _, err := s.kv.Create(ctx, r.DeliveryID, data); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return false, nil
+		}
+		return false, fmt.Errorf("create delivery record %s: %w", r.DeliveryID, err)
+	}
+	return true, nil
+}
+
+// put stores r, replacing what was there.
+func (s *recordStore) put(ctx context.Context, r *record) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.kv.Put(ctx, r.DeliveryID, data); err != nil {
+		return fmt.Errorf("write delivery record %s: %w", r.DeliveryID, err)
+	}
+	return nil
+}
+
+// update stores r only if the record is still at revision rev (compare and set). It reports
+// false when another writer got there first.
+func (s *recordStore) update(ctx context.Context, r *record, rev uint64) (bool, uint64, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return false, 0, err
+	}
+	next, err := s.kv.Update(ctx, r.DeliveryID, data, rev)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return false, 0, nil
+		}
+		return false, 0, fmt.Errorf("update delivery record %s: %w", r.DeliveryID, err)
+	}
+	return true, next, nil
+}
+
+// ids lists the ids of all records; none is not an error.
+func (s *recordStore) ids(ctx context.Context) ([]string, error) {
+	lister, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list delivery records: %w", err)
+	}
+	defer func() { _ = lister.Stop() }()
+	var out []string
+	for k := range lister.Keys() {
+		out = append(out, k)
+	}
+	return out, nil
+}
