@@ -73,7 +73,11 @@ func TestListFollowsPaginationAndFilters(t *testing.T) {
 		rancherfake.Cluster("c-3", "prod-3", "waiting", nil),
 		rancherfake.Cluster("c-4", "prod-4", "updating", nil),
 		rancherfake.Cluster("c-5", "prod-5", "unavailable", nil),
-		func() map[string]any { c := rancherfake.Cluster("c-6", "dev-1", "active", nil); c["provider"] = "eks"; return c }(),
+		func() map[string]any {
+			c := rancherfake.Cluster("c-6", "dev-1", "active", nil)
+			c["provider"] = "eks"
+			return c
+		}(),
 	)
 	got, err := lister(t, srv, map[string]string{"provider": "rke"}).List(context.Background())
 	if err != nil {

@@ -1,0 +1,463 @@
+package scanner_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/rancher"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/rancherfake"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
+)
+
+// clock is the injectable clock: tests move it instead of sleeping through grace periods.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// harness is one scanner over real embedded NATS (stream, KV bucket) and a fake Rancher.
+type harness struct {
+	t       *testing.T
+	nats    *testenv.NATS
+	js      jetstream.JetStream
+	kv      jetstream.KeyValue
+	stream  jetstream.Stream
+	clock   *clock
+	cfg     scanner.Config
+	sc      *scanner.Scanner
+	reg     *prometheus.Registry
+	metrics *scanner.Metrics
+	rancher *rancherfake.Server
+	src     scanner.Source
+	lastSeq uint64
+}
+
+const grace = 10 * time.Minute
+
+func newHarness(t *testing.T, pageSize int) *harness {
+	t.Helper()
+	h := &harness{t: t, nats: testenv.StartNATS(t), clock: &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	h.cfg = scanner.Config{GracePeriod: grace, MaxRemovalFraction: 0.1, ListTimeout: 300 * time.Millisecond, Now: h.clock.Now}
+	h.connect()
+	h.rancher = rancherfake.New(t, "tok-3a9c", pageSize)
+	creds, err := rancher.ParseSecret(map[string][]byte{"url": []byte(h.rancher.URL), "token": []byte(h.rancher.Token), "caCert": h.rancher.CACertPEM()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := events.SourceRef{Kind: rancher.Kind, SecretNamespace: "enforcement", SecretName: "rancher"}
+	ref.ID = scanner.SourceID(ref.Kind, ref.SecretNamespace, ref.SecretName, nil)
+	h.src = scanner.Source{Ref: ref, Lister: &rancher.Lister{Creds: creds}}
+	return h
+}
+
+// connect opens a new NATS connection and a new Scanner over the same bucket: what a restarted
+// process does. The scanner's memory starts empty.
+func (h *harness) connect() {
+	h.t.Helper()
+	nc, err := nats.Connect(h.nats.URL())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(nc.Close)
+	ctx := context.Background()
+	if h.js, err = jetstream.New(nc); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, h.js); err != nil {
+		h.t.Fatal(err)
+	}
+	if h.kv, err = h.js.KeyValue(ctx, events.BucketInventory); err != nil {
+		h.t.Fatal(err)
+	}
+	if h.stream, err = h.js.Stream(ctx, events.StreamName); err != nil {
+		h.t.Fatal(err)
+	}
+	h.restart(events.NewPublisher(h.js, "/enforcement/source-scanner"))
+}
+
+// restart replaces the scanner (fresh memory) with one publishing through pub.
+func (h *harness) restart(pub scanner.Publisher) {
+	h.reg = prometheus.NewRegistry()
+	h.metrics = scanner.NewMetrics(h.reg)
+	h.sc = scanner.New(h.kv, pub, h.cfg, h.metrics, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+func (h *harness) scan() scanner.Result {
+	h.t.Helper()
+	res, err := h.sc.ScanOnce(context.Background(), h.src)
+	if err != nil {
+		h.t.Fatalf("scan: %v", err)
+	}
+	return res
+}
+
+// events returns the events stored in the stream since the last call.
+func (h *harness) events() []events.Event {
+	h.t.Helper()
+	ctx := context.Background()
+	info, err := h.stream.Info(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []events.Event
+	for seq := h.lastSeq + 1; seq <= info.State.LastSeq; seq++ {
+		m, err := h.stream.GetMsg(ctx, seq)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		e, _, err := events.Decode(m.Subject, m.Header, m.Data)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		out = append(out, e)
+	}
+	h.lastSeq = info.State.LastSeq
+	return out
+}
+
+// summary renders events compactly ("appeared c-1", "gone c-2", "degraded ListFailed").
+func summary(evs []events.Event) []string {
+	var out []string
+	for _, e := range evs {
+		switch e := e.(type) {
+		case *events.ClusterAppeared:
+			out = append(out, "appeared "+e.Cluster.Key)
+		case *events.ClusterUpdated:
+			out = append(out, "updated "+e.Cluster.Key+" "+strings.Join(e.Changed, ","))
+		case *events.ClusterGone:
+			out = append(out, "gone "+e.Key)
+		case *events.SourceDegraded:
+			out = append(out, "degraded "+e.Reason)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (h *harness) expect(want ...string) []events.Event {
+	h.t.Helper()
+	evs := h.events()
+	got := summary(evs)
+	sort.Strings(want)
+	if len(want) == 0 {
+		want = nil
+	}
+	if !reflect.DeepEqual(got, want) {
+		h.t.Fatalf("events = %q, want %q", got, want)
+	}
+	return evs
+}
+
+func clusters(n int) []map[string]any {
+	out := make([]map[string]any, n)
+	for i := range out {
+		out[i] = rancherfake.Cluster(fmt.Sprintf("c-%d", i), fmt.Sprintf("cluster-%d", i), "active", map[string]string{"env": "prod"})
+	}
+	return out
+}
+
+func TestAppearedUpdatedGone(t *testing.T) {
+	h := newHarness(t, 2)
+	cs := clusters(3)
+	h.rancher.SetClusters(cs...)
+
+	res := h.scan()
+	evs := h.expect("appeared c-0", "appeared c-1", "appeared c-2")
+	if !res.Complete || res.Appeared != 3 || res.Known != 3 {
+		t.Fatalf("result = %+v", res)
+	}
+	a := evs[0].(*events.ClusterAppeared)
+	if a.Revision == 0 || a.Cluster.Source != h.src.Ref || !a.Cluster.Eligible || a.Cluster.Attributes["provider"] != "rke" {
+		t.Fatalf("appeared = %+v", a)
+	}
+
+	// A scan with nothing new announces nothing, although volatile fields changed.
+	h.scan()
+	h.expect()
+
+	cs[0] = rancherfake.Cluster("c-0", "cluster-0", "active", map[string]string{"env": "staging"})
+	cs[1] = rancherfake.Cluster("c-1", "cluster-1", "provisioning", map[string]string{"env": "prod"})
+	h.rancher.SetClusters(cs...)
+	h.scan()
+	// Labels and state are top-level fields of the Rancher object, so attributes changed too.
+	evs = h.expect("updated c-0 labels,attributes", "updated c-1 state,eligible,attributes")
+	for _, e := range evs {
+		if u := e.(*events.ClusterUpdated); u.Cluster.Key == "c-1" && u.Cluster.Eligible {
+			t.Fatalf("provisioning cluster announced eligible")
+		}
+	}
+
+	// c-2 disappears: missing for less than the grace period is nothing.
+	h.rancher.SetClusters(cs[0], cs[1])
+	h.scan()
+	h.clock.Add(grace - time.Second)
+	h.scan()
+	h.expect()
+	h.clock.Add(time.Second)
+	res = h.scan()
+	evs = h.expect("gone c-2")
+	g := evs[0].(*events.ClusterGone)
+	if g.Name != "cluster-2" || g.LastSeen.IsZero() || res.Known != 2 {
+		t.Fatalf("gone = %+v, result %+v", g, res)
+	}
+
+	// It comes back: a new appearance, with a new revision (so a new event id).
+	h.rancher.SetClusters(cs...)
+	h.scan()
+	evs = h.expect("appeared c-2")
+	if r := evs[0].(*events.ClusterAppeared).Revision; r <= a.Revision || r <= g.Revision {
+		t.Fatalf("re-appearance revision %d not above %d/%d", r, a.Revision, g.Revision)
+	}
+}
+
+func TestReturningWithinGraceIsNotGone(t *testing.T) {
+	h := newHarness(t, 10)
+	cs := clusters(2)
+	h.rancher.SetClusters(cs...)
+	h.scan()
+	h.expect("appeared c-0", "appeared c-1")
+	h.rancher.SetClusters(cs[0])
+	h.scan()
+	h.clock.Add(grace / 2)
+	h.rancher.SetClusters(cs...)
+	h.scan()
+	// The absence clock restarts: another half grace of absence is not enough.
+	h.rancher.SetClusters(cs[0])
+	h.scan()
+	h.clock.Add(grace/2 + time.Minute)
+	h.scan()
+	h.expect()
+}
+
+// TestDegradedRemovesNothing breaks the source in every way design.md names while two clusters
+// are really gone and the grace period has long passed: each scan is degraded and nothing is
+// removed. When the source heals, the absence clock starts at the first complete listing.
+func TestDegradedRemovesNothing(t *testing.T) {
+	cases := []struct {
+		name   string
+		break_ func(h *harness)
+		reason string
+	}{
+		{"401", func(h *harness) { h.rancher.Token = "rotated" }, events.DegradedUnauthorized},
+		{"500", func(h *harness) { h.rancher.FailPage(1, 500) }, events.DegradedListFailed},
+		{"503 on page 2", func(h *harness) { h.rancher.FailPage(2, 503) }, events.DegradedPartial},
+		{"garbage", func(h *harness) { h.rancher.BreakPage(1, rancherfake.FailGarbage) }, events.DegradedListFailed},
+		{"partial", func(h *harness) { h.rancher.BreakPage(1, rancherfake.FailPartial) }, events.DegradedPartial},
+		{"timeout", func(h *harness) { h.rancher.BreakPage(1, rancherfake.FailHang) }, events.DegradedListFailed},
+		{"timeout on page 2", func(h *harness) { h.rancher.BreakPage(2, rancherfake.FailHang) }, events.DegradedPartial},
+		{"empty", func(h *harness) { h.rancher.SetClusters() }, events.DegradedEmpty},
+		{"secret invalid", func(h *harness) {
+			h.src.Lister = scanner.ListerFunc(func(context.Context) ([]events.Cluster, error) {
+				return nil, scanner.Degradedf(events.DegradedSecretInvalid, "Secret enforcement/rancher not found")
+			})
+		}, events.DegradedSecretInvalid},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, 10)
+			cs := clusters(20) // two pages; the breaker allows 2 removals per scan
+			h.rancher.SetClusters(cs...)
+			if res := h.scan(); res.Appeared != 20 {
+				t.Fatalf("first scan: %+v", res)
+			}
+			h.events()
+			good := h.src.Lister
+
+			h.rancher.SetClusters(cs[:18]...) // c-18 and c-19 are really gone...
+			tc.break_(h)                     // ...but the source cannot be trusted.
+			for range 3 {
+				h.clock.Add(grace)
+				res := h.scan()
+				if res.Complete || res.Reason != tc.reason || res.Known != 20 {
+					t.Fatalf("result = %+v, want degraded %s with 20 known", res, tc.reason)
+				}
+			}
+			evs := h.expect("degraded "+tc.reason, "degraded "+tc.reason, "degraded "+tc.reason)
+			if d := evs[0].(*events.SourceDegraded); d.Known != 20 || d.Scan == 0 || strings.Contains(d.Message, "tok-3a9c") {
+				t.Fatalf("degraded = %+v", d)
+			}
+			if got := testutil.ToFloat64(h.metrics.Degraded.WithLabelValues(rancher.Kind, tc.reason)); got != 3 {
+				t.Fatalf("degraded metric = %g, want 3", got)
+			}
+
+			// Healed: the first complete listing starts the absence clock.
+			h.rancher.Heal()
+			h.rancher.Token = "tok-3a9c"
+			h.rancher.SetClusters(cs[:18]...)
+			h.src.Lister = good
+			h.scan()
+			h.expect()
+			h.clock.Add(grace)
+			h.scan()
+			h.expect("gone c-18", "gone c-19")
+		})
+	}
+}
+
+func TestBreakerHoldsRemovalsUntilReleased(t *testing.T) {
+	h := newHarness(t, 100)
+	cs := clusters(20) // cap: max(1, 0.1 × 20) = 2 removals per scan
+	h.rancher.SetClusters(cs...)
+	h.scan()
+	h.events()
+
+	h.rancher.SetClusters(cs[5:]...) // five vanish at once
+	h.scan()
+	h.clock.Add(grace)
+	res := h.scan()
+	evs := h.expect("degraded RemovalsHeld")
+	d := evs[0].(*events.SourceDegraded)
+	want := []string{"cluster-0", "cluster-1", "cluster-2", "cluster-3", "cluster-4"}
+	if !reflect.DeepEqual(d.HeldRemovals, want) || !res.Complete || res.Gone != 0 {
+		t.Fatalf("degraded = %+v, result %+v", d, res)
+	}
+	if !strings.Contains(d.Message, fmt.Sprintf(`%s="%d"`, scanner.ReleaseAnnotation, res.Scan)) {
+		t.Fatalf("message %q does not say how to release", d.Message)
+	}
+	if got := testutil.ToFloat64(h.metrics.RemovalsHeld.WithLabelValues(rancher.Kind, h.src.Ref.ID)); got != 5 {
+		t.Fatalf("removals held gauge = %g", got)
+	}
+	tripScan := res.Scan
+
+	// Still held on later scans, and reported every time.
+	h.clock.Add(time.Hour)
+	h.scan()
+	h.expect("degraded RemovalsHeld")
+
+	// One of them comes back: it is no longer held.
+	h.rancher.SetClusters(append([]map[string]any{cs[0]}, cs[5:]...)...)
+	h.scan()
+	evs = h.expect("degraded RemovalsHeld")
+	if got := evs[0].(*events.SourceDegraded).HeldRemovals; len(got) != 4 {
+		t.Fatalf("held after a return = %v", got)
+	}
+
+	// The operator releases through the trip scan: the four are gone.
+	h.src.ReleaseThrough = tripScan
+	res = h.scan()
+	h.expect("gone c-1", "gone c-2", "gone c-3", "gone c-4")
+	if res.Gone != 4 || len(res.Held) != 0 || res.Known != 16 {
+		t.Fatalf("after release: %+v", res)
+	}
+
+	// A forgotten release annotation does not release a later trip.
+	h.rancher.SetClusters(cs[10:]...) // 6 more of 16 vanish; cap is 1
+	h.scan()
+	h.clock.Add(grace)
+	h.scan()
+	h.expect("degraded RemovalsHeld")
+	h.scan()
+	h.expect("degraded RemovalsHeld")
+}
+
+func TestRestartDoesNotReannounce(t *testing.T) {
+	h := newHarness(t, 2)
+	cs := clusters(3)
+	h.rancher.SetClusters(cs...)
+	h.scan()
+	h.expect("appeared c-0", "appeared c-1", "appeared c-2")
+	h.rancher.SetClusters(cs[0], cs[1])
+	h.scan() // c-2 missing since now
+
+	// The process and the NATS server restart; the inventory is in the KV bucket's file store.
+	h.nats.Restart(t)
+	h.connect()
+	res := h.scan()
+	h.expect()
+	if res.Known != 3 {
+		t.Fatalf("known after restart = %d", res.Known)
+	}
+	// The absence clock survived the restart too.
+	h.clock.Add(grace)
+	h.scan()
+	h.expect("gone c-2")
+}
+
+// failingPublisher loses every publish after the first `ok` batches, like a crash between the
+// KV writes and the stream's acknowledgement. With publishFirst it publishes and then fails, like
+// a crash after the acknowledgement but before the watermark moved.
+type failingPublisher struct {
+	inner        scanner.Publisher
+	publishFirst bool
+}
+
+func (p *failingPublisher) PublishAll(ctx context.Context, evs []events.Event) error {
+	if p.publishFirst {
+		if err := p.inner.PublishAll(ctx, evs); err != nil {
+			return err
+		}
+	}
+	return errors.New("connection lost")
+}
+
+func TestCrashBetweenInventoryAndStream(t *testing.T) {
+	for _, publishFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("published=%t", publishFirst), func(t *testing.T) {
+			h := newHarness(t, 10)
+			good := events.NewPublisher(h.js, "/enforcement/source-scanner")
+			h.rancher.SetClusters(clusters(3)...)
+			h.restart(&failingPublisher{inner: good, publishFirst: publishFirst})
+			if _, err := h.sc.ScanOnce(context.Background(), h.src); err == nil {
+				t.Fatal("scan with a failing publisher succeeded")
+			}
+			if publishFirst {
+				h.expect("appeared c-0", "appeared c-1", "appeared c-2")
+			} else {
+				h.expect()
+			}
+			// The restarted process republishes what the inventory says was not acknowledged;
+			// the stream drops what it already has.
+			h.restart(good)
+			h.scan()
+			if publishFirst {
+				h.expect()
+			} else {
+				h.expect("appeared c-0", "appeared c-1", "appeared c-2")
+			}
+			h.scan()
+			h.expect()
+		})
+	}
+}
+
+func TestMetricsLint(t *testing.T) {
+	h := newHarness(t, 10)
+	h.rancher.SetClusters(clusters(2)...)
+	h.scan()
+	problems, err := testutil.GatherAndLint(h.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("metric %s: %s", p.Metric, p.Text)
+	}
+	if got := testutil.ToFloat64(h.metrics.ClustersKnown.WithLabelValues(rancher.Kind, h.src.Ref.ID)); got != 2 {
+		t.Fatalf("clusters known = %g", got)
+	}
+	if got := testutil.ToFloat64(h.metrics.Scans.WithLabelValues(rancher.Kind, scanner.ResultComplete)); got != 1 {
+		t.Fatalf("scans = %g", got)
+	}
+}
