@@ -1,0 +1,411 @@
+package main
+
+// The local mode: the whole system on one machine with nothing but Go installed. It starts an
+// embedded NATS JetStream server and a real kube-apiserver + etcd (the test harness's, built from
+// Go modules and cached), installs every CRD, seeds a demo (a static source with three clusters
+// and a ClusterRule), builds the hub services and runs them as child processes configured only
+// through their environment, exactly as they run in production. It then narrates what happens
+// by following the event stream, and stops everything on Ctrl-C.
+//
+// Decision: the services run as child processes rather than goroutines in this process. Each
+// service's run() stays in its own package main (its whole story in one folder), and the local
+// mode exercises the same binaries, flags and environment that the images ship.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
+)
+
+// hubServices are the services the local mode runs. policy-watcher runs on managed clusters,
+// not on the hub, so it is not among them.
+var hubServices = []string{"source-scanner", "rule-engine", "argo-syncer", "trigger-dispatcher"}
+
+// Namespaces of the local installation (the defaults of design.md).
+const (
+	localOperatorNamespace = "enforcement"
+	localArgoCDNamespace   = "argocd"
+)
+
+func runLocal(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) error {
+	say := func(format string, args ...any) {
+		fmt.Fprintf(stdout, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return fmt.Errorf("local mode runs from the repository: %w", err)
+	}
+	work, err := os.MkdirTemp("", "enforcement-local-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	natsURL := getenv("NATS_URL")
+	if natsURL == "" {
+		say("Starting NATS JetStream (embedded)")
+		ns, err := startEmbeddedNATS(filepath.Join(work, "nats"))
+		if err != nil {
+			return err
+		}
+		defer ns.Shutdown()
+		natsURL = ns.ClientURL()
+	}
+	say("NATS ready at %s   (watch: nats sub 'enforcement.>' --server %s)", natsURL, natsURL)
+
+	kubeconfig := getenv("KUBECONFIG")
+	var cfg *rest.Config
+	if kubeconfig == "" {
+		say("Starting a local Kubernetes API (kube-apiserver + etcd; the first run builds them, a few minutes)")
+		k, err := testenv.NewKube()
+		if err != nil {
+			return fmt.Errorf("start local Kubernetes API: %w", err)
+		}
+		defer k.Stop()
+		kubeconfig, cfg = k.Kubeconfig, k.Config
+	} else if cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+		return fmt.Errorf("KUBECONFIG=%s: %w", kubeconfig, err)
+	}
+	say("Kubernetes API ready   (look: KUBECONFIG=%s kubectl get clusterrules,applications,appprojects -A)", kubeconfig)
+
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
+		Paths:   []string{filepath.Join(root, "deploy", "k8s", "enforcement-crds", "crds")},
+		CRDs:    append(testenv.ArgoCDCRDs(), testenv.OCMCRDs()...),
+		MaxTime: time.Minute,
+	}); err != nil {
+		return fmt.Errorf("install CRDs: %w", err)
+	}
+	say("Installed CRDs: ClusterRule, Argo CD Application/AppProject/ApplicationSet, OCM ClusterClaim/ManagedCluster/Policy")
+	if err := seedDemo(ctx, cfg); err != nil {
+		return fmt.Errorf("seed demo: %w", err)
+	}
+	say("Seeded the demo: ConfigMap %s/%s (3 clusters) and ClusterRule %s/demo", localOperatorNamespace, staticConfigMap, localOperatorNamespace)
+
+	bin := filepath.Join(work, "bin")
+	if prebuilt := getenv("ENFORCEMENT_BIN_DIR"); prebuilt != "" {
+		bin = prebuilt
+	} else {
+		say("Building %s", strings.Join(hubServices, ", "))
+		if err := buildServices(ctx, root, bin, stderr); err != nil {
+			return err
+		}
+	}
+
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		return fmt.Errorf("connect to NATS: %w", err)
+	}
+	defer nc.Close()
+	sub, err := nc.Subscribe(events.SubjectRoot+".>", func(m *nats.Msg) {
+		if line := narrate(m); line != "" {
+			say("%s", line)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+
+	procs, err := startServices(ctx, bin, filepath.Join(work, "logs"), natsURL, kubeconfig, getenv, say)
+	defer stopServices(procs, say)
+	if err != nil {
+		return err
+	}
+	say("All services ready. Logs: %s. Press Ctrl-C to stop.", filepath.Join(work, "logs"))
+
+	exited := make(chan string, len(procs))
+	for _, p := range procs {
+		go func(p *child) { <-p.done; exited <- p.name }(p)
+	}
+	select {
+	case <-ctx.Done():
+		say("Stopping")
+		return nil
+	case name := <-exited:
+		return fmt.Errorf("%s exited unexpectedly; see its log in %s", name, filepath.Join(work, "logs", name+".log"))
+	}
+}
+
+func startEmbeddedNATS(dir string) (*server.Server, error) {
+	port := 4222
+	if ln, err := net.Listen("tcp", "127.0.0.1:4222"); err != nil {
+		port = -1 // taken: any free port
+	} else {
+		ln.Close()
+	}
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	if err != nil {
+		return nil, fmt.Errorf("start NATS: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(15 * time.Second) {
+		return nil, errors.New("start NATS: not ready after 15s")
+	}
+	return ns, nil
+}
+
+func buildServices(ctx context.Context, root, bin string, stderr io.Writer) error {
+	args := []string{"build", "-o", bin + string(filepath.Separator)}
+	for _, s := range hubServices {
+		args = append(args, "./services/"+s)
+	}
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = root, stderr, stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("build services: %w", err)
+	}
+	return nil
+}
+
+// child is one running service.
+type child struct {
+	name       string
+	cmd        *exec.Cmd
+	healthAddr string
+	done       chan struct{}
+}
+
+// startServices starts every hub service with its environment and waits until each /readyz
+// answers 200. Ports are picked free, so the local mode never clashes with another program.
+func startServices(ctx context.Context, bin, logs, natsURL, kubeconfig string, getenv func(string) string, say func(string, ...any)) ([]*child, error) {
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return nil, err
+	}
+	var procs []*child
+	for _, name := range hubServices {
+		metrics, health := freeAddr(), freeAddr()
+		env := append(os.Environ(),
+			"NATS_URL="+natsURL,
+			"KUBECONFIG="+kubeconfig,
+			"OPERATOR_NAMESPACE="+localOperatorNamespace,
+			"ARGOCD_NAMESPACE="+localArgoCDNamespace,
+			"SCAN_INTERVAL="+valueOr(getenv("SCAN_INTERVAL"), "5s"),
+			"GONE_GRACE_PERIOD="+valueOr(getenv("GONE_GRACE_PERIOD"), "1m"),
+			"METRICS_ADDR="+metrics,
+			"HEALTH_ADDR="+health,
+		)
+		logFile, err := os.Create(filepath.Join(logs, name+".log"))
+		if err != nil {
+			return procs, err
+		}
+		cmd := exec.Command(filepath.Join(bin, name))
+		cmd.Env, cmd.Stdout, cmd.Stderr = env, logFile, logFile
+		if err := cmd.Start(); err != nil {
+			logFile.Close()
+			return procs, fmt.Errorf("start %s: %w", name, err)
+		}
+		c := &child{name: name, cmd: cmd, healthAddr: health, done: make(chan struct{})}
+		go func() { _ = cmd.Wait(); logFile.Close(); close(c.done) }()
+		procs = append(procs, c)
+		say("Started %s (metrics http://%s/metrics, health http://%s/readyz)", name, metrics, health)
+	}
+	for _, c := range procs {
+		if err := waitReady(ctx, c); err != nil {
+			return procs, err
+		}
+		say("%s is ready", c.name)
+	}
+	return procs, nil
+}
+
+func waitReady(ctx context.Context, c *child) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case <-c.done:
+			return fmt.Errorf("%s exited before it was ready", c.name)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		resp, err := http.Get("http://" + c.healthAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%s not ready after 2m", c.name)
+}
+
+// stopServices sends SIGTERM to every service, waits up to 20 s for them to drain, then kills.
+func stopServices(procs []*child, say func(string, ...any)) {
+	var wg sync.WaitGroup
+	for _, c := range procs {
+		wg.Add(1)
+		go func(c *child) {
+			defer wg.Done()
+			_ = c.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-c.done:
+				say("Stopped %s", c.name)
+			case <-time.After(20 * time.Second):
+				_ = c.cmd.Process.Kill()
+				<-c.done
+				say("Killed %s (it did not stop within 20s)", c.name)
+			}
+		}(c)
+	}
+	wg.Wait()
+}
+
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "127.0.0.1:0"
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func valueOr(v, def string) string {
+	if v != "" {
+		return v
+	}
+	return def
+}
+
+// staticConfigMap is the static source's default ConfigMap (see services/source-scanner).
+const staticConfigMap = "enforcement-static-clusters"
+
+// demoClusters is the static source of the demo: two production clusters and one that is still
+// provisioning (present, but not eligible for installs).
+const demoClusters = `- name: demo-eu-1
+  url: https://demo-eu-1.example.com
+  labels: {env: prod, region: eu}
+  attributes: {provider: demo, tier: gold}
+- name: demo-us-1
+  url: https://demo-us-1.example.com
+  labels: {env: prod, region: us}
+  attributes: {provider: demo, tier: silver}
+- name: demo-dev-1
+  url: https://demo-dev-1.example.com
+  labels: {env: dev, region: eu}
+  state: provisioning
+`
+
+// demoRule selects the production clusters and installs two packages, one of them templated
+// with the original's Jinja syntax.
+const demoRule = `apiVersion: enforcement.globo.com/v1beta1
+kind: ClusterRule
+metadata:
+  name: demo
+spec:
+  enforcements:
+    - name: guestbook
+      repo: https://github.com/argoproj/argocd-example-apps
+      path: guestbook
+    - name: helm-guestbook
+      repo: https://github.com/argoproj/argocd-example-apps
+      path: helm-guestbook
+      namespace: ${{ name }}
+      helm:
+        parameters:
+          replicaCount: ${% if tier == 'gold' %}3${% else %}1${% endif %}
+          clusterURL: ${{ url }}
+  source:
+    static:
+      labels:
+        env: prod
+`
+
+func seedDemo(ctx context.Context, cfg *rest.Config) error {
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return err
+	}
+	for _, ns := range []string{localOperatorNamespace, localArgoCDNamespace} {
+		err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create namespace %s: %w", ns, err)
+		}
+	}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: staticConfigMap, Namespace: localOperatorNamespace},
+		Data:       map[string]string{"clusters.yaml": demoClusters},
+	}
+	if err := c.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create ConfigMap: %w", err)
+	}
+	rule := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(demoRule), &rule.Object); err != nil {
+		return err
+	}
+	rule.SetNamespace(localOperatorNamespace)
+	if err := c.Create(ctx, rule); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create ClusterRule: %w", err)
+	}
+	return nil
+}
+
+// narrate turns one event into a line a person can follow; "" for events not worth a line.
+func narrate(m *nats.Msg) string {
+	if strings.HasPrefix(m.Subject, events.SubjectRoot+".deadletter.") {
+		return fmt.Sprintf("Dead letter from %s: %s", m.Header.Get(events.HeaderDeadConsumer), m.Header.Get(events.HeaderDeadReason))
+	}
+	e, _, err := events.Decode(m.Subject, m.Header, m.Data)
+	if err != nil {
+		return "Undecodable event on " + m.Subject + ": " + err.Error()
+	}
+	switch e := e.(type) {
+	case *events.ClusterAppeared:
+		eligible := "eligible"
+		if !e.Cluster.Eligible {
+			eligible = "not eligible yet: " + e.Cluster.State
+		}
+		return fmt.Sprintf("Discovered cluster %s (%s, %s)", e.Cluster.Name, e.Cluster.Source.Kind, eligible)
+	case *events.ClusterUpdated:
+		return fmt.Sprintf("Cluster %s changed: %s", e.Cluster.Name, strings.Join(e.Changed, ", "))
+	case *events.ClusterGone:
+		return fmt.Sprintf("Cluster %s is gone from its source", e.Name)
+	case *events.SourceDegraded:
+		return fmt.Sprintf("Source %s/%s degraded (%s): %s; nothing removed", e.Source.Kind, e.Source.ID, e.Reason, e.Message)
+	case *events.InstallIntent:
+		return fmt.Sprintf("Rule %s wants %s on %s", e.Rule, e.Enforcement.Name, e.Cluster.Name)
+	case *events.UninstallIntent:
+		return fmt.Sprintf("Rule %s lets go of %s on %s (%s)", e.Rule, e.Enforcement, e.Cluster.Name, e.Reason)
+	case *events.InstallSucceeded:
+		if e.Created {
+			return fmt.Sprintf("Created Application %s/%s", localArgoCDNamespace, e.Application)
+		}
+		return fmt.Sprintf("Updated Application %s/%s", localArgoCDNamespace, e.Application)
+	case *events.InstallFailed:
+		return fmt.Sprintf("Install of %s on %s failed (%s): %s", e.Enforcement, e.Cluster, e.Reason, e.Message)
+	case *events.UninstallDone:
+		if e.Deleted {
+			return fmt.Sprintf("Deleted Application %s/%s", localArgoCDNamespace, e.Application)
+		}
+		return ""
+	case *events.TriggerDelivered:
+		return fmt.Sprintf("Delivered %s webhook for %s on %s", e.Phase, e.Enforcement, e.Cluster)
+	case *events.TriggerFailed:
+		return fmt.Sprintf("%s webhook for %s on %s failed: %s", e.Phase, e.Enforcement, e.Cluster, e.Message)
+	}
+	return ""
+}

@@ -1,0 +1,47 @@
+// Command enforcement is the operator's command line:
+//
+//	enforcement local                    run the whole system on this machine (see local.go)
+//	enforcement dead-letters [CONSUMER]  list the events a consumer gave up on, with the reason
+//	enforcement dead-letters replay SEQ  publish a dead letter's event again after fixing the cause
+//
+// It reads NATS_URL (default nats://127.0.0.1:4222) and, for local, KUBECONFIG.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "enforcement:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage:
+  enforcement local                    run NATS, a local Kubernetes API, every hub service and a demo
+  enforcement dead-letters [CONSUMER]  list dead letters (all consumers when none is named)
+  enforcement dead-letters replay SEQ  publish the event of dead letter SEQ again`
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("no command\n%s", usage)
+	}
+	switch args[0] {
+	case "local":
+		return runLocal(ctx, getenv, stdout, stderr)
+	case "dead-letters":
+		return runDeadLetters(ctx, args[1:], getenv, stdout)
+	case "help", "-h", "--help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	}
+	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
+}
