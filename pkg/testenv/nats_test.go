@@ -102,7 +102,8 @@ func TestNATSWithServerOptions(t *testing.T) {
 	}
 }
 
-// The standalone binary is the pinned version and serves JetStream.
+// The standalone binary (images, separate processes) is the same version as the embedded server
+// (tests, local mode), and serves JetStream.
 func TestNATSServerBinary(t *testing.T) {
 	bin, err := testenv.NATSServerBinary()
 	if err != nil {
@@ -112,8 +113,8 @@ func TestNATSServerBinary(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s --version: %v\n%s", bin, err, out)
 	}
-	if !strings.Contains(string(out), "v2.12.1") {
-		t.Fatalf("%s --version = %q, want v2.12.1", bin, out)
+	if want := "v" + server.VERSION; !strings.Contains(string(out), want) {
+		t.Fatalf("%s --version = %q, want the embedded server's %s (align tools/nats-server)", bin, out, want)
 	}
 
 	port := freePort(t)
