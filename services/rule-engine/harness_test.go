@@ -1,0 +1,274 @@
+package main
+
+// Component-test harness: a real embedded NATS per test, one real kube-apiserver per package
+// (with the ClusterRule CRD from deploy/), and the service started through run with a map for
+// its environment.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.RunWithSharedKube(m)) }
+
+// crdDir is the generated CRD of ClusterRule.
+var crdDir = filepath.Join("..", "..", "deploy", "k8s", "enforcement-crds", "crds")
+
+// testNamespaces makes every test's namespace distinct on the shared API server.
+var testNamespaces atomic.Int32
+
+// env is one test's world: API server, NATS, and a namespace the service watches.
+type env struct {
+	t    *testing.T
+	kube *testenv.Kube
+	c    client.Client
+	nats *testenv.NATS
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	pub  *events.Publisher
+	ns   string
+	vars map[string]string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	kube := testenv.SharedKube(t)
+	kube.InstallCRDsFromDir(t, crdDir)
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1beta1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(kube.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := testenv.StartNATS(t)
+	nc, err := nats.Connect(n.URL(), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(context.Background(), js); err != nil {
+		t.Fatal(err)
+	}
+	ns := kube.Namespace(t, fmt.Sprintf("re-%s-%d", strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))[:min(len(t.Name()), 30)], testNamespaces.Add(1)))
+	return &env{t: t, kube: kube, c: c, nats: n, nc: nc, js: js, pub: events.NewPublisher(js, "/test"), ns: ns,
+		vars: map[string]string{"NATS_URL": n.URL(), "KUBECONFIG": kube.Kubeconfig, "WATCH_NAMESPACES": ns, "LOG_LEVEL": "warn"}}
+}
+
+// freeAddr returns a 127.0.0.1 address with a port nobody listens on right now.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// start runs the service until the returned stop is called (or the test ends); it waits for
+// /readyz to answer 200. stop cancels and checks that run returns nil promptly.
+func (e *env) start() (stop func()) {
+	t := e.t
+	t.Helper()
+	health, metricsAddr := freeAddr(t), freeAddr(t)
+	vars := map[string]string{"HEALTH_ADDR": health, "METRICS_ADDR": metricsAddr}
+	for k, v := range e.vars {
+		vars[k] = v
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, func(k string) string { return vars[k] }, io.Discard, io.Discard) }()
+	eventually(t, 30*time.Second, func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("run returned early: %v", err)
+		default:
+		}
+		resp, err := http.Get("http://" + health + "/readyz")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readyz %d: %s", resp.StatusCode, body)
+		}
+		return nil
+	})
+	var stopped atomic.Bool
+	stop = func() {
+		if !stopped.CompareAndSwap(false, true) {
+			return
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run returned %v, want nil", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("run did not return within 15s of cancel")
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// eventually retries f until it returns nil or timeout passes.
+func eventually(t testing.TB, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s: %v", timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// rancherSource is the source the test rules use: default Secret, no filters.
+func rancherSource() events.SourceRef {
+	return events.SourceRef{Kind: "rancher", ID: SourceID("rancher", "enforcement", "rancher", nil),
+		SecretNamespace: "enforcement", SecretName: "rancher"}
+}
+
+// publish publishes events as the other services would.
+func (e *env) publish(evs ...events.Event) {
+	e.t.Helper()
+	for _, ev := range evs {
+		if _, err := e.pub.Publish(context.Background(), ev); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func appeared(c events.Cluster, rev uint64) *events.ClusterAppeared {
+	return &events.ClusterAppeared{Cluster: c, Revision: rev}
+}
+
+// intents reads every intent in the stream, in order.
+func (e *env) intents() []events.Event {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := e.js.OrderedConsumer(ctx, events.StreamName, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"enforcement.intent.>"}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []events.Event
+	for {
+		batch, err := cons.FetchNoWait(500)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			ev, _, err := events.Decode(m.Subject(), m.Headers(), m.Data())
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			out = append(out, ev)
+		}
+		if n == 0 {
+			return out
+		}
+	}
+}
+
+// intentSummary is an intent in one line: "install cluster enforcement" or
+// "uninstall cluster enforcement Reason".
+func intentSummary(ev events.Event) string {
+	switch i := ev.(type) {
+	case *events.InstallIntent:
+		return "install " + i.Cluster.Name + " " + i.Enforcement.Name
+	case *events.UninstallIntent:
+		return "uninstall " + i.Cluster.Name + " " + i.Enforcement + " " + i.Reason
+	}
+	return ev.Type()
+}
+
+// waitIntents waits until the stream holds exactly want intents (as summaries, in order) and
+// returns them.
+func (e *env) waitIntents(want ...string) []events.Event {
+	e.t.Helper()
+	var got []events.Event
+	eventually(e.t, 20*time.Second, func() error {
+		got = e.intents()
+		var s []string
+		for _, ev := range got {
+			s = append(s, intentSummary(ev))
+		}
+		if strings.Join(s, "\n") != strings.Join(want, "\n") {
+			return fmt.Errorf("intents:\n%s\nwant:\n%s", strings.Join(s, "\n"), strings.Join(want, "\n"))
+		}
+		return nil
+	})
+	return got
+}
+
+// rule reads a ClusterRule.
+func (e *env) rule(name string) *v1beta1.ClusterRule {
+	e.t.Helper()
+	var cr v1beta1.ClusterRule
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: name}, &cr); err != nil {
+		e.t.Fatal(err)
+	}
+	return &cr
+}
+
+// waitReady waits until the rule's Ready condition has reason (and its status passes check).
+func (e *env) waitReady(name, reason string, check func(st v1beta1.ClusterRuleStatus) error) *v1beta1.ClusterRule {
+	e.t.Helper()
+	var cr *v1beta1.ClusterRule
+	eventually(e.t, 20*time.Second, func() error {
+		cr = e.rule(name)
+		var got string
+		for _, c := range cr.Status.Conditions {
+			if c.Type == v1beta1.ConditionReady {
+				got = c.Reason + ": " + c.Message
+				if c.Reason == reason && c.ObservedGeneration == cr.Generation && cr.Status.ObservedGeneration == cr.Generation {
+					if check != nil {
+						return check(cr.Status)
+					}
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("Ready = %q, want reason %s", got, reason)
+	})
+	return cr
+}
