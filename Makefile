@@ -29,6 +29,7 @@ check:
 	@for m in $(MODULES); do (cd $$m && go vet ./...) || exit 1; done
 	@for m in $(MODULES); do (cd $$m && go mod tidy -diff >/dev/null) || { echo "go mod tidy needed in $$m"; exit 1; }; done
 	@hack/check-versions.sh
+	@hack/check-repo.sh
 	@hack/generate.sh && git diff --exit-code -- pkg/api deploy/k8s/enforcement-crds pkg/events/asyncapi.yaml \
 		|| { echo "generated files are stale: run hack/generate.sh and commit"; exit 1; }
 
