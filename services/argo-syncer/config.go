@@ -1,0 +1,112 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/enforcement-io/enforcement/pkg/service"
+)
+
+// Config is argo-syncer's configuration, read from the environment once at start.
+type Config struct {
+	service.Common
+	// OperatorNamespace (OPERATOR_NAMESPACE, default "enforcement") is where source Secrets live
+	// when an intent's source reference names no namespace.
+	OperatorNamespace string
+	// ArgoCDNamespace (ARGOCD_NAMESPACE, default "argocd") receives cluster Secrets, AppProjects
+	// and Applications.
+	ArgoCDNamespace string
+	// Concurrency (SYNC_CONCURRENCY, default 16) bounds how many intents are handled, and so how
+	// many writes are in flight, at once.
+	Concurrency int
+	// KubeQPS and KubeBurst (KUBE_QPS, default 100; KUBE_BURST, default 200) are the client-side
+	// rate limit towards the API server. client-go's own default (5 QPS) would make a burst of
+	// 1,000 new clusters take ten minutes.
+	KubeQPS   float32
+	KubeBurst int
+	// ProjectSourceRepos (PROJECT_SOURCE_REPOS, default "rules") is what an AppProject allows as
+	// sources: "rules" lists the repositories of the rules that target the cluster, "*" allows any.
+	ProjectSourceRepos string
+	// ProjectClusterResources (PROJECT_CLUSTER_RESOURCES, default "all") says whether projects
+	// allow cluster-scoped resources ("all") or none ("none"). Packages such as monitoring agents
+	// need ClusterRoles and CRDs, hence the default.
+	ProjectClusterResources string
+	// SourceSecretTTL (SOURCE_SECRET_TTL, default 30s) is how long credentials read from a source
+	// Secret are reused, so that registering 1,000 clusters of one source reads the Secret once.
+	SourceSecretTTL time.Duration
+	// ShutdownTimeout (SHUTDOWN_TIMEOUT, default 30s) bounds draining at shutdown.
+	ShutdownTimeout time.Duration
+}
+
+// Values of PROJECT_SOURCE_REPOS and PROJECT_CLUSTER_RESOURCES.
+const (
+	SourceReposRules = "rules"
+	SourceReposAny   = "*"
+	ClusterResAll    = "all"
+	ClusterResNone   = "none"
+)
+
+// errAPIMode is returned when the original operator's Argo CD API variables are set: talking
+// to the Argo CD API server instead of writing the objects is not built yet.
+var errAPIMode = errors.New("ARGO_URL/ARGO_USERNAME/ARGO_PASSWORD/ARGO_TOKEN are set: API mode not built yet; " +
+	"unset them to write clusters, AppProjects and Applications through the Kubernetes API (declarative mode)")
+
+// LoadConfig reads and validates the configuration. Errors name the variable.
+func LoadConfig(getenv service.Getenv) (Config, error) {
+	c := Config{
+		Common:                  service.LoadCommon(getenv),
+		OperatorNamespace:       service.String(getenv, "OPERATOR_NAMESPACE", service.DefaultOperatorNamespace),
+		ArgoCDNamespace:         service.String(getenv, "ARGOCD_NAMESPACE", service.DefaultArgoCDNamespace),
+		ProjectSourceRepos:      service.String(getenv, "PROJECT_SOURCE_REPOS", SourceReposRules),
+		ProjectClusterResources: service.String(getenv, "PROJECT_CLUSTER_RESOURCES", ClusterResAll),
+	}
+	for _, name := range []string{"ARGO_URL", "ARGO_USERNAME", "ARGO_PASSWORD", "ARGO_TOKEN"} {
+		if getenv(name) != "" {
+			// Not built yet: API mode (the original operator's way, through argocd-server).
+			return Config{}, errAPIMode
+		}
+	}
+	var errs []error
+	var err error
+	if c.Concurrency, err = positiveInt(getenv, "SYNC_CONCURRENCY", 16); err != nil {
+		errs = append(errs, err)
+	}
+	if c.KubeBurst, err = positiveInt(getenv, "KUBE_BURST", 200); err != nil {
+		errs = append(errs, err)
+	}
+	qps, err := positiveInt(getenv, "KUBE_QPS", 100)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	c.KubeQPS = float32(qps)
+	if c.SourceSecretTTL, err = service.Duration(getenv, "SOURCE_SECRET_TTL", 30*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if c.ShutdownTimeout, err = service.Duration(getenv, "SHUTDOWN_TIMEOUT", 30*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if c.ProjectSourceRepos != SourceReposRules && c.ProjectSourceRepos != SourceReposAny {
+		errs = append(errs, fmt.Errorf("PROJECT_SOURCE_REPOS=%q: want %q or %q", c.ProjectSourceRepos, SourceReposRules, SourceReposAny))
+	}
+	if c.ProjectClusterResources != ClusterResAll && c.ProjectClusterResources != ClusterResNone {
+		errs = append(errs, fmt.Errorf("PROJECT_CLUSTER_RESOURCES=%q: want %q or %q", c.ProjectClusterResources, ClusterResAll, ClusterResNone))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+func positiveInt(getenv service.Getenv, name string, def int) (int, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%s=%q: want a whole number >= 1", name, v)
+	}
+	return n, nil
+}

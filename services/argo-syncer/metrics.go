@@ -1,0 +1,63 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// Metrics are argo-syncer's own metrics, next to the consumer metrics of pkg/events:
+//
+//	enforcement_argo_syncer_api_writes_total{kind,verb,result}   kind: Secret, AppProject, Application
+//	enforcement_argo_syncer_intents_total{type,outcome}          outcome: installed, waiting, failed, uninstalled
+//
+// Labels are low-cardinality: never a cluster or rule name. A nil *Metrics records nothing.
+type Metrics struct {
+	writes  *prometheus.CounterVec
+	intents *prometheus.CounterVec
+}
+
+// NewMetrics registers argo-syncer's metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "enforcement_argo_syncer_api_writes_total",
+			Help: "Write requests sent to the Kubernetes API, by object kind, verb and result.",
+		}, []string{"kind", "verb", "result"}),
+		intents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "enforcement_argo_syncer_intents_total",
+			Help: "Intents handled, by intent type and outcome.",
+		}, []string{"type", "outcome"}),
+	}
+	reg.MustRegister(m.writes, m.intents)
+	return m
+}
+
+func (m *Metrics) write(kind, verb string, err error) {
+	if m == nil {
+		return
+	}
+	m.writes.WithLabelValues(kind, verb, resultOf(err)).Inc()
+}
+
+func (m *Metrics) intent(typ, outcome string) {
+	if m == nil {
+		return
+	}
+	m.intents.WithLabelValues(typ, outcome).Inc()
+}
+
+// resultOf folds an API error into a few values.
+func resultOf(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case apierrors.IsNotFound(err):
+		return "not_found"
+	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
+		return "conflict"
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		return "rejected"
+	default:
+		return "error"
+	}
+}

@@ -1,0 +1,285 @@
+package main
+
+// This file renders the Argo CD objects argo-syncer writes. The functions are pure: the same
+// intent and settings always give the same object, so that a hash of the rendered object tells
+// whether the stored one is already as wanted (and a redelivered intent writes nothing).
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+// Labels and annotations argo-syncer writes. cluster_name is the original operator's label and is
+// kept for compatibility (and adoption); the others mark ownership.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedByValue = "enforcement"
+	LabelCluster   = "cluster_name"
+	// Argo CD's cluster Secret label (argo-cd common.LabelKeySecretType), copied rather than
+	// importing argo-cd/common, which drags in the whole Argo CD server.
+	LabelSecretType   = "argocd.argoproj.io/secret-type"
+	SecretTypeCluster = "cluster"
+
+	LabelRuleNamespace = "enforcement.globo.com/rule-namespace"
+	LabelRuleName      = "enforcement.globo.com/rule"
+	LabelEnforcement   = "enforcement.globo.com/enforcement"
+
+	AnnotationRule        = "enforcement.globo.com/rule"
+	AnnotationRuleUID     = "enforcement.globo.com/rule-uid"
+	AnnotationEnforcement = "enforcement.globo.com/enforcement"
+	AnnotationCluster     = "enforcement.globo.com/cluster"
+	AnnotationSpecHash    = "enforcement.globo.com/spec-hash"
+	// AnnotationAppliedHash is the hash of the object argo-syncer last applied. Equal hash, equal
+	// object: nothing to write.
+	AnnotationAppliedHash = "enforcement.globo.com/applied-hash"
+	// AnnotationUnregister marks an AppProject whose cluster no rule targets any more while some of
+	// its Applications are still being deleted; the cluster is unregistered once they are gone.
+	AnnotationUnregister = "enforcement.globo.com/unregister"
+
+	// FieldManager is argo-syncer's server-side apply field manager. Fields Argo CD (or anyone
+	// else) manages, such as status, operation and finalizers, are left alone.
+	FieldManager = "enforcement-argo-syncer"
+
+	// DefaultNamespace is the enforcement namespace when a rule names none (the original's default).
+	DefaultNamespace = "default"
+)
+
+// clusterLabel is the cluster_name label value of a cluster: its name when that is a valid label
+// value, else the normalised object name (events.ObjectName), so that long or unusual names still
+// label their objects.
+func clusterLabel(cluster string) string {
+	if len(validation.IsValidLabelValue(cluster)) == 0 {
+		return cluster
+	}
+	return events.ObjectName(cluster)
+}
+
+// ProjectName is the AppProject of a cluster: named after it, as the original operator did.
+func ProjectName(cluster string) string { return events.ObjectName(cluster) }
+
+// ClusterSecretName is the name of the cluster Secret argo-syncer creates for a cluster.
+func ClusterSecretName(cluster string) string { return "cluster-" + events.ObjectName(cluster) }
+
+// applyObject is the body of a server-side apply: only the fields argo-syncer owns. The typed
+// argo-cd objects cannot be sent whole, because their zero-valued status would be applied too.
+type applyObject struct {
+	APIVersion string    `json:"apiVersion"`
+	Kind       string    `json:"kind"`
+	Metadata   applyMeta `json:"metadata"`
+	Spec       any       `json:"spec"`
+}
+
+type applyMeta struct {
+	Name        string            `json:"name"`
+	Namespace   string            `json:"namespace"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// seal stores the hash of the object (without the hash annotation) in AnnotationAppliedHash and
+// returns the JSON body.
+func (o *applyObject) seal() []byte {
+	if o.Metadata.Annotations == nil {
+		o.Metadata.Annotations = map[string]string{}
+	}
+	delete(o.Metadata.Annotations, AnnotationAppliedHash)
+	body, err := json.Marshal(o)
+	if err != nil {
+		panic(fmt.Sprintf("marshal %s: %v", o.Kind, err)) // plain structs of strings always marshal
+	}
+	sum := sha256.Sum256(body)
+	o.Metadata.Annotations[AnnotationAppliedHash] = hex.EncodeToString(sum[:12])
+	body, _ = json.Marshal(o)
+	return body
+}
+
+func (o *applyObject) hash() string { return o.Metadata.Annotations[AnnotationAppliedHash] }
+
+// RenderApplication renders the Application of an install intent in namespace ns: named
+// events.ApplicationName(cluster, enforcement), in the cluster's AppProject, destination by
+// cluster name and the enforcement's namespace, automated sync with prune and self-heal, and
+// CreateNamespace=true. The enforcement's own labels come first; Enforcement's labels win.
+func RenderApplication(ns string, in *events.InstallIntent) *applyObject {
+	e := in.Enforcement
+	labels := map[string]string{}
+	for k, v := range e.Labels {
+		labels[k] = v
+	}
+	labels[LabelManagedBy] = ManagedByValue
+	labels[LabelCluster] = clusterLabel(in.Cluster.Name)
+	// Rule and enforcement go into labels only where the value is a valid label value; the
+	// annotations always hold the full references.
+	for k, v := range map[string]string{
+		LabelRuleNamespace: in.Rule.Namespace,
+		LabelRuleName:      in.Rule.Name,
+		LabelEnforcement:   e.Name,
+	} {
+		if len(validation.IsValidLabelValue(v)) == 0 {
+			labels[k] = v
+		} else {
+			delete(labels, k)
+		}
+	}
+	annotations := map[string]string{
+		AnnotationRule:        in.Rule.String(),
+		AnnotationEnforcement: e.Name,
+		AnnotationCluster:     in.Cluster.Name,
+		AnnotationSpecHash:    in.SpecHash,
+	}
+	if in.Rule.UID != "" {
+		annotations[AnnotationRuleUID] = in.Rule.UID
+	}
+	namespace := e.Namespace
+	if namespace == "" {
+		namespace = DefaultNamespace
+	}
+	source := &argov1.ApplicationSource{RepoURL: e.Repo, Path: e.Path, TargetRevision: e.TargetRevision}
+	if len(e.HelmParameters) > 0 {
+		source.Helm = &argov1.ApplicationSourceHelm{}
+		for _, p := range e.HelmParameters {
+			source.Helm.Parameters = append(source.Helm.Parameters, argov1.HelmParameter{Name: p.Name, Value: p.Value})
+		}
+	}
+	return &applyObject{
+		APIVersion: "argoproj.io/v1alpha1",
+		Kind:       "Application",
+		Metadata: applyMeta{
+			Name:        events.ApplicationName(in.Cluster.Name, e.Name),
+			Namespace:   ns,
+			Labels:      labels,
+			Annotations: annotations,
+		},
+		Spec: argov1.ApplicationSpec{
+			Source:      source,
+			Destination: argov1.ApplicationDestination{Name: in.Cluster.Name, Namespace: namespace},
+			Project:     ProjectName(in.Cluster.Name),
+			SyncPolicy: &argov1.SyncPolicy{
+				Automated:   &argov1.SyncPolicyAutomated{Prune: true, SelfHeal: true},
+				SyncOptions: argov1.SyncOptions{"CreateNamespace=true"},
+			},
+		},
+	}
+}
+
+// ProjectSettings are the configurable parts of an AppProject.
+type ProjectSettings struct {
+	// AnyRepo allows every repository ("*") instead of the rules' repositories.
+	AnyRepo bool
+	// ClusterResources allows every cluster-scoped resource.
+	ClusterResources bool
+}
+
+// RenderProject renders the AppProject of a cluster in namespace ns: named after the cluster,
+// allowing it as destination by API URL and by name (any namespace), the given repositories
+// (sorted, without duplicates) or any, and cluster-scoped resources when configured.
+func RenderProject(ns, cluster, url string, repos []string, s ProjectSettings) *applyObject {
+	if s.AnyRepo {
+		repos = []string{"*"}
+	} else {
+		repos = slices.Clone(repos)
+		slices.Sort(repos)
+		repos = slices.Compact(repos)
+	}
+	var dests []argov1.ApplicationDestination
+	if url != "" {
+		dests = append(dests, argov1.ApplicationDestination{Server: url, Namespace: "*"})
+	}
+	dests = append(dests, argov1.ApplicationDestination{Name: cluster, Namespace: "*"})
+	spec := argov1.AppProjectSpec{
+		Description:  "Enforcement packages for cluster " + cluster,
+		SourceRepos:  repos,
+		Destinations: dests,
+	}
+	if s.ClusterResources {
+		spec.ClusterResourceWhitelist = []metav1.GroupKind{{Group: "*", Kind: "*"}}
+	}
+	return &applyObject{
+		APIVersion: "argoproj.io/v1alpha1",
+		Kind:       "AppProject",
+		Metadata: applyMeta{
+			Name:      ProjectName(cluster),
+			Namespace: ns,
+			Labels:    map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: clusterLabel(cluster)},
+			Annotations: map[string]string{
+				AnnotationCluster: cluster,
+			},
+		},
+		Spec: spec,
+	}
+}
+
+// errCredentials says a source Secret lacks what a cluster registration needs. The message names
+// keys, never values.
+var errCredentials = errors.New("source Secret has no usable credentials")
+
+// ClusterConfigFromSecret builds Argo CD's cluster connection config from a source Secret's data:
+// "token" (or "bearerToken") becomes the bearer token, "caCert" (or "caData", PEM) the CA, and
+// "insecure" ("true"/"false") skips TLS verification. These are Rancher's keys (design.md, Fixed
+// interfaces); other kinds use the same keys until their issues define their own.
+// Not built yet: EKS (awsAuthConfig) and GKE (execProviderConfig) authentication.
+func ClusterConfigFromSecret(kind string, data map[string][]byte) (argov1.ClusterConfig, error) {
+	var cfg argov1.ClusterConfig
+	token := string(data["token"])
+	if token == "" {
+		token = string(data["bearerToken"])
+	}
+	if strings.TrimSpace(token) == "" {
+		return cfg, fmt.Errorf("%w: %s Secret needs key \"token\"", errCredentials, kind)
+	}
+	cfg.BearerToken = strings.TrimSpace(token)
+	ca := data["caCert"]
+	if len(ca) == 0 {
+		ca = data["caData"]
+	}
+	if len(ca) > 0 {
+		cfg.TLSClientConfig.CAData = ca
+	}
+	if v := strings.TrimSpace(string(data["insecure"])); v != "" {
+		insecure, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("%w: %s Secret key \"insecure\" is not a boolean", errCredentials, kind)
+		}
+		cfg.TLSClientConfig.Insecure = insecure
+	}
+	return cfg, nil
+}
+
+// RenderClusterSecret renders a cluster Secret in Argo CD's declarative format: label
+// argocd.argoproj.io/secret-type=cluster and the keys name, server and config (JSON).
+func RenderClusterSecret(ns string, t events.Target, cfg argov1.ClusterConfig) (*corev1.Secret, error) {
+	config, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("marshal cluster config: %w", err)
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      ClusterSecretName(t.Name),
+			Namespace: ns,
+			Labels: map[string]string{
+				LabelSecretType: SecretTypeCluster,
+				LabelManagedBy:  ManagedByValue,
+				LabelCluster:    clusterLabel(t.Name),
+			},
+			Annotations: map[string]string{AnnotationCluster: t.Name},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{
+			"name":   []byte(t.Name),
+			"server": []byte(t.URL),
+			"config": config,
+		},
+	}, nil
+}

@@ -1,0 +1,589 @@
+package main
+
+// The Syncer carries out intents: it registers a cluster (Secret), keeps its AppProject and
+// writes or removes its Applications, through the Kubernetes API of the Argo CD namespace.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
+	argoclient "github.com/argoproj/argo-cd/v2/pkg/client/clientset/versioned"
+	argoinformers "github.com/argoproj/argo-cd/v2/pkg/client/informers/externalversions/application/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+// Index names of the informers.
+const (
+	indexCluster = "cluster" // Applications by cluster_name label
+	indexServer  = "server"  // cluster Secrets by data.server
+	indexName    = "name"    // cluster Secrets by data.name
+)
+
+// Failure reasons published in InstallFailed.
+const (
+	ReasonRejected      = "Rejected"          // the API server rejected an object (permanent)
+	ReasonNotOwned      = "NotOwned"          // an object of that name belongs to someone else (permanent)
+	ReasonSecretInvalid = "SourceSecretError" // the source Secret is missing or unusable
+	ReasonAPIError      = "APIError"          // any other API error (retried)
+	ReasonTerminating   = "ApplicationTerminating"
+)
+
+// failure is an install error with the reason to publish. Permanent failures are not retried.
+type failure struct {
+	reason    string
+	permanent bool
+	err       error
+}
+
+func (f *failure) Error() string { return f.reason + ": " + f.err.Error() }
+func (f *failure) Unwrap() error { return f.err }
+
+// classify turns an API error into a failure: a rejection (invalid, bad request, forbidden by
+// admission) is permanent and keeps the server's message.
+func classify(err error, what string) error {
+	var f *failure
+	if errors.As(err, &f) {
+		return err
+	}
+	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+		return &failure{reason: ReasonRejected, permanent: true, err: fmt.Errorf("%s: %w", what, err)}
+	}
+	return &failure{reason: ReasonAPIError, err: fmt.Errorf("%s: %w", what, err)}
+}
+
+// Syncer writes intents into Argo CD objects. It is safe for concurrent use; intents of one
+// cluster are serialised.
+type Syncer struct {
+	ns       string
+	opNS     string
+	project  ProjectSettings
+	kube     kubernetes.Interface
+	argo     argoclient.Interface
+	logger   *slog.Logger
+	metrics  *Metrics
+	apps     *view[*argov1.Application]
+	projects *view[*argov1.AppProject]
+	secrets  *view[*corev1.Secret]
+	creds    *credentialCache
+	clusters keyedMutex
+	// pending holds clusters to unregister once their terminating Applications are gone.
+	pending workqueue.TypedRateLimitingInterface[string]
+	synced  []cache.InformerSynced
+}
+
+// SyncerOptions configure NewSyncer.
+type SyncerOptions struct {
+	ArgoCDNamespace   string
+	OperatorNamespace string
+	Project           ProjectSettings
+	SourceSecretTTL   time.Duration
+	Logger            *slog.Logger
+	Metrics           *Metrics
+}
+
+// NewSyncer builds a Syncer and its informers; call Run to start them.
+func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOptions) *Syncer {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	s := &Syncer{
+		ns: o.ArgoCDNamespace, opNS: o.OperatorNamespace, project: o.Project,
+		kube: kube, argo: argo, logger: o.Logger, metrics: o.Metrics,
+		creds: &credentialCache{kube: kube, ttl: o.SourceSecretTTL, entries: map[string]credentialEntry{}},
+		pending: workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](
+			100*time.Millisecond, 30*time.Second)),
+	}
+	appInformer := argoinformers.NewApplicationInformer(argo, s.ns, 0, cache.Indexers{
+		indexCluster: func(obj any) ([]string, error) {
+			app, ok := obj.(*argov1.Application)
+			if !ok || app.Labels[LabelCluster] == "" {
+				return nil, nil
+			}
+			return []string{app.Labels[LabelCluster]}, nil
+		},
+	})
+	projectInformer := argoinformers.NewAppProjectInformer(argo, s.ns, 0, cache.Indexers{})
+	secretInformer := coreinformers.NewFilteredSecretInformer(kube, s.ns, 0, cache.Indexers{
+		indexServer: secretDataIndex("server"),
+		indexName:   secretDataIndex("name"),
+	}, func(lo *metav1.ListOptions) { lo.LabelSelector = LabelSecretType + "=" + SecretTypeCluster })
+	s.apps = newView[*argov1.Application](s.ns, appInformer)
+	s.projects = newView[*argov1.AppProject](s.ns, projectInformer)
+	s.secrets = newView[*corev1.Secret](s.ns, secretInformer)
+	s.apps.onDelete = func(app *argov1.Application) {
+		if c := app.Annotations[AnnotationCluster]; c != "" && owned(app) {
+			s.pending.Add(c)
+		}
+	}
+	s.synced = []cache.InformerSynced{appInformer.HasSynced, projectInformer.HasSynced, secretInformer.HasSynced}
+	return s
+}
+
+func secretDataIndex(key string) cache.IndexFunc {
+	return func(obj any) ([]string, error) {
+		sec, ok := obj.(*corev1.Secret)
+		if !ok || len(sec.Data[key]) == 0 {
+			return nil, nil
+		}
+		return []string{string(sec.Data[key])}, nil
+	}
+}
+
+// Run starts the informers, waits for their caches, queues the clusters whose unregistration
+// was pending when the service last stopped, and then works the unregistration queue until ctx
+// ends. ready is closed once the caches are synced.
+func (s *Syncer) Run(ctx context.Context, ready chan<- struct{}) error {
+	go s.apps.informer.Run(ctx.Done())
+	go s.projects.informer.Run(ctx.Done())
+	go s.secrets.informer.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
+		return fmt.Errorf("sync Argo CD caches: %w", ctx.Err())
+	}
+	for _, obj := range s.projects.informer.GetIndexer().List() {
+		if p, ok := obj.(*argov1.AppProject); ok && owned(p) && p.Annotations[AnnotationUnregister] != "" {
+			s.pending.Add(p.Annotations[AnnotationCluster])
+		}
+	}
+	close(ready)
+	go func() { <-ctx.Done(); s.pending.ShutDown() }()
+	for {
+		cluster, quit := s.pending.Get()
+		if quit {
+			return nil
+		}
+		err := s.finishUnregister(ctx, cluster)
+		if err != nil && ctx.Err() == nil {
+			s.logger.Warn("Retrying cluster unregistration", "cluster", cluster, "error", err)
+			s.pending.AddRateLimited(cluster)
+		} else {
+			s.pending.Forget(cluster)
+		}
+		s.pending.Done(cluster)
+	}
+}
+
+// owned reports whether Enforcement manages the object.
+func owned(o metav1.Object) bool { return o.GetLabels()[LabelManagedBy] == ManagedByValue }
+
+// adoptable reports whether the object was created by the original operator for cluster: no
+// managed-by label, and the cluster_name label of that cluster (or, for AppProjects, which the
+// original created without labels, no cluster_name label at all).
+func adoptable(o metav1.Object, cluster string, labelOptional bool) bool {
+	if _, has := o.GetLabels()[LabelManagedBy]; has {
+		return false
+	}
+	v, has := o.GetLabels()[LabelCluster]
+	if !has {
+		return labelOptional
+	}
+	return v == cluster || v == clusterLabel(cluster)
+}
+
+// InstallResult says what an install did.
+type InstallResult struct {
+	Application string
+	// Created is true when the Application did not exist before.
+	Created bool
+	// Waiting is true when the install waits for its beforeInstall trigger.
+	Waiting bool
+	// Writes counts the write requests sent.
+	Writes int
+}
+
+// Install makes the intent's Application exist as rendered, registering the cluster and writing
+// its AppProject first when needed. With gate set, a new Application whose intent has a
+// beforeInstall trigger is not created: the result says Waiting. Errors are *failure values.
+func (s *Syncer) Install(ctx context.Context, in *events.InstallIntent, gate bool) (InstallResult, error) {
+	cluster := in.Cluster.Name
+	unlock := s.clusters.lock(cluster)
+	defer unlock()
+
+	desired := RenderApplication(s.ns, in)
+	desired.seal()
+	res := InstallResult{Application: desired.Metadata.Name}
+	existing, exists, terminating := s.apps.get(desired.Metadata.Name)
+	if terminating {
+		return res, &failure{reason: ReasonTerminating, err: fmt.Errorf("application %s is being deleted; waiting until it is gone", desired.Metadata.Name)}
+	}
+	if exists && !owned(existing) && !adoptable(existing, cluster, false) {
+		return res, &failure{reason: ReasonNotOwned, permanent: true,
+			err: fmt.Errorf("application %s exists and is not managed by Enforcement", existing.Name)}
+	}
+	if exists && owned(existing) {
+		if rule := existing.Annotations[AnnotationRule]; rule != "" && rule != in.Rule.String() {
+			return res, &failure{reason: ReasonNotOwned, permanent: true,
+				err: fmt.Errorf("application %s belongs to rule %s", existing.Name, rule)}
+		}
+	}
+	if !exists && gate && in.Triggers != nil && in.Triggers.BeforeInstall != nil {
+		res.Waiting = true
+		return res, nil
+	}
+
+	writes, err := s.ensureCluster(ctx, in.Cluster)
+	res.Writes += writes
+	if err != nil {
+		return res, err
+	}
+	writes, err = s.ensureProject(ctx, in.Cluster, in.Enforcement.Repo)
+	res.Writes += writes
+	if err != nil {
+		return res, err
+	}
+	if exists && owned(existing) && existing.Annotations[AnnotationAppliedHash] == desired.hash() {
+		return res, nil // already as rendered: a redelivery or a no-op change
+	}
+	app, err := s.applyApplication(ctx, desired)
+	res.Writes++
+	if err != nil {
+		return res, err
+	}
+	res.Created = !exists && app.Generation <= 1
+	switch {
+	case res.Created:
+		s.logger.Info("Created Application", "application", app.Name, "cluster", cluster, "rule", in.Rule.String())
+	case !owned(existing):
+		s.logger.Info("Adopted Application", "application", app.Name, "cluster", cluster, "rule", in.Rule.String())
+	default:
+		s.logger.Info("Updated Application", "application", app.Name, "cluster", cluster, "rule", in.Rule.String())
+	}
+	return res, nil
+}
+
+func (s *Syncer) applyApplication(ctx context.Context, o *applyObject) (*argov1.Application, error) {
+	app, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).Patch(ctx, o.Metadata.Name, types.ApplyPatchType, o.seal(),
+		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+	s.metrics.write("Application", "apply", err)
+	if err != nil {
+		return nil, classify(err, "apply application "+o.Metadata.Name)
+	}
+	s.apps.wrote(app)
+	return app, nil
+}
+
+// ensureCluster registers the cluster in Argo CD unless a cluster Secret for its name or API URL
+// exists. Credentials are read from the source Secret the intent references.
+func (s *Syncer) ensureCluster(ctx context.Context, t events.Target) (int, error) {
+	if s.registered(t) {
+		return 0, nil
+	}
+	cfg, err := s.creds.get(ctx, s.secretRef(t.Source))
+	if err != nil {
+		return 0, err
+	}
+	sec, err := RenderClusterSecret(s.ns, t, cfg)
+	if err != nil {
+		return 0, &failure{reason: ReasonSecretInvalid, err: err}
+	}
+	created, err := s.kube.CoreV1().Secrets(s.ns).Create(ctx, sec, metav1.CreateOptions{FieldManager: FieldManager})
+	s.metrics.write("Secret", "create", err)
+	if apierrors.IsAlreadyExists(err) {
+		return 1, nil // registered by someone else in the meantime
+	}
+	if err != nil {
+		return 1, classify(err, "create cluster secret "+sec.Name)
+	}
+	s.secrets.wrote(created)
+	s.logger.Info("Registered cluster", "cluster", t.Name, "secret", created.Name)
+	return 1, nil
+}
+
+// registered reports whether a cluster Secret exists for the cluster's name or API URL.
+func (s *Syncer) registered(t events.Target) bool {
+	if _, ok, _ := s.secrets.get(ClusterSecretName(t.Name)); ok {
+		return true
+	}
+	if t.URL != "" && len(s.secrets.list(indexServer, t.URL)) > 0 {
+		return true
+	}
+	return len(s.secrets.list(indexName, t.Name)) > 0
+}
+
+func (s *Syncer) secretRef(src events.SourceRef) secretRef {
+	ref := secretRef{kind: src.Kind, namespace: src.SecretNamespace, name: src.SecretName}
+	if ref.namespace == "" {
+		ref.namespace = s.opNS
+	}
+	if ref.name == "" {
+		ref.name = src.Kind // the original's default: a Secret named after the source kind
+	}
+	return ref
+}
+
+// ensureProject makes the cluster's AppProject allow repo (and the repositories it already
+// allows). It writes only when something is missing, and clears a pending unregistration.
+func (s *Syncer) ensureProject(ctx context.Context, t events.Target, repo string) (int, error) {
+	name := ProjectName(t.Name)
+	existing, exists, _ := s.projects.get(name)
+	if exists && !owned(existing) && !adoptable(existing, t.Name, true) {
+		return 0, &failure{reason: ReasonNotOwned, permanent: true,
+			err: fmt.Errorf("appproject %s exists and is not managed by Enforcement", name)}
+	}
+	repos := []string{repo}
+	if exists {
+		repos = append(repos, existing.Spec.SourceRepos...)
+		repos = slices.DeleteFunc(repos, func(r string) bool { return r == "*" && !s.project.AnyRepo })
+	}
+	desired := RenderProject(s.ns, t.Name, t.URL, repos, s.project)
+	desired.seal()
+	writes := 0
+	if exists && existing.Annotations[AnnotationUnregister] != "" {
+		patch := []byte(`{"metadata":{"annotations":{"` + AnnotationUnregister + `":null}}}`)
+		p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		s.metrics.write("AppProject", "patch", err)
+		writes++
+		if err != nil {
+			return writes, classify(err, "clear unregistration of appproject "+name)
+		}
+		s.projects.wrote(p)
+	}
+	if exists && owned(existing) && existing.Annotations[AnnotationAppliedHash] == desired.hash() {
+		return writes, nil
+	}
+	p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.ApplyPatchType, desired.seal(),
+		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+	s.metrics.write("AppProject", "apply", err)
+	writes++
+	if err != nil {
+		return writes, classify(err, "apply appproject "+name)
+	}
+	s.projects.wrote(p)
+	if !exists {
+		s.logger.Info("Created AppProject", "appproject", name, "cluster", t.Name)
+	}
+	return writes, nil
+}
+
+// UninstallResult says what an uninstall did.
+type UninstallResult struct {
+	Application string
+	Deleted     bool
+	// Unregistered is true when the cluster's AppProject and Secret were removed.
+	Unregistered bool
+}
+
+// Uninstall removes the intent's Application if Enforcement owns it (and the rule owns it),
+// honouring the deletion policy (Orphan unless Cascade; always Orphan for a gone cluster), and
+// then unregisters the cluster if no Application targets it any more. 404s and conflicts are
+// tolerated.
+func (s *Syncer) Uninstall(ctx context.Context, in *events.UninstallIntent) (UninstallResult, error) {
+	cluster := in.Cluster.Name
+	unlock := s.clusters.lock(cluster)
+	defer unlock()
+	name := events.ApplicationName(cluster, in.Enforcement)
+	res := UninstallResult{Application: name}
+
+	app, exists, terminating := s.apps.get(name)
+	if exists && !terminating && owned(app) && ruleOwns(app, in.Rule) {
+		cascade := in.DeletionPolicy == events.DeletionCascade && !in.Cluster.Gone
+		deleted, err := s.deleteApplication(ctx, app, cascade)
+		if err != nil {
+			return res, err
+		}
+		res.Deleted = deleted
+	}
+	done, err := s.unregister(ctx, cluster)
+	res.Unregistered = done
+	return res, err
+}
+
+// ruleOwns reports whether the Application was written for rule (or adopted without a rule).
+func ruleOwns(app *argov1.Application, rule events.RuleRef) bool {
+	r := app.Annotations[AnnotationRule]
+	return r == "" || r == rule.String()
+}
+
+// deleteApplication deletes app. Orphan: the resources finalizer is removed first, so Argo CD
+// keeps the workload. Cascade: the finalizer is added first, so Argo CD deletes the workload
+// before the Application goes. Conflicts re-read the object and try again; a 404 means done.
+func (s *Syncer) deleteApplication(ctx context.Context, app *argov1.Application, cascade bool) (bool, error) {
+	client := s.argo.ArgoprojV1alpha1().Applications(s.ns)
+	for attempt := 0; ; attempt++ {
+		has := slices.Contains(app.Finalizers, argov1.ResourcesFinalizerName)
+		if has != cascade {
+			finalizers := slices.DeleteFunc(slices.Clone(app.Finalizers), func(f string) bool { return f == argov1.ResourcesFinalizerName })
+			if cascade {
+				finalizers = append(finalizers, argov1.ResourcesFinalizerName)
+			}
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+				"finalizers": finalizers, "resourceVersion": app.ResourceVersion}})
+			updated, err := client.Patch(ctx, app.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+			s.metrics.write("Application", "patch", err)
+			switch {
+			case apierrors.IsNotFound(err):
+				return false, nil
+			case apierrors.IsConflict(err) && attempt < 5:
+				if app, err = s.refetch(ctx, app.Name); app == nil || err != nil {
+					return false, err
+				}
+				continue
+			case err != nil:
+				return false, classify(err, "set finalizers of application "+app.Name)
+			}
+			app = updated
+		}
+		err := client.Delete(ctx, app.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &app.UID}})
+		s.metrics.write("Application", "delete", err)
+		switch {
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case apierrors.IsConflict(err) && attempt < 5:
+			if app, err = s.refetch(ctx, app.Name); app == nil || err != nil {
+				return false, err
+			}
+			continue
+		case err != nil:
+			return false, classify(err, "delete application "+app.Name)
+		}
+		s.apps.removed(app.Name, app.UID, len(app.Finalizers) > 0)
+		policy := "Orphan"
+		if cascade {
+			policy = "Cascade"
+		}
+		s.logger.Info("Deleted Application", "application", app.Name, "policy", policy)
+		return true, nil
+	}
+}
+
+// refetch reads an Application after a conflict; nil without error when it is gone.
+func (s *Syncer) refetch(ctx context.Context, name string) (*argov1.Application, error) {
+	app, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, classify(err, "get application "+name)
+	}
+	return app, nil
+}
+
+// unregister removes the cluster's AppProject and then its Secret (only those Enforcement owns)
+// once no Application targets the cluster. It lists the cluster's Applications from the API
+// server (one label-selected request), because the cache may not yet show an Application another
+// instance just wrote. While some are still being deleted it marks the AppProject; the informer's
+// delete events bring the cluster back to finishUnregister.
+func (s *Syncer) unregister(ctx context.Context, cluster string) (bool, error) {
+	apps, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).List(ctx, metav1.ListOptions{LabelSelector: LabelCluster + "=" + clusterLabel(cluster)})
+	if err != nil {
+		return false, classify(err, "list applications of cluster "+cluster)
+	}
+	alive, terminating := 0, 0
+	for _, a := range apps.Items {
+		if a.DeletionTimestamp != nil {
+			terminating++
+		} else {
+			alive++
+		}
+	}
+	if alive > 0 {
+		return false, nil
+	}
+	name := ProjectName(cluster)
+	project, exists, _ := s.projects.get(name)
+	if terminating > 0 {
+		if exists && owned(project) && project.Annotations[AnnotationUnregister] == "" {
+			patch := []byte(`{"metadata":{"annotations":{"` + AnnotationUnregister + `":"pending"}}}`)
+			p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+			s.metrics.write("AppProject", "patch", err)
+			if err != nil && !apierrors.IsNotFound(err) {
+				return false, classify(err, "mark appproject "+name)
+			}
+			if err == nil {
+				s.projects.wrote(p)
+			}
+			s.logger.Info("Waiting for Applications to be deleted before unregistering cluster", "cluster", cluster, "terminating", terminating)
+		}
+		return false, nil
+	}
+	if exists && owned(project) {
+		err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &project.UID}})
+		s.metrics.write("AppProject", "delete", err)
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return false, classify(err, "delete appproject "+name)
+		}
+		s.projects.removed(name, project.UID, false)
+		s.logger.Info("Deleted AppProject", "appproject", name, "cluster", cluster)
+	}
+	secretName := ClusterSecretName(cluster)
+	if sec, ok, _ := s.secrets.get(secretName); ok && owned(sec) {
+		err := s.kube.CoreV1().Secrets(s.ns).Delete(ctx, secretName, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &sec.UID}})
+		s.metrics.write("Secret", "delete", err)
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return false, classify(err, "delete cluster secret "+secretName)
+		}
+		s.secrets.removed(secretName, sec.UID, false)
+		s.logger.Info("Unregistered cluster", "cluster", cluster, "secret", secretName)
+	}
+	return true, nil
+}
+
+// finishUnregister completes an unregistration that waited for terminating Applications. It
+// only acts on AppProjects marked pending, so an Application deleted for another reason does
+// not unregister a cluster.
+func (s *Syncer) finishUnregister(ctx context.Context, cluster string) error {
+	unlock := s.clusters.lock(cluster)
+	defer unlock()
+	project, exists, _ := s.projects.get(ProjectName(cluster))
+	if !exists || !owned(project) || project.Annotations[AnnotationUnregister] == "" {
+		return nil
+	}
+	_, err := s.unregister(ctx, cluster)
+	return err
+}
+
+// secretRef names a source Secret.
+type secretRef struct{ kind, namespace, name string }
+
+// credentialCache reads source Secrets and keeps the derived cluster config for a short TTL, so
+// registering many clusters of one source reads its Secret once.
+type credentialCache struct {
+	kube    kubernetes.Interface
+	ttl     time.Duration
+	mu      sync.Mutex
+	entries map[string]credentialEntry
+}
+
+type credentialEntry struct {
+	cfg     argov1.ClusterConfig
+	fetched time.Time
+}
+
+func (c *credentialCache) get(ctx context.Context, ref secretRef) (argov1.ClusterConfig, error) {
+	key := ref.namespace + "/" + ref.name
+	c.mu.Lock()
+	e, ok := c.entries[key]
+	c.mu.Unlock()
+	if ok && time.Since(e.fetched) < c.ttl {
+		return e.cfg, nil
+	}
+	sec, err := c.kube.CoreV1().Secrets(ref.namespace).Get(ctx, ref.name, metav1.GetOptions{})
+	if err != nil {
+		return argov1.ClusterConfig{}, &failure{reason: ReasonSecretInvalid, err: fmt.Errorf("read source secret %s: %w", key, err)}
+	}
+	cfg, err := ClusterConfigFromSecret(ref.kind, sec.Data)
+	if err != nil {
+		return cfg, &failure{reason: ReasonSecretInvalid, err: fmt.Errorf("source secret %s: %w", key, err)}
+	}
+	c.mu.Lock()
+	c.entries[key] = credentialEntry{cfg: cfg, fetched: time.Now()}
+	c.mu.Unlock()
+	return cfg, nil
+}
+
+func ptr[T any](v T) *T { return &v }
