@@ -138,7 +138,52 @@ func attributesEqual(a, b map[string]any) bool {
 	if len(a) == 0 && len(b) == 0 {
 		return true
 	}
-	return reflect.DeepEqual(a, b)
+	return jsonEqual(a, b)
+}
+
+// jsonEqual compares two values of the shapes encoding/json decodes into `any` (nil, bool,
+// float64, string, []any, map[string]any) without allocating; other types fall back to
+// reflect.DeepEqual. Hand-written because reflect.DeepEqual allocates for every map entry,
+// which made the 10,000-cluster diff about ten times slower (see BenchmarkDiff10k).
+func jsonEqual(a, b any) bool {
+	switch a := a.(type) {
+	case nil:
+		return b == nil
+	case string:
+		bs, ok := b.(string)
+		return ok && a == bs
+	case float64:
+		bf, ok := b.(float64)
+		return ok && a == bf
+	case bool:
+		bb, ok := b.(bool)
+		return ok && a == bb
+	case map[string]any:
+		bm, ok := b.(map[string]any)
+		if !ok || len(a) != len(bm) {
+			return false
+		}
+		for k, av := range a {
+			bv, ok := bm[k]
+			if !ok || !jsonEqual(av, bv) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		bl, ok := b.([]any)
+		if !ok || len(a) != len(bl) {
+			return false
+		}
+		for i := range a {
+			if !jsonEqual(a[i], bl[i]) {
+				return false
+			}
+		}
+		return true
+	default:
+		return reflect.DeepEqual(a, b)
+	}
 }
 
 // removalCap is the removal breaker's limit for one scan: max(1, fraction × known), rounded

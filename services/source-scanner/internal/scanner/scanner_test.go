@@ -287,7 +287,7 @@ func TestDegradedRemovesNothing(t *testing.T) {
 			good := h.src.Lister
 
 			h.rancher.SetClusters(cs[:18]...) // c-18 and c-19 are really gone...
-			tc.break_(h)                     // ...but the source cannot be trusted.
+			tc.break_(h)                      // ...but the source cannot be trusted.
 			for range 3 {
 				h.clock.Add(grace)
 				res := h.scan()

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/enforcement-io/enforcement/pkg/api/v1beta1"
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/rancherfake"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
+)
+
+func rule(ns, name string, src v1beta1.Source) *v1beta1.ClusterRule {
+	return &v1beta1.ClusterRule{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1beta1.ClusterRuleSpec{
+			Enforcements: []v1beta1.Enforcement{{Name: "baseline", Repo: "https://git.example/baseline.git"}},
+			Source:       src,
+		},
+	}
+}
+
+func TestSourcesFromRules(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	withRelease := func(r *v1beta1.ClusterRule, v string) *v1beta1.ClusterRule {
+		r.Annotations = map[string]string{scanner.ReleaseAnnotation: v}
+		return r
+	}
+	rules := []v1beta1.ClusterRule{
+		*rule("a", "r1", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"provider": "rke"}}}),
+		*withRelease(rule("b", "r2", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"provider": "rke"}, Labels: map[string]string{"x": "y"}}}), "7"),
+		*withRelease(rule("b", "r3", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"provider": "rke"}}}), "all"),
+		*rule("a", "r4", v1beta1.Source{SecretName: "rancher-secret", Rancher: &v1beta1.RancherSource{}}),
+		*rule("a", "r5", v1beta1.Source{Static: &v1beta1.StaticSource{}}),
+		*rule("a", "r6", v1beta1.Source{Static: &v1beta1.StaticSource{ConfigMap: "enforcement-static-clusters"}}),
+		*rule("a", "r7", v1beta1.Source{Static: &v1beta1.StaticSource{ConfigMap: "lab"}}),
+		*rule("a", "r8", v1beta1.Source{EKS: &v1beta1.EKSSource{}}),
+	}
+	specs := sourcesFromRules(rules, "enforcement", logger)
+	var got []string
+	for _, s := range specs {
+		got = append(got, fmt.Sprintf("%s/%s %v cm=%s release=%d %v", s.Ref.Kind, s.Ref.SecretName, s.Filters, s.ConfigMap, s.ReleaseThrough, s.Rules))
+		if s.Ref.SecretNamespace != "enforcement" {
+			t.Errorf("secret namespace %q", s.Ref.SecretNamespace)
+		}
+	}
+	slices.Sort(got)
+	want := []string{
+		"rancher/rancher map[provider:rke] cm= release=7 [a/r1 b/r2 b/r3]",
+		"rancher/rancher-secret map[] cm= release=0 [a/r4]",
+		"static/static map[] cm=enforcement-static-clusters release=0 [a/r5 a/r6]",
+		"static/static map[] cm=lab release=0 [a/r7]",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("sources:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// The id is the documented algorithm over (kind, namespace, secret, filters).
+	for _, s := range specs {
+		if s.Ref.Kind == "rancher" && s.Ref.SecretName == "rancher" {
+			if id := scanner.SourceID("rancher", "enforcement", "rancher", map[string]string{"provider": "rke"}); s.Ref.ID != id {
+				t.Fatalf("id %s, want %s", s.Ref.ID, id)
+			}
+		}
+	}
+}
+
+func TestConfigErrorsNameTheVariable(t *testing.T) {
+	for name, value := range map[string]string{
+		"SCAN_INTERVAL": "soon", "GONE_GRACE_PERIOD": "-1m", "MAX_REMOVAL_FRACTION": "2", "LIST_TIMEOUT": "0s",
+	} {
+		env := map[string]string{name: value}
+		_, err := loadConfig(func(k string) string { return env[k] })
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=%s: err = %v", name, value, err)
+		}
+	}
+	cfg, err := loadConfig(func(string) string { return "" })
+	if err != nil || cfg.ScanInterval != 30*time.Second || cfg.GracePeriod != 10*time.Minute ||
+		cfg.MaxRemovalFraction != 0.1 || cfg.OperatorNamespace != "enforcement" {
+		t.Fatalf("defaults: %+v, %v", cfg, err)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// stream reads the ENFORCEMENT stream from the start, as any subscriber could.
+type stream struct {
+	t    *testing.T
+	js   jetstream.JetStream
+	mu   sync.Mutex
+	last uint64
+	seen []string
+}
+
+// poll appends the events stored since the last poll, rendered as "appeared <kind> <name>".
+func (s *stream) poll() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx := context.Background()
+	st, err := s.js.Stream(ctx, events.StreamName)
+	if err != nil {
+		return s.seen
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return s.seen
+	}
+	for seq := s.last + 1; seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		e, _, err := events.Decode(m.Subject, m.Header, m.Data)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		switch e := e.(type) {
+		case *events.ClusterAppeared:
+			s.seen = append(s.seen, "appeared "+e.Cluster.Source.Kind+" "+e.Cluster.Name)
+		case *events.ClusterUpdated:
+			s.seen = append(s.seen, "updated "+e.Cluster.Source.Kind+" "+e.Cluster.Name+" "+strings.Join(e.Changed, ","))
+		case *events.ClusterGone:
+			s.seen = append(s.seen, "gone "+e.Source.Kind+" "+e.Name)
+		case *events.SourceDegraded:
+			s.seen = append(s.seen, "degraded "+e.Source.Kind+" "+e.Reason)
+		}
+	}
+	s.last = info.State.LastSeq
+	return s.seen
+}
+
+// waitFor waits until every wanted event has been seen.
+func (s *stream) waitFor(want ...string) {
+	s.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		seen := s.poll()
+		missing := []string{}
+		for _, w := range want {
+			if !slices.Contains(seen, w) {
+				missing = append(missing, w)
+			}
+		}
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("events %q never came; seen %q", missing, seen)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *stream) count(event string) int {
+	n := 0
+	for _, e := range s.poll() {
+		if e == event {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRun runs the service against the real kube-apiserver (ClusterRule CRD, Secrets,
+// ConfigMaps), embedded NATS and a fake Rancher: Rancher clusters appear through a rule's
+// filters, a static ConfigMap's clusters appear, change and go, a broken Secret degrades the
+// source, a restart announces nothing again, and cancelling ctx stops the service promptly.
+func TestRun(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1beta1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	kube := testenv.StartKube(t, testenv.WithScheme(scheme))
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube.InstallCRDsFromDir(t, filepath.Join(root, "deploy", "k8s", "enforcement-crds", "crds"))
+	srvNATS := testenv.StartNATS(t)
+	ns := kube.Namespace(t, "enforcement")
+	rulesNS := kube.Namespace(t, "platform")
+	ctx := context.Background()
+	k := kube.Client
+
+	fake := rancherfake.New(t, "tok-77aa", 2)
+	eks := rancherfake.Cluster("c-eks", "eks-1", "active", nil)
+	eks["provider"] = "eks"
+	fake.SetClusters(
+		rancherfake.Cluster("c-1", "prod-1", "active", map[string]string{"env": "prod"}),
+		rancherfake.Cluster("c-2", "prod-2", "provisioning", nil),
+		rancherfake.Cluster("c-3", "prod-3", "active", nil),
+		eks,
+	)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(k.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rancher"},
+		Data: map[string][]byte{"url": []byte(fake.URL), "token": []byte(fake.Token), "caCert": fake.CACertPEM()}}))
+	must(k.Create(ctx, rule(rulesNS, "rke", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"provider": "rke"}}})))
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "enforcement-static-clusters"},
+		Data: map[string]string{"clusters.yaml": `
+- {name: edge-1, url: "https://edge-1:6443", labels: {env: prod}}
+- {name: edge-2, url: "https://edge-2:6443"}
+- {name: edge-3, url: "https://edge-3:6443"}
+`}}
+	must(k.Create(ctx, cm))
+	must(k.Create(ctx, rule(rulesNS, "edges", v1beta1.Source{Static: &v1beta1.StaticSource{}})))
+
+	healthAddr := freeAddr(t)
+	env := map[string]string{
+		"NATS_URL": srvNATS.URL(), "KUBECONFIG": kube.Kubeconfig, "OPERATOR_NAMESPACE": ns,
+		"SCAN_INTERVAL": "100ms", "GONE_GRACE_PERIOD": "300ms", "LIST_TIMEOUT": "2s",
+		"HEALTH_ADDR": healthAddr, "METRICS_ADDR": freeAddr(t),
+	}
+	start := func() (stop func()) {
+		runCtx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- run(runCtx, func(k string) string { return env[k] }, io.Discard, io.Discard) }()
+		waitReady(t, healthAddr, done)
+		return func() {
+			t.Helper()
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("run returned %v", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatal("run did not return after cancel")
+			}
+		}
+	}
+	stop := start()
+
+	nc, err := nats.Connect(srvNATS.URL())
+	must(err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	must(err)
+	s := &stream{t: t, js: js}
+	s.waitFor("appeared rancher prod-1", "appeared rancher prod-2", "appeared rancher prod-3",
+		"appeared static edge-1", "appeared static edge-2", "appeared static edge-3")
+	if s.count("appeared rancher eks-1") != 0 {
+		t.Fatal("the rule's filter provider=rke did not reach Rancher")
+	}
+
+	// Static: change one, remove one, add one.
+	cm.Data["clusters.yaml"] = `
+- {name: edge-1, url: "https://edge-1:6443", labels: {env: staging}}
+- {name: edge-2, url: "https://edge-2:6443"}
+- {name: edge-4, url: "https://edge-4:6443"}
+`
+	must(k.Update(ctx, cm))
+	s.waitFor("updated static edge-1 labels", "appeared static edge-4", "gone static edge-3")
+
+	// A Secret without a token degrades the Rancher source and removes nothing.
+	var secret corev1.Secret
+	must(k.Get(ctx, client.ObjectKey{Namespace: ns, Name: "rancher"}, &secret))
+	delete(secret.Data, "token")
+	must(k.Update(ctx, &secret))
+	s.waitFor("degraded rancher SecretInvalid")
+	time.Sleep(500 * time.Millisecond) // longer than the grace period
+	for _, c := range []string{"prod-1", "prod-2", "prod-3"} {
+		if s.count("gone rancher "+c) != 0 {
+			t.Fatalf("%s gone while the Secret was invalid", c)
+		}
+	}
+	if strings.Contains(strings.Join(s.poll(), " "), fake.Token) {
+		t.Fatal("the token appears in an event")
+	}
+	secret.Data["token"] = []byte(fake.Token)
+	must(k.Update(ctx, &secret))
+
+	// Restart: nothing is announced again.
+	stop()
+	before := len(s.poll())
+	stop = start()
+	time.Sleep(500 * time.Millisecond)
+	for _, e := range s.poll()[before:] {
+		if strings.HasPrefix(e, "appeared") || strings.HasPrefix(e, "updated") {
+			t.Fatalf("after restart: %s", e)
+		}
+	}
+	stop()
+}
+
+// waitReady waits for /readyz to answer 200, failing early if run returns.
+func waitReady(t *testing.T, addr string, done <-chan error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			t.Fatalf("run returned early: %v", err)
+		default:
+		}
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("/readyz never became 200")
+}
