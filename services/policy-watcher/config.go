@@ -46,7 +46,7 @@ type config struct {
 // loadConfig reads and validates the configuration. Every error names its variable.
 func loadConfig(getenv service.Getenv) (config, error) {
 	var errs []error
-	poll, err := seconds(getenv, "POLL_INTERVAL_SEC", defaultPollInterval, time.Second)
+	poll, err := seconds(getenv, "POLL_INTERVAL_SEC", defaultPollInterval, 100*time.Millisecond)
 	errs = append(errs, err)
 	stable, err := seconds(getenv, "STABLE_DURATION_SEC", defaultStableDuration, 0)
 	errs = append(errs, err)

@@ -1,0 +1,343 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/enforcement-io/enforcement/pkg/testenv"
+)
+
+// The component tests share one real kube-apiserver (with the upstream OCM CRDs) and start the
+// service through run, as main does, with a map for the environment. Each test works in its own
+// namespace and on its own ClusterClaim, so they can run in parallel.
+func TestMain(m *testing.M) { os.Exit(testenv.RunWithSharedKube(m)) }
+
+// crdsOnce serialises the installation of the OCM CRDs: tests running in parallel would race
+// to create them.
+var (
+	crdsOnce      sync.Mutex
+	crdsInstalled bool
+)
+
+// cluster is the shared API server seen by one test.
+type cluster struct {
+	t    *testing.T
+	kube *testenv.Kube
+	dyn  dynamic.Interface
+	ns   string
+}
+
+// newCluster returns the shared API server with the OCM CRDs and a fresh namespace for t.
+func newCluster(t *testing.T, ns string) *cluster {
+	t.Helper()
+	k := testenv.SharedKube(t)
+	crdsOnce.Lock()
+	if !crdsInstalled {
+		k.InstallCRDs(t, testenv.OCMCRDs()...)
+		crdsInstalled = true
+	}
+	crdsOnce.Unlock()
+	dyn, err := dynamic.NewForConfig(k.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{t: t, kube: k, dyn: dyn, ns: k.Namespace(t, ns)}
+}
+
+// createPolicy creates a valid OCM Policy and sets its status.compliant ("" leaves no status).
+func (c *cluster) createPolicy(name, state string) {
+	c.t.Helper()
+	p := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "policy.open-cluster-management.io/v1",
+		"kind":       "Policy",
+		"metadata":   map[string]any{"name": name, "namespace": c.ns},
+		"spec":       map[string]any{"disabled": false, "remediationAction": "inform", "policy-templates": []any{}},
+	}}
+	if _, err := c.dyn.Resource(policiesGVR).Namespace(c.ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		c.t.Fatalf("create Policy %s: %v", name, err)
+	}
+	if state != "" {
+		c.setPolicy(name, state)
+	}
+}
+
+// setPolicy sets a Policy's status.compliant through the status subresource, as the OCM
+// framework does; "" removes the status.
+func (c *cluster) setPolicy(name, state string) {
+	c.t.Helper()
+	res := c.dyn.Resource(policiesGVR).Namespace(c.ns)
+	p, err := res.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatalf("get Policy %s: %v", name, err)
+	}
+	if state == "" {
+		delete(p.Object, "status")
+	} else {
+		p.Object["status"] = map[string]any{"compliant": state}
+	}
+	if _, err := res.UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		c.t.Fatalf("set Policy %s status to %q: %v", name, state, err)
+	}
+}
+
+func (c *cluster) deletePolicy(name string) {
+	c.t.Helper()
+	if err := c.dyn.Resource(policiesGVR).Namespace(c.ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		c.t.Fatalf("delete Policy %s: %v", name, err)
+	}
+}
+
+// claim reads a ClusterClaim as the test sees it; labels come back too.
+func (c *cluster) claim(name string) (claimState, map[string]string) {
+	c.t.Helper()
+	obj, err := c.dyn.Resource(claimsGVR).Get(context.Background(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return claimState{}, nil
+	}
+	if err != nil {
+		c.t.Fatalf("get ClusterClaim %s: %v", name, err)
+	}
+	return claimStateOf(obj), obj.GetLabels()
+}
+
+// createClaim creates a ClusterClaim as the original deployment.yaml does (no managed-by label).
+func (c *cluster) createClaim(name, value string) {
+	c.t.Helper()
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": claimAPIVersion, "kind": claimKind,
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"value": value},
+	}}
+	if _, err := c.dyn.Resource(claimsGVR).Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+		c.t.Fatalf("create ClusterClaim %s: %v", name, err)
+	}
+}
+
+// editClaim sets a claim's value by hand, as a person with kubectl would.
+func (c *cluster) editClaim(name, value string) {
+	c.t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"value":%q}}`, value)
+	if _, err := c.dyn.Resource(claimsGVR).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		c.t.Fatalf("edit ClusterClaim %s: %v", name, err)
+	}
+}
+
+// waitClaim waits until the claim holds value and returns when it first saw it.
+func (c *cluster) waitClaim(name, value string, timeout time.Duration) (claimState, time.Time) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		got, _ := c.claim(name)
+		if got.Exists && got.Value == value {
+			return got, time.Now()
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("ClusterClaim %s: value %q (exists %v) after %s, want %q", name, got.Value, got.Exists, timeout, value)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// holdClaim checks that the claim keeps value (and, with sameRV, is not written at all) for d.
+func (c *cluster) holdClaim(name, value string, d time.Duration, sameRV bool) claimState {
+	c.t.Helper()
+	first, _ := c.claim(name)
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		got, _ := c.claim(name)
+		if got.Value != value {
+			c.t.Fatalf("ClusterClaim %s changed to %q, want it to stay %q", name, got.Value, value)
+		}
+		if sameRV && got.ResourceVersion != first.ResourceVersion {
+			c.t.Fatalf("ClusterClaim %s written (resourceVersion %s -> %s) although its value was right",
+				name, first.ResourceVersion, got.ResourceVersion)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return first
+}
+
+// svc is one running instance of the service.
+type svc struct {
+	t       *testing.T
+	cancel  context.CancelFunc
+	done    chan error
+	logs    *syncBuffer
+	health  string
+	metrics string
+}
+
+// startService runs the service with env (plus free health and metrics ports) until the test
+// ends or stop is called.
+func startService(t *testing.T, env map[string]string) *svc {
+	t.Helper()
+	s := &svc{t: t, done: make(chan error, 1), logs: &syncBuffer{}, health: freeAddr(t), metrics: freeAddr(t)}
+	full := map[string]string{"HEALTH_ADDR": s.health, "METRICS_ADDR": s.metrics, "LOG_LEVEL": "debug"}
+	for k, v := range env {
+		full[k] = v
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go func() { s.done <- run(ctx, func(k string) string { return full[k] }, s.logs, io.Discard) }()
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			t.Logf("service logs:\n%s", s.logs.String())
+		}
+	})
+	return s
+}
+
+// stop cancels the service and checks that run returns nil promptly.
+func (s *svc) stop() {
+	s.t.Helper()
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	s.cancel = nil
+	select {
+	case err := <-s.done:
+		if err != nil {
+			s.t.Errorf("run returned %v, want nil after cancel", err)
+		}
+	case <-time.After(10 * time.Second):
+		s.t.Errorf("run did not return within 10s of cancel")
+	}
+}
+
+// exited reports whether run has returned (with its error).
+func (s *svc) exited() (bool, error) {
+	select {
+	case err := <-s.done:
+		s.done <- err
+		return true, err
+	default:
+		return false, nil
+	}
+}
+
+// waitReady waits until /readyz answers 200.
+func (s *svc) waitReady(timeout time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		code, body := httpGet(s.t, "http://"+s.health+"/readyz")
+		if code == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("/readyz: %d %s after %s", code, body, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// metric returns the value of one sample line of /metrics ("name{labels}"), 0 when absent.
+func (s *svc) metric(series string) float64 {
+	s.t.Helper()
+	_, body := httpGet(s.t, "http://"+s.metrics+"/metrics")
+	for _, line := range strings.Split(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			var v float64
+			fmt.Sscan(rest, &v)
+			return v
+		}
+	}
+	return 0
+}
+
+// waitLog waits until a log line contains text.
+func (s *svc) waitLog(text string, timeout time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(s.logs.String(), text) {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("no log line containing %q after %s", text, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// writeKubeconfig writes a copy of the test server's kubeconfig with the server address and
+// the impersonated identity changed (empty: unchanged).
+func writeKubeconfig(t *testing.T, k *testenv.Kube, server, impersonate string, groups ...string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(k.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		if server != "" {
+			c.Server = server
+		}
+	}
+	for _, a := range cfg.AuthInfos {
+		if impersonate != "" {
+			a.Impersonate = impersonate
+			a.ImpersonateGroups = groups
+		}
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// syncBuffer is a bytes.Buffer safe for the service's logger and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}

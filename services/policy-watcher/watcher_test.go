@@ -1,0 +1,221 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+// directEnv is the environment of the service without NATS, as the original ran.
+func directEnv(c *cluster, claim string, poll, stable string) map[string]string {
+	return map[string]string{
+		"KUBECONFIG":          c.kube.Kubeconfig,
+		"WATCH_NAMESPACE":     c.ns,
+		"TARGET_CLAIM_NAME":   claim,
+		"POLL_INTERVAL_SEC":   poll,
+		"STABLE_DURATION_SEC": stable,
+	}
+}
+
+// Every case of the fold, end to end through the API server: the missing claim is created
+// (labelled as Enforcement's), and each Policy change is seen through the watch (the poll
+// interval is far longer than the test).
+func TestAggregationCases(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, "fold")
+	const claim = "fold-claim"
+	s := startService(t, directEnv(c, claim, "60", "0"))
+	s.waitReady(10 * time.Second)
+
+	c.waitClaim(claim, events.Empty, 10*time.Second)
+	if _, labels := c.claim(claim); labels[labelManagedBy] != managedByValue {
+		t.Fatalf("created ClusterClaim labels %v, want %s=%s", labels, labelManagedBy, managedByValue)
+	}
+	s.waitLog(`"msg":"Watching Policies"`, 10*time.Second)
+
+	steps := []struct {
+		name   string
+		change func()
+		want   string
+	}{
+		{"one compliant policy", func() { c.createPolicy("a", "Compliant") }, events.Compliant},
+		{"a policy without status", func() { c.createPolicy("b", "") }, events.NonCompliant},
+		{"status pending", func() { c.setPolicy("b", "Pending") }, events.NonCompliant},
+		{"both compliant", func() { c.setPolicy("b", "Compliant") }, events.Compliant},
+		{"one noncompliant", func() { c.setPolicy("a", "NonCompliant") }, events.NonCompliant},
+		{"noncompliant policy deleted", func() { c.deletePolicy("a") }, events.Compliant},
+		{"status removed", func() { c.setPolicy("b", "") }, events.NonCompliant},
+		{"last policy deleted", func() { c.deletePolicy("b") }, events.Empty},
+	}
+	for _, st := range steps {
+		st.change()
+		c.waitClaim(claim, st.want, 5*time.Second)
+		t.Logf("%s: %s", st.name, st.want)
+	}
+	if v := s.metric(`enforcement_policy_watcher_claim_value{value="empty"}`); v != 1 {
+		t.Errorf("claim_value{empty} = %v, want 1", v)
+	}
+	if v := s.metric(`enforcement_policy_watcher_claim_writes_total{value="compliant"}`); v != 3 {
+		t.Errorf("claim_writes_total{compliant} = %v, want 3 (steps 1, 4 and 6)", v)
+	}
+}
+
+// The debounce on the real API server with a 2 s stable duration and a 60 s poll: compliant
+// held shorter is never written, noncompliant and empty are written at once, and compliant held
+// longer is written when the stable duration ends (the timer), not at the next poll.
+func TestDebounceTimeline(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, "debounce")
+	const claim = "debounce-claim"
+	const stable = 2 * time.Second
+	c.createPolicy("p", "NonCompliant")
+	s := startService(t, directEnv(c, claim, "60", "2"))
+	c.waitClaim(claim, events.NonCompliant, 10*time.Second)
+	s.waitLog(`"msg":"Watching Policies"`, 10*time.Second)
+
+	// Flapping: compliant for 1 s, then noncompliant, then compliant for 1 s, then empty.
+	c.setPolicy("p", "Compliant")
+	c.holdClaim(claim, events.NonCompliant, time.Second, false)
+	c.setPolicy("p", "NonCompliant")
+	c.holdClaim(claim, events.NonCompliant, 300*time.Millisecond, false)
+	c.setPolicy("p", "Compliant")
+	c.holdClaim(claim, events.NonCompliant, time.Second, false)
+	c.deletePolicy("p")
+	start := time.Now()
+	_, at := c.waitClaim(claim, events.Empty, 2*time.Second)
+	t.Logf("empty written %s after the last policy was deleted", at.Sub(start).Round(time.Millisecond))
+	c.holdClaim(claim, events.Empty, stable+500*time.Millisecond, false) // the streak did not survive
+
+	// Held longer: written at the end of the stable duration.
+	c.createPolicy("q", "Compliant")
+	start = time.Now()
+	got, at := c.waitClaim(claim, events.Compliant, stable+3*time.Second)
+	late := at.Sub(start)
+	if late < stable {
+		t.Fatalf("compliant written %s after it began, before the stable duration %s", late, stable)
+	}
+	t.Logf("compliant written %s after it began (stable %s)", late.Round(time.Millisecond), stable)
+	if late > stable+1500*time.Millisecond {
+		t.Errorf("compliant written %s after it began: the timer should write it at %s", late, stable)
+	}
+	if !got.HasSince {
+		t.Errorf("the debounce clock annotation is missing after compliant was written")
+	}
+
+	// Noncompliant at once, and the clock is removed with it.
+	c.setPolicy("q", "NonCompliant")
+	start = time.Now()
+	got, at = c.waitClaim(claim, events.NonCompliant, 2*time.Second)
+	t.Logf("noncompliant written %s after the change", at.Sub(start).Round(time.Millisecond))
+	if got.HasSince {
+		t.Errorf("the debounce clock annotation survived a noncompliant fold")
+	}
+}
+
+// A claim edited by hand is put back, and a claim that is right is never written: its
+// resourceVersion stays the same across many polls.
+func TestPutBackAndNoWriteWhenRight(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, "putback")
+	const claim = "putback-claim"
+	c.createPolicy("p", "Compliant")
+	s := startService(t, directEnv(c, claim, "300ms", "1"))
+	c.waitClaim(claim, events.Compliant, 10*time.Second)
+
+	before := c.holdClaim(claim, events.Compliant, 2*time.Second, true) // about 6 polls
+	if n := s.metric(`enforcement_policy_watcher_evaluations_total{result="compliant"}`); n < 5 {
+		t.Errorf("only %v evaluations in 2 s with a 300 ms poll", n)
+	}
+	t.Logf("resourceVersion %s unchanged over 2 s of polls", before.ResourceVersion)
+
+	// By hand to a value of the watcher's, and to a foreign one: both put back. The streak is
+	// older than the stable duration, so compliant comes back at once.
+	for _, v := range []string{events.NonCompliant, "somebody-else"} {
+		c.editClaim(claim, v)
+		start := time.Now()
+		_, at := c.waitClaim(claim, events.Compliant, 3*time.Second)
+		t.Logf("hand edit to %q put back after %s", v, at.Sub(start).Round(time.Millisecond))
+	}
+	c.holdClaim(claim, events.Compliant, time.Second, true)
+}
+
+// The debounce clock survives a restart: stopped halfway through the stable duration, the
+// restarted service writes compliant when the original streak has lasted the stable duration,
+// not a full stable duration after the restart.
+func TestRestartKeepsDebounceClock(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, "restart")
+	const claim = "restart-claim"
+	const stable = 4 * time.Second
+	c.createPolicy("p", "NonCompliant")
+	env := directEnv(c, claim, "60", "4")
+	first := startService(t, env)
+	c.waitClaim(claim, events.NonCompliant, 10*time.Second)
+	first.waitLog(`"msg":"Watching Policies"`, 10*time.Second)
+
+	c.setPolicy("p", "Compliant")
+	began := time.Now()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		got, _ := c.claim(claim)
+		if got.HasSince {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the debounce clock was not written on the claim")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	first.stop()
+	got, _ := c.claim(claim)
+	if got.Value != events.NonCompliant || !got.HasSince {
+		t.Fatalf("after stopping mid-debounce: %+v", got)
+	}
+
+	restarted := time.Now()
+	second := startService(t, env)
+	_, at := c.waitClaim(claim, events.Compliant, stable+3*time.Second)
+	second.waitLog("Restored debounce clock", time.Second)
+	t.Logf("compliant written %s after the streak began, %s after the restart (stable %s)",
+		at.Sub(began).Round(time.Millisecond), at.Sub(restarted).Round(time.Millisecond), stable)
+	if at.Sub(began) < stable-100*time.Millisecond {
+		t.Errorf("compliant written %s after the streak began, before the stable duration", at.Sub(began))
+	}
+	if at.Sub(restarted) > stable-time.Second {
+		t.Errorf("compliant written %s after the restart: the clock started over", at.Sub(restarted))
+	}
+}
+
+// run serves /readyz (the Kubernetes API only, without NATS) and returns nil promptly when
+// its context is cancelled.
+func TestRunReadyAndShutdown(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, "ready")
+	s := startService(t, directEnv(c, "ready-claim", "30", "120"))
+	s.waitReady(10 * time.Second)
+	if code, body := httpGet(t, "http://"+s.health+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz: %d %s", code, body)
+	}
+	start := time.Now()
+	s.stop()
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("shutdown took %s", d)
+	}
+	if code, _ := httpGet(t, "http://"+s.health+"/readyz"); code != 0 {
+		t.Errorf("/readyz still served after shutdown")
+	}
+}
+
+// A configuration error stops run at once with the variable named.
+func TestRunRejectsBadConfig(t *testing.T) {
+	err := run(t.Context(), func(k string) string {
+		return map[string]string{"POLL_INTERVAL_SEC": "never"}[k]
+	}, &syncBuffer{}, &syncBuffer{})
+	if err == nil || !strings.Contains(err.Error(), "POLL_INTERVAL_SEC") {
+		t.Fatalf("run with a bad POLL_INTERVAL_SEC: %v", err)
+	}
+}
