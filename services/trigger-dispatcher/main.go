@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -58,13 +59,41 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 	reg := service.NewRegistry()
 	metrics := newMetrics(reg)
 
-	// The health server starts first so that /healthz answers while NATS is still coming up;
-	// /readyz stays 503 until the consumer is bound.
+	kubeCfg, err := service.KubeConfig(getenv)
+	if err != nil {
+		return err
+	}
+	kubeCheck, err := service.KubeReachable(kubeCfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(kubeCfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes dynamic client: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(kubeCfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+
+	// Every readiness check is registered before the health server starts (Health does not
+	// support adding checks while it serves); the NATS and consumer checks read state that is
+	// filled in as start-up proceeds. /healthz answers while NATS is still coming up; /readyz
+	// stays 503 until the consumer is bound.
 	health := service.NewHealth()
 	var bound atomic.Bool
+	var conn atomic.Pointer[nats.Conn]
+	health.AddCheck("kubernetes", kubeCheck)
+	health.AddCheck("nats", func(ctx context.Context) error {
+		nc := conn.Load()
+		if nc == nil {
+			return errors.New("not connected yet")
+		}
+		return service.NATSConnected(nc)(ctx)
+	})
 	health.AddCheck("consumer", func(context.Context) error {
 		if !bound.Load() {
-			return errors.New("consumer " + events.ConsumerTriggerDispatcher + " not bound yet")
+			return errors.New(events.ConsumerTriggerDispatcher + " not bound")
 		}
 		return nil
 	})
@@ -82,24 +111,6 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 		return errors.Join(metricsSrv.Shutdown(sctx), healthSrv.Shutdown(sctx))
 	}
 
-	kubeCfg, err := service.KubeConfig(getenv)
-	if err != nil {
-		return errors.Join(err, stopHTTP())
-	}
-	kubeCheck, err := service.KubeReachable(kubeCfg)
-	if err != nil {
-		return errors.Join(err, stopHTTP())
-	}
-	health.AddCheck("kubernetes", kubeCheck)
-	dyn, err := dynamic.NewForConfig(kubeCfg)
-	if err != nil {
-		return errors.Join(fmt.Errorf("kubernetes dynamic client: %w", err), stopHTTP())
-	}
-	cs, err := kubernetes.NewForConfig(kubeCfg)
-	if err != nil {
-		return errors.Join(fmt.Errorf("kubernetes client: %w", err), stopHTTP())
-	}
-
 	nc, err := service.ConnectNATS(ctx, cfg.NATSURL, cfg.NATSCreds, serviceName, logger)
 	if err != nil {
 		if ctx.Err() != nil { // cancelled while waiting for NATS: a normal shutdown
@@ -107,7 +118,7 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 		}
 		return errors.Join(err, stopHTTP())
 	}
-	health.AddCheck("nats", service.NATSConnected(nc))
+	conn.Store(nc)
 	closeNATS := func() error {
 		if err := nc.Drain(); err != nil {
 			nc.Close()

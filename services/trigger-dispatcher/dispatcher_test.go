@@ -1,0 +1,565 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
+)
+
+// harness is one component-test world: the shared kube-apiserver with Argo CD's CRDs, an
+// embedded NATS, a namespace for Applications and one for the rule, a publisher standing in for
+// rule-engine and argo-syncer, and a subscription to the dispatcher's outcome events.
+type harness struct {
+	t        *testing.T
+	kube     *testenv.Kube
+	nats     *testenv.NATS
+	js       jetstream.JetStream
+	pub      *events.Publisher
+	argoNS   string
+	ruleNS   string
+	outcomes chan events.Event
+	seen     []events.Event
+}
+
+var namespaceSeq atomic.Int64
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	h := &harness{t: t, kube: kubeWithArgoCD(t), nats: testenv.StartNATS(t), outcomes: make(chan events.Event, 64)}
+	n := namespaceSeq.Add(1)
+	h.argoNS = h.kube.Namespace(t, fmt.Sprintf("argocd-%d-%d", time.Now().UnixNano()%1e6, n))
+	h.ruleNS = h.kube.Namespace(t, fmt.Sprintf("rules-%d-%d", time.Now().UnixNano()%1e6, n))
+	nc, err := nats.Connect(h.nats.URL(), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if h.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, h.js); err != nil {
+		t.Fatal(err)
+	}
+	h.pub = events.NewPublisher(h.js, "/test")
+	oc, err := h.js.OrderedConsumer(ctx, events.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"enforcement.trigger.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := oc.Consume(func(m jetstream.Msg) {
+		ev, _, err := events.Decode(m.Subject(), m.Headers(), m.Data())
+		if err != nil {
+			t.Errorf("decode outcome: %v", err)
+			return
+		}
+		h.outcomes <- ev
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	return h
+}
+
+// env is the dispatcher's environment for this harness, with overrides.
+func (h *harness) env(overrides ...string) map[string]string {
+	env := baseEnv(h.nats.URL(), h.kube.Kubeconfig)
+	env["ARGOCD_NAMESPACE"] = h.argoNS
+	for i := 0; i+1 < len(overrides); i += 2 {
+		env[overrides[i]] = overrides[i+1]
+	}
+	return env
+}
+
+// intent is an install intent of rule "baseline" in the harness's rule namespace.
+func (h *harness) intent(cluster, spec string, triggers *events.Triggers) *events.InstallIntent {
+	return &events.InstallIntent{
+		Rule:        events.RuleRef{Namespace: h.ruleNS, Name: "baseline", Generation: 1},
+		Cluster:     events.Target{Name: cluster, Key: "id-" + cluster, URL: "https://" + cluster + ".example.com", Revision: 1},
+		Enforcement: events.Enforcement{Name: "logging", Repo: "https://git.example.com/logging.git", Path: "chart", Namespace: "default"},
+		SpecHash:    spec,
+		Triggers:    triggers,
+	}
+}
+
+// publish stores an event and returns its stream sequence.
+func (h *harness) publish(e events.Event) uint64 {
+	h.t.Helper()
+	res, err := h.pub.Publish(context.Background(), e)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return res.Sequence
+}
+
+// redeliver stores the event again under another Nats-Msg-Id, as a redelivery would present it
+// to the dispatcher (same ce-id, same payload).
+func (h *harness) redeliver(e events.Event) {
+	h.t.Helper()
+	m, err := events.Encode(e, "/test", time.Now())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	m.Header.Set(nats.MsgIdHdr, e.ID()+":again")
+	if _, err := h.js.PublishMsg(context.Background(), m); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// waitOutcome waits for the next trigger event of phase for the intent.
+func (h *harness) waitOutcome(phase, intentID string) events.Event {
+	h.t.Helper()
+	for _, e := range h.seen {
+		if matches(e, phase, intentID) {
+			return e
+		}
+	}
+	timeout := time.After(15 * time.Second)
+	for {
+		select {
+		case e := <-h.outcomes:
+			h.seen = append(h.seen, e)
+			if matches(e, phase, intentID) {
+				return e
+			}
+		case <-timeout:
+			h.t.Fatalf("no %s outcome for intent %s within 15s (seen %d outcomes)", phase, intentID, len(h.seen))
+			return nil
+		}
+	}
+}
+
+func matches(e events.Event, phase, intentID string) bool {
+	switch ev := e.(type) {
+	case *events.TriggerDelivered:
+		return ev.Phase == phase && ev.IntentID == intentID
+	case *events.TriggerFailed:
+		return ev.Phase == phase && ev.IntentID == intentID
+	}
+	return false
+}
+
+// caughtUp waits until the dispatcher has acknowledged everything in the stream.
+func (h *harness) caughtUp() {
+	h.t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := h.js.Consumer(ctx, events.StreamName, events.ConsumerTriggerDispatcher)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("dispatcher not caught up within 15s: pending %d, ack pending %d", info.NumPending, info.NumAckPending)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// createApplication does argo-syncer's part: create the Application of (cluster, logging).
+func (h *harness) createApplication(cluster string) {
+	h.t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+		"spec": map[string]any{
+			"project":     cluster,
+			"source":      map[string]any{"repoURL": "https://git.example.com/logging.git", "path": "chart"},
+			"destination": map[string]any{"name": cluster, "namespace": "default"},
+		},
+	}}
+	u.SetNamespace(h.argoNS)
+	u.SetName(events.ApplicationName(cluster, "logging"))
+	if err := h.kube.Client.Create(context.Background(), u); err != nil {
+		h.t.Fatalf("create Application: %v", err)
+	}
+}
+
+// applicationExists reads the Application as a receiver would check it.
+func (h *harness) applicationExists(cluster string) (bool, error) {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("argoproj.io/v1alpha1")
+	u.SetKind("Application")
+	err := h.kube.Client.Get(context.Background(), types.NamespacedName{Namespace: h.argoNS, Name: events.ApplicationName(cluster, "logging")}, u)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// appCheckingReceiver answers 200 and records, while handling each call, whether the
+// Application exists.
+func (h *harness) appCheckingReceiver(cluster string) (*receiver, func() []bool) {
+	var mu sync.Mutex
+	var seen []bool
+	rc := newReceiver(h.t)
+	rc.onCall = func(*http.Request, []byte) {
+		exists, err := h.applicationExists(cluster)
+		if err != nil {
+			h.t.Errorf("receiver: read Application: %v", err)
+		}
+		mu.Lock()
+		seen = append(seen, exists)
+		mu.Unlock()
+	}
+	return rc, func() []bool { mu.Lock(); defer mu.Unlock(); return append([]bool(nil), seen...) }
+}
+
+func bodyOf(t *testing.T, c receivedCall) payload {
+	t.Helper()
+	var p payload
+	if err := json.Unmarshal(c.Body, &p); err != nil {
+		t.Fatalf("body %s: %v", c.Body, err)
+	}
+	return p
+}
+
+// The whole choreography with argo-syncer played by the test: beforeInstall is delivered while
+// the Application does not exist, its outcome names the intent and its stream sequence, and
+// afterInstall is delivered after the Application was created, on Created only. A later intent
+// for the existing Application (an update) calls neither hook.
+func TestChoreographyBeforeAndAfterInstall(t *testing.T) {
+	h := newHarness(t)
+	startService(t, h.env())
+	before, beforeSaw := h.appCheckingReceiver("prod-eu")
+	after, afterSaw := h.appCheckingReceiver("prod-eu")
+
+	in := h.intent("prod-eu", "h1", &events.Triggers{
+		BeforeInstall: &events.Trigger{Endpoint: before.URL()},
+		AfterInstall:  &events.Trigger{Endpoint: after.URL(), TimeoutSeconds: 15},
+	})
+	seq := h.publish(in)
+	got, ok := h.waitOutcome(events.PhaseBeforeInstall, in.ID()).(*events.TriggerDelivered)
+	if !ok {
+		t.Fatalf("beforeInstall outcome is not TriggerDelivered")
+	}
+	if got.IntentSequence != seq || got.StatusCode != 200 || got.Attempts != 1 {
+		t.Errorf("TriggerDelivered = %+v, want intent sequence %d, status 200, 1 attempt", got, seq)
+	}
+	if s := beforeSaw(); len(s) != 1 || s[0] {
+		t.Fatalf("beforeInstall receiver saw Application existing = %v, want one call while it did not exist", s)
+	}
+	call := before.Calls()[0]
+	p := bodyOf(t, call)
+	if p.DeliveryID != got.DeliveryID || call.Header.Get("webhook-id") != got.DeliveryID {
+		t.Errorf("delivery id: body %q, header %q, event %q", p.DeliveryID, call.Header.Get("webhook-id"), got.DeliveryID)
+	}
+	if p.Cluster != (payloadCluster{Name: "prod-eu", ID: "id-prod-eu", URL: "https://prod-eu.example.com"}) ||
+		p.Enforcement.Name != "logging" || p.Phase != events.PhaseBeforeInstall || p.Rule.Name != "baseline" {
+		t.Errorf("body = %s", call.Body)
+	}
+	if n := len(after.Calls()); n != 0 {
+		t.Fatalf("afterInstall called %d times before the Application was created", n)
+	}
+
+	// argo-syncer: create the Application after TriggerDelivered, then report it.
+	h.createApplication("prod-eu")
+	h.publish(&events.InstallSucceeded{IntentID: in.ID(), Rule: in.Rule, Cluster: "prod-eu", Enforcement: "logging",
+		Application: events.ApplicationName("prod-eu", "logging"), Created: true, SpecHash: "h1"})
+	afterOut, ok := h.waitOutcome(events.PhaseAfterInstall, in.ID()).(*events.TriggerDelivered)
+	if !ok {
+		t.Fatal("afterInstall outcome is not TriggerDelivered")
+	}
+	if s := afterSaw(); len(s) != 1 || !s[0] {
+		t.Fatalf("afterInstall receiver saw Application existing = %v, want one call while it existed", s)
+	}
+	if afterOut.DeliveryID == got.DeliveryID || bodyOf(t, after.Calls()[0]).Phase != events.PhaseAfterInstall {
+		t.Errorf("afterInstall delivery %q shares the beforeInstall id or has the wrong phase", afterOut.DeliveryID)
+	}
+
+	// An update: new spec, the Application exists, argo-syncer reports Created=false.
+	upd := h.intent("prod-eu", "h2", in.Triggers)
+	h.publish(upd)
+	h.publish(&events.InstallSucceeded{IntentID: upd.ID(), Rule: upd.Rule, Cluster: "prod-eu", Enforcement: "logging",
+		Application: events.ApplicationName("prod-eu", "logging"), Created: false, SpecHash: "h2"})
+	h.caughtUp()
+	if b, a := len(before.Calls()), len(after.Calls()); b != 1 || a != 1 {
+		t.Errorf("after an update: beforeInstall called %d times, afterInstall %d; want 1 and 1", b, a)
+	}
+}
+
+// A redelivered intent or InstallSucceeded whose delivery is final calls no webhook again, and
+// the outcome event is not stored twice.
+func TestRedeliveryDoesNotRepeatAFinishedDelivery(t *testing.T) {
+	h := newHarness(t)
+	startService(t, h.env())
+	before, after := newReceiver(t), newReceiver(t)
+	in := h.intent("redeliver", "h1", &events.Triggers{
+		BeforeInstall: &events.Trigger{Endpoint: before.URL()}, AfterInstall: &events.Trigger{Endpoint: after.URL()},
+	})
+	h.publish(in)
+	h.waitOutcome(events.PhaseBeforeInstall, in.ID())
+	h.createApplication("redeliver")
+	done := &events.InstallSucceeded{IntentID: in.ID(), Rule: in.Rule, Cluster: "redeliver", Enforcement: "logging", Created: true, SpecHash: "h1"}
+	h.publish(done)
+	h.waitOutcome(events.PhaseAfterInstall, in.ID())
+
+	h.redeliver(in)
+	h.redeliver(done)
+	h.caughtUp()
+	if b, a := len(before.Calls()), len(after.Calls()); b != 1 || a != 1 {
+		t.Errorf("after redeliveries: beforeInstall called %d times, afterInstall %d; want 1 and 1", b, a)
+	}
+	info, err := h.js.Stream(context.Background(), events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := info.Info(context.Background(), jetstream.WithSubjectFilter("enforcement.trigger.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(msgs.State.Subjects); n == 0 {
+		t.Fatal("no trigger events stored")
+	}
+	total := uint64(0)
+	for _, c := range msgs.State.Subjects {
+		total += c
+	}
+	if total != 2 {
+		t.Errorf("%d trigger events stored, want 2 (one per phase)", total)
+	}
+}
+
+// A dispatcher stopped while a delivery waits for its retry hands the intent back; the next
+// instance repeats the delivery with the same id, before the Application exists, and only one
+// outcome is published.
+func TestRestartDuringRetryRepeatsWithSameID(t *testing.T) {
+	h := newHarness(t)
+	var failing atomic.Bool
+	failing.Store(true)
+	before := newReceiver(t, func(w http.ResponseWriter, _ *http.Request) {
+		if failing.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	first := startService(t, h.env("TRIGGER_BACKOFF_BASE", "1m", "TRIGGER_BACKOFF_MAX", "1m"))
+	in := h.intent("restart", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: before.URL(), FailurePolicy: "Fail"}})
+	h.publish(in)
+	for len(before.Calls()) == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	first.stop(t)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("shutdown while a delivery waits took %s", d)
+	}
+	failing.Store(false)
+	startService(t, h.env())
+	out, ok := h.waitOutcome(events.PhaseBeforeInstall, in.ID()).(*events.TriggerDelivered)
+	if !ok {
+		t.Fatal("outcome after restart is not TriggerDelivered")
+	}
+	calls := before.Calls()
+	if len(calls) < 2 {
+		t.Fatalf("%d calls, want the failed one and the repeat", len(calls))
+	}
+	for i, c := range calls {
+		if id := c.Header.Get("webhook-id"); id != out.DeliveryID || bodyOf(t, c).DeliveryID != out.DeliveryID {
+			t.Errorf("call %d carries id %q, want %q", i+1, id, out.DeliveryID)
+		}
+	}
+	if exists, _ := h.applicationExists("restart"); exists {
+		t.Error("Application exists although nobody created it")
+	}
+}
+
+// InstallSucceeded{Created} published while the dispatcher is down is delivered as afterInstall
+// by the next instance: the armed record and the unacknowledged event survive the restart.
+func TestAfterInstallPendingSurvivesRestart(t *testing.T) {
+	h := newHarness(t)
+	after, afterSaw := h.appCheckingReceiver("survivor")
+	first := startService(t, h.env())
+	in := h.intent("survivor", "h1", &events.Triggers{AfterInstall: &events.Trigger{Endpoint: after.URL()}})
+	h.publish(in)
+	h.caughtUp()
+	first.stop(t)
+
+	h.createApplication("survivor")
+	h.publish(&events.InstallSucceeded{IntentID: in.ID(), Rule: in.Rule, Cluster: "survivor", Enforcement: "logging", Created: true, SpecHash: "h1"})
+	if n := len(after.Calls()); n != 0 {
+		t.Fatalf("afterInstall called %d times while the dispatcher was down", n)
+	}
+	startService(t, h.env())
+	if _, ok := h.waitOutcome(events.PhaseAfterInstall, in.ID()).(*events.TriggerDelivered); !ok {
+		t.Fatal("afterInstall outcome is not TriggerDelivered")
+	}
+	if s := afterSaw(); len(s) != 1 || !s[0] {
+		t.Errorf("afterInstall calls saw Application existing = %v, want exactly one call with it existing", s)
+	}
+}
+
+// afterInstall is not delivered when argo-syncer updated (Created=false) an Application.
+func TestAfterInstallNotOnUpdate(t *testing.T) {
+	h := newHarness(t)
+	startService(t, h.env())
+	after := newReceiver(t)
+	in := h.intent("updated", "h1", &events.Triggers{AfterInstall: &events.Trigger{Endpoint: after.URL()}})
+	h.publish(in)
+	h.publish(&events.InstallSucceeded{IntentID: in.ID(), Rule: in.Rule, Cluster: "updated", Enforcement: "logging", Created: false, SpecHash: "h1"})
+	h.caughtUp()
+	if n := len(after.Calls()); n != 0 {
+		t.Errorf("afterInstall called %d times on an update", n)
+	}
+}
+
+// A beforeInstall answering 400 fails at once. Under Ignore the outcome says so (argo-syncer
+// installs anyway); under Fail it blocks the install until a later retry gets a 2xx, which
+// publishes TriggerDelivered with the same delivery id.
+func TestFailurePolicies(t *testing.T) {
+	h := newHarness(t)
+	var reject atomic.Bool
+	reject.Store(true)
+	rc := newReceiver(t, func(w http.ResponseWriter, _ *http.Request) {
+		if reject.Load() {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	startService(t, h.env("TRIGGER_BLOCKED_RETRY_INTERVAL", "200ms"))
+
+	ignore := h.intent("ignore", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL()}})
+	h.publish(ignore)
+	f, ok := h.waitOutcome(events.PhaseBeforeInstall, ignore.ID()).(*events.TriggerFailed)
+	if !ok || f.FailurePolicy != "Ignore" || f.StatusCode != 400 || f.Attempts != 1 || !strings.Contains(f.Message, "client_error") {
+		t.Fatalf("Ignore outcome = %+v, want TriggerFailed Ignore 400 after 1 attempt", f)
+	}
+
+	fail := h.intent("fail", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL(), FailurePolicy: "Fail"}})
+	h.publish(fail)
+	ff, ok := h.waitOutcome(events.PhaseBeforeInstall, fail.ID()).(*events.TriggerFailed)
+	if !ok || ff.FailurePolicy != "Fail" {
+		t.Fatalf("Fail outcome = %+v, want TriggerFailed with Fail", ff)
+	}
+	time.Sleep(500 * time.Millisecond) // retries still get 400: the install stays blocked
+	for _, e := range h.drain() {
+		if d, ok := e.(*events.TriggerDelivered); ok {
+			t.Fatalf("unexpected TriggerDelivered %+v while the receiver rejects", d)
+		}
+	}
+	reject.Store(false)
+	var delivered *events.TriggerDelivered
+	for deadline := time.Now().Add(10 * time.Second); delivered == nil && time.Now().Before(deadline); {
+		select {
+		case e := <-h.outcomes:
+			if d, ok := e.(*events.TriggerDelivered); ok && d.IntentID == fail.ID() {
+				delivered = d
+			}
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if delivered == nil {
+		t.Fatal("a blocked Fail delivery was not released after the receiver recovered")
+	}
+	if delivered.DeliveryID != ff.DeliveryID {
+		t.Errorf("released delivery id %q, want the blocked one %q", delivered.DeliveryID, ff.DeliveryID)
+	}
+	// The Ignore failure is final: the blocked-delivery loop never retries it.
+	ignored := 0
+	for _, c := range rc.Calls() {
+		if bodyOf(t, c).Cluster.Name == "ignore" {
+			ignored++
+		}
+	}
+	if ignored != 1 {
+		t.Errorf("the Ignore delivery was called %d times, want 1", ignored)
+	}
+}
+
+// drain returns the outcomes received so far without waiting.
+func (h *harness) drain() []events.Event {
+	var out []events.Event
+	for {
+		select {
+		case e := <-h.outcomes:
+			h.seen = append(h.seen, e)
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+// Deliveries are signed with the key of the Secret the trigger names; a missing Secret fails the
+// delivery instead of sending it unsigned.
+func TestSignedDelivery(t *testing.T) {
+	h := newHarness(t)
+	secret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("a 32 byte key for the receiver!!"))
+	if err := h.kube.Client.Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: h.ruleNS, Name: "webhook-key"},
+		Data:       map[string][]byte{"key": []byte(secret)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	startService(t, h.env())
+	rc := newReceiver(t)
+	in := h.intent("signed", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL(), SigningSecret: "webhook-key"}})
+	h.publish(in)
+	if _, ok := h.waitOutcome(events.PhaseBeforeInstall, in.ID()).(*events.TriggerDelivered); !ok {
+		t.Fatal("signed delivery not delivered")
+	}
+	call := rc.Calls()[0]
+	if err := verifyStandardWebhook(secret, call.Header, call.Body, time.Now()); err != nil {
+		t.Errorf("signature does not verify: %v", err)
+	}
+	if strings.Contains(string(call.Body), secret) {
+		t.Error("the body contains the signing key")
+	}
+
+	missing := h.intent("unsigned", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL(), SigningSecret: "no-such-secret"}})
+	h.publish(missing)
+	f, ok := h.waitOutcome(events.PhaseBeforeInstall, missing.ID()).(*events.TriggerFailed)
+	if !ok || !strings.Contains(f.Message, "not found") {
+		t.Fatalf("outcome with a missing Secret = %+v, want TriggerFailed naming it", f)
+	}
+	if n := len(rc.Calls()); n != 1 {
+		t.Errorf("receiver called %d times, want 1 (no unsigned call)", n)
+	}
+}
+
+// A trigger without a timeout gets TRIGGER_DEFAULT_TIMEOUT; timeouts are retried up to
+// TRIGGER_MAX_ATTEMPTS. A metadata-address endpoint is refused without a retry.
+func TestTimeoutDefaultAndRefusedTarget(t *testing.T) {
+	h := newHarness(t)
+	startService(t, h.env("TRIGGER_DEFAULT_TIMEOUT", "200ms", "TRIGGER_MAX_ATTEMPTS", "2"))
+	slow := newReceiver(t, sleepFor(2*time.Second))
+	in := h.intent("slow", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: slow.URL()}})
+	h.publish(in)
+	f, ok := h.waitOutcome(events.PhaseBeforeInstall, in.ID()).(*events.TriggerFailed)
+	if !ok || f.Attempts != 2 || !strings.Contains(f.Message, "no answer within 200ms") {
+		t.Fatalf("outcome = %+v, want TriggerFailed after 2 timed-out attempts of 200ms", f)
+	}
+
+	meta := h.intent("metadata", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: "http://169.254.169.254/latest/meta-data/"}})
+	h.publish(meta)
+	r, ok := h.waitOutcome(events.PhaseBeforeInstall, meta.ID()).(*events.TriggerFailed)
+	if !ok || r.Attempts != 1 || !strings.Contains(r.Message, "refused") {
+		t.Fatalf("outcome = %+v, want TriggerFailed refused after 1 attempt", r)
+	}
+}
