@@ -167,8 +167,12 @@ type pairUpdate struct {
 	next      *pairState
 }
 
-// commit publishes the intents, persists the pairs and applies them in memory.
+// commit publishes the intents, persists the pairs and applies them in memory. It runs to the
+// end even when ctx is cancelled (shutdown), within commitTimeout: stopping between the publish
+// and the persist would leave intents the state does not know about.
 func (e *engine) commit(ctx context.Context, ch *change) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
 	for start := 0; start < len(ch.intents); start += publishBatch {
 		batch := ch.intents[start:min(start+publishBatch, len(ch.intents))]
 		if err := e.pub.PublishAll(ctx, batch); err != nil {
@@ -199,6 +203,9 @@ func (e *engine) commit(ctx context.Context, ch *change) error {
 	}
 	return nil
 }
+
+// commitTimeout bounds one commit.
+const commitTimeout = 2 * time.Minute
 
 // publishBatch bounds how many intents are in flight at once.
 const publishBatch = 512

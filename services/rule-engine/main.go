@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -206,16 +207,30 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 	eng.notify = notify
 	eng.mu.Unlock()
 
+	mgrErr := make(chan error, 1)
+	go func() { mgrErr <- mgr.Start(mgrCtx) }()
+
+	// Every rule is evaluated once before cluster events are consumed, so that a rule whose last
+	// evaluation was cut short (intents published, records not yet written) is finished before a
+	// cluster event relies on its records.
+	if err := evaluateAllRules(ctx, mgr, eng, cfg.OperatorNamespace, logger); err != nil {
+		stopMgr()
+		<-mgrErr
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	consumer, err := events.Consume(ctx, js, eventHandler(eng), events.ConsumerOptions{
 		Name: events.ConsumerRuleEngine, Metrics: events.NewMetrics(reg, serviceName), Logger: logger})
 	if err != nil {
+		stopMgr()
+		<-mgrErr
 		return err
 	}
 	consumerBound.Store(true)
 	logger.Info("Started", "watchNamespaces", cfg.WatchNamespaces, "operatorNamespace", cfg.OperatorNamespace)
 
-	mgrErr := make(chan error, 1)
-	go func() { mgrErr <- mgr.Start(mgrCtx) }()
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -259,4 +274,36 @@ func eventHandler(eng *engine) events.Handler {
 			return eng.applyOutcome(ctx, ev, meta)
 		}
 	}
+}
+
+// evaluateAllRules waits for the rule cache and evaluates every rule that is not being deleted,
+// retrying one that fails (NATS or KV briefly unavailable) until ctx ends.
+func evaluateAllRules(ctx context.Context, mgr ctrl.Manager, eng *engine, secretNamespace string, logger *slog.Logger) error {
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		return errors.New("ClusterRule cache did not sync")
+	}
+	var list v1beta1.ClusterRuleList
+	if err := mgr.GetClient().List(ctx, &list); err != nil {
+		return fmt.Errorf("list ClusterRules: %w", err)
+	}
+	for i := range list.Items {
+		cr := &list.Items[i]
+		if !cr.DeletionTimestamp.IsZero() {
+			continue
+		}
+		for {
+			err := eng.applyRule(ctx, ruleFromSpec(cr, secretNamespace))
+			if err == nil {
+				break
+			}
+			logger.Warn("Rule evaluation failed; retrying", "rule", cr.Namespace+"/"+cr.Name, "error", err)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	logger.Info("Evaluated rules", "rules", len(list.Items))
+	return nil
 }

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestRestartMidStream stops the rule engine while it works through a backlog of cluster events,
+// publishes more while it is down, and starts it again: every (cluster, enforcement) gets exactly
+// one install intent, the clusters that went away exactly one uninstall, and a rule created after
+// the restart still sees every cluster (the view survived).
+func TestRestartMidStream(t *testing.T) {
+	const clusters, gone = 400, 10
+	e := newEnv(t)
+	e.createRule("fleet", v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements(),
+		Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{}}})
+	stop := e.start()
+	var backlog []events.Event
+	for i := range clusters {
+		backlog = append(backlog, appeared(testCluster(fmt.Sprintf("c%03d", i), nil, true), uint64(i+1)))
+	}
+	if err := e.pub.PublishAll(t.Context(), backlog); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		if n := len(e.intents()); n == 0 {
+			return fmt.Errorf("no intents yet")
+		}
+		return nil
+	})
+	stop()
+	atStop := len(e.intents())
+	t.Logf("stopped after %d of %d install intents", atStop, 2*clusters)
+
+	for i := range gone {
+		e.publish(&events.ClusterGone{Source: rancherSource(), Key: fmt.Sprintf("c-c%03d", i), Name: fmt.Sprintf("c%03d", i),
+			Revision: uint64(clusters + i + 1), LastSeen: time.Now()})
+	}
+	e.start()
+	want := 2*clusters + 2*gone
+	eventually(t, 60*time.Second, func() error {
+		if n := len(e.intents()); n != want {
+			return fmt.Errorf("%d intents, want %d", n, want)
+		}
+		return nil
+	})
+	e.createRule("late", v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[:1],
+		Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{}}})
+	e.waitReady("late", v1beta1.ReasonProgressing, func(st v1beta1.ClusterRuleStatus) error {
+		if st.MatchedClusters != clusters-gone {
+			return fmt.Errorf("late rule matches %d clusters, want %d", st.MatchedClusters, clusters-gone)
+		}
+		return nil
+	})
+	want += clusters - gone
+	eventually(t, 30*time.Second, func() error {
+		if n := len(e.intents()); n != want {
+			return fmt.Errorf("%d intents, want %d", n, want)
+		}
+		return nil
+	})
+	time.Sleep(300 * time.Millisecond) // a duplicate would show up now
+	seen := map[string]int{}
+	for _, ev := range e.intents() {
+		s := intentSummary(ev)
+		if in, ok := ev.(*events.InstallIntent); ok {
+			s = in.Rule.Name + " " + s
+		}
+		seen[s]++
+	}
+	var dups []string
+	for s, n := range seen {
+		if n != 1 {
+			dups = append(dups, fmt.Sprintf("%s ×%d", s, n))
+		}
+	}
+	if len(dups) > 0 || len(seen) != want {
+		t.Errorf("%d distinct of %d intents; repeated: %s", len(seen), want, strings.Join(dups, ", "))
+	}
+}
+
+func TestMetricsLint(t *testing.T) {
+	reg := newMetricsRegistryForTest()
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("metric %s: %s", p.Metric, p.Text)
+	}
+}
