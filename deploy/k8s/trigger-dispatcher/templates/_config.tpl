@@ -1,0 +1,20 @@
+{{/* The dispatcher's own environment variables (services/trigger-dispatcher/config.go). */}}
+{{- define "trigger-dispatcher.env" -}}
+{{- include "trigger-dispatcher.envFromDict" (dict
+  "ARGOCD_NAMESPACE" .Values.config.argocdNamespace
+  "TRIGGER_DEFAULT_TIMEOUT" .Values.config.defaultTimeout
+  "TRIGGER_MAX_ATTEMPTS" .Values.config.maxAttempts
+  "TRIGGER_BACKOFF_BASE" .Values.config.backoffBase
+  "TRIGGER_BACKOFF_MAX" .Values.config.backoffMax
+  "TRIGGER_BLOCKED_RETRY_INTERVAL" .Values.config.blockedRetryInterval
+  "TRIGGER_DENIED_NETWORKS" .Values.config.deniedNetworks
+  "TRIGGER_ALLOWED_NETWORKS" .Values.config.allowedNetworks
+  "CONSUMER_BACKOFF_BASE" .Values.config.consumerBackoffBase) }}
+{{- end }}
+
+{{/* Refuses values the dispatcher cannot run with. */}}
+{{- define "trigger-dispatcher.validate" -}}
+{{- if not .Values.config.argocdNamespace }}
+{{- fail "config.argocdNamespace: must not be empty" }}
+{{- end }}
+{{- end }}
