@@ -399,13 +399,21 @@ func (s *Scanner) recover(ctx context.Context, st *sourceState) error {
 	return nil
 }
 
-// publish sends cluster events and counts them.
+// publishBatch is how many events one PublishAll call sends at most.
+const publishBatch = 1000
+
+// publish sends cluster events, in order, and counts them.
 func (s *Scanner) publish(ctx context.Context, kind string, evs []events.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	if err := s.pub.PublishAll(ctx, evs); err != nil {
-		return fmt.Errorf("publish %d cluster events: %w", len(evs), err)
+	// In batches: nats.go stalls (and PublishAll fails) with more than a few thousand
+	// asynchronous publishes outstanding, and the first scan of a large source has one event
+	// per cluster.
+	for batch := range slices.Chunk(evs, publishBatch) {
+		if err := s.pub.PublishAll(ctx, batch); err != nil {
+			return fmt.Errorf("publish %d cluster events: %w", len(evs), err)
+		}
 	}
 	for _, e := range evs {
 		s.metrics.Events.WithLabelValues(kind, strings.TrimPrefix(eventName(e), "cluster-")).Inc()

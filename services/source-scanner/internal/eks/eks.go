@@ -1,0 +1,727 @@
+// Package eks lists the Amazon EKS clusters of one AWS account through the real aws-sdk-go-v2
+// EKS client: ListClusters in every configured region (100 names a page, following NextToken),
+// and DescribeCluster for what a name alone does not tell (endpoint, status, tags, CA).
+//
+// Why a Lister keeps state. ListClusters returns names only, so without DescribeCluster a tag
+// change or a status change would be invisible; describing every cluster at every scan would cost
+// N calls per scan and runs into EKS's API throttling on large fleets. The Lister therefore keeps
+// the described clusters in memory, keyed by ARN: a new name is described at once, a cluster in
+// a transitional status (CREATING, UPDATING, DELETING, PENDING, FAILED) at every scan so that
+// becoming ACTIVE is seen promptly, and an ACTIVE cluster again only after RedescribeInterval. A
+// steady scan of N unchanged ACTIVE clusters costs one ListClusters page per 100 clusters and
+// region, and no DescribeCluster call. The cache is dropped when the credentials change (another
+// account may have clusters of the same names).
+//
+// The listing must be complete or fail: a failed page, a failed DescribeCluster (after the SDK's
+// retries) or a failed region makes the whole List an error (a scanner.DegradedError), so that the
+// scanner never mistakes a short listing for removed clusters. A cluster that disappears between
+// ListClusters and DescribeCluster (ResourceNotFoundException) is simply not listed: it is gone.
+//
+// Throttling is handled by the SDK's adaptive retry mode (client-side rate limiting plus
+// exponential backoff with jitter); every HTTP attempt is counted by operation and outcome.
+//
+// Secrets never appear in errors or logs: the SDK's error messages carry the operation, the HTTP
+// status, the request id and the service's message, never the request's credentials.
+package eks
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
+	awseks "github.com/aws/aws-sdk-go-v2/service/eks"
+	ekstypes "github.com/aws/aws-sdk-go-v2/service/eks/types"
+	"github.com/aws/aws-sdk-go-v2/service/sts"
+	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
+)
+
+// Kind is the source kind of EKS clusters.
+const Kind = "eks"
+
+// Secret keys of an EKS source. All are optional: with neither access key, the SDK's default
+// credential chain is used (environment, IRSA web identity, EKS Pod Identity, instance role);
+// with role_arn, those credentials assume the role through STS before listing.
+const (
+	KeyAccessKeyID     = "aws_access_key_id"
+	KeySecretAccessKey = "aws_secret_access_key"
+	KeySessionToken    = "aws_session_token"
+	KeyRoleARN         = "role_arn"
+)
+
+// DefaultRedescribeInterval is how long an ACTIVE cluster's description is trusted before it is
+// described again (to see tag, version and endpoint changes).
+const DefaultRedescribeInterval = 10 * time.Minute
+
+// EnvRedescribeInterval is the environment variable the service reads RedescribeInterval from
+// (a Go duration, e.g. "10m"); the wiring parses it with service.Duration.
+const EnvRedescribeInterval = "EKS_REDESCRIBE_INTERVAL"
+
+// pageSize is ListClusters' MaxResults: the largest page EKS serves.
+const pageSize = 100
+
+// Attribute keys for Argo CD registration without long-lived tokens. argo-syncer builds the
+// cluster Secret's config from them: {"awsAuthConfig": {"clusterName": <AttrArgoCDClusterName>,
+// "roleARN": <AttrArgoCDRoleARN, when set>}, "tlsClientConfig": {"caData": <AttrArgoCDCAData>}}.
+const (
+	// AttrArgoCDClusterName is the EKS cluster name as AWS knows it (not normalised), which
+	// argocd-k8s-auth needs to mint a token.
+	AttrArgoCDClusterName = "argocd.awsAuthConfig.clusterName"
+	// AttrArgoCDRoleARN is the Secret's role_arn; absent when the Secret has none.
+	AttrArgoCDRoleARN = "argocd.awsAuthConfig.roleARN"
+	// AttrArgoCDCAData is certificateAuthority.data: the base64 of the cluster CA's PEM, exactly
+	// the form of Argo CD's tlsClientConfig.caData in the Secret's JSON config.
+	AttrArgoCDCAData = "argocd.caData"
+)
+
+// Statuses of an EKS cluster (DescribeCluster's status).
+const (
+	StatusActive   = "ACTIVE"
+	StatusUpdating = "UPDATING"
+)
+
+// Eligible reports whether a cluster in this status may receive new installs: ACTIVE or
+// UPDATING. CREATING waits; DELETING and FAILED keep what they have until they are gone.
+func Eligible(status string) bool { return status == StatusActive || status == StatusUpdating }
+
+// Credentials are what an EKS source Secret holds. The zero value means the SDK's default
+// chain. String and LogValue never show the secret parts.
+type Credentials struct {
+	AccessKeyID     string
+	SecretAccessKey string
+	SessionToken    string
+	RoleARN         string
+}
+
+// String describes the credentials without their secrets.
+func (c Credentials) String() string {
+	src := "default chain"
+	if c.AccessKeyID != "" {
+		src = "static key " + c.AccessKeyID
+	}
+	if c.RoleARN != "" {
+		src += ", assuming " + c.RoleARN
+	}
+	return src
+}
+
+// GoString is String, so that %#v does not print the secret either.
+func (c Credentials) GoString() string { return c.String() }
+
+// fingerprint identifies the credentials without keeping them readable (the client and the
+// describe cache are rebuilt when it changes).
+func (c Credentials) fingerprint() string {
+	sum := sha256.Sum256([]byte(c.AccessKeyID + "\x00" + c.SecretAccessKey + "\x00" + c.SessionToken + "\x00" + c.RoleARN))
+	return hex.EncodeToString(sum[:])
+}
+
+// ParseSecret reads an EKS source Secret's data. An empty Secret is the default chain. The two
+// access keys come together; a session token needs them; role_arn must be an IAM role ARN.
+// Messages name keys, never values (except the role ARN, which is not a secret).
+func ParseSecret(data map[string][]byte) (Credentials, error) {
+	get := func(k string) string { return strings.TrimSpace(string(data[k])) }
+	c := Credentials{
+		AccessKeyID:     get(KeyAccessKeyID),
+		SecretAccessKey: get(KeySecretAccessKey),
+		SessionToken:    get(KeySessionToken),
+		RoleARN:         get(KeyRoleARN),
+	}
+	switch {
+	case c.AccessKeyID != "" && c.SecretAccessKey == "":
+		return Credentials{}, fmt.Errorf("key %q is set but %q is missing or empty", KeyAccessKeyID, KeySecretAccessKey)
+	case c.AccessKeyID == "" && c.SecretAccessKey != "":
+		return Credentials{}, fmt.Errorf("key %q is set but %q is missing or empty", KeySecretAccessKey, KeyAccessKeyID)
+	case c.SessionToken != "" && c.AccessKeyID == "":
+		return Credentials{}, fmt.Errorf("key %q needs %q and %q", KeySessionToken, KeyAccessKeyID, KeySecretAccessKey)
+	}
+	if c.RoleARN != "" && !isRoleARN(c.RoleARN) {
+		return Credentials{}, fmt.Errorf("key %q (%q) is not an IAM role ARN (arn:<partition>:iam::<account>:role/<name>)", KeyRoleARN, c.RoleARN)
+	}
+	return c, nil
+}
+
+func isRoleARN(s string) bool {
+	parts := strings.SplitN(s, ":", 6)
+	return len(parts) == 6 && parts[0] == "arn" && parts[1] != "" && parts[2] == "iam" &&
+		strings.HasPrefix(parts[5], "role/") && len(parts[5]) > len("role/")
+}
+
+// SourceFilters is the part of an eks source that takes part in its identity (the filters
+// argument of scanner.SourceID, and of rule-engine's SourceID): the regions, sorted and
+// de-duplicated, as {"regions": "eu-west-1,us-east-1"}; nil when no region is given. Two rules
+// listing different regions with one Secret are two sources.
+func SourceFilters(regions []string) map[string]string {
+	rs := normaliseRegions(regions)
+	if len(rs) == 0 {
+		return nil
+	}
+	return map[string]string{"regions": strings.Join(rs, ",")}
+}
+
+func normaliseRegions(regions []string) []string {
+	var out []string
+	for _, r := range regions {
+		if r = strings.TrimSpace(r); r != "" {
+			out = append(out, r)
+		}
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+// Options configure a Lister. Only Regions is needed in production; the zero value of every
+// other field is its default.
+type Options struct {
+	// Regions to list (spec.source.eks.regions). Empty: the default chain's region (AWS_REGION
+	// or the shared config's), and an InvalidSpec error when there is none.
+	Regions []string
+	// Credentials returns the source Secret's credentials at each scan (so a fixed Secret takes
+	// effect without a restart). Its error is returned as is (wrap it in a DegradedError with
+	// reason SecretInvalid). Nil: the default chain.
+	Credentials func(ctx context.Context) (Credentials, error)
+	// RedescribeInterval is how long an ACTIVE cluster's description is trusted
+	// (EKS_REDESCRIBE_INTERVAL; default DefaultRedescribeInterval). Each cluster's next
+	// re-describe falls in the last tenth of the interval, spread by its ARN, so that a fleet
+	// described at once is not re-described in one burst.
+	RedescribeInterval time.Duration
+	// DescribeConcurrency bounds the DescribeCluster calls in flight per region (default 8).
+	DescribeConcurrency int
+	// Calls counts every HTTP attempt (retries included) by operation (ListClusters,
+	// DescribeCluster, AssumeRole) and outcome (success, throttled, error); see NewCallsCounter.
+	// Nil: not counted.
+	Calls *prometheus.CounterVec
+	// Endpoint overrides the EKS endpoint (tests, VPC interface endpoints); STSEndpoint the STS
+	// endpoint used to assume role_arn.
+	Endpoint    string
+	STSEndpoint string
+	// HTTPClient overrides the SDK's HTTP client.
+	HTTPClient aws.HTTPClient
+	// MaxAttempts (default 5) and MaxBackoff (default 20s) tune the adaptive retryer.
+	MaxAttempts int
+	MaxBackoff  time.Duration
+	// Now is the clock; tests inject one so that the re-describe interval passes without sleeping.
+	Now func() time.Time
+}
+
+func (o Options) withDefaults() Options {
+	if o.RedescribeInterval <= 0 {
+		o.RedescribeInterval = DefaultRedescribeInterval
+	}
+	if o.DescribeConcurrency <= 0 {
+		o.DescribeConcurrency = 8
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 5
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 20 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// NewCallsCounter registers and returns the API call counter for Options.Calls:
+// enforcement_source_scanner_eks_api_calls_total{operation, outcome}.
+func NewCallsCounter(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "enforcement_source_scanner_eks_api_calls_total",
+		Help: "AWS API calls (HTTP attempts, retries included) made to list EKS clusters, by operation and outcome (success, throttled, error).",
+	}, []string{"operation", "outcome"})
+	reg.MustRegister(c)
+	return c
+}
+
+// Lister lists the EKS clusters of one source. Keep one Lister per source for the life of the
+// process: its describe cache is what makes steady scans cheap. It is safe for concurrent use
+// (concurrent Lists are serialised).
+type Lister struct {
+	opts Options
+
+	mu          sync.Mutex
+	fingerprint string     // of the credentials cfg and cache belong to
+	cfg         aws.Config // built for those credentials
+	client      *awseks.Client
+	cache       map[string]*entry // by ARN
+	byName      map[string]string // region/name → ARN
+}
+
+// entry is one described cluster.
+type entry struct {
+	cluster     events.Cluster
+	describedAt time.Time
+}
+
+// NewLister returns a Lister with opts.
+func NewLister(opts Options) *Lister {
+	return &Lister{opts: opts.withDefaults(), cache: map[string]*entry{}, byName: map[string]string{}}
+}
+
+// List lists every region and returns every cluster, or an error (a scanner.DegradedError):
+// Unauthorized when AWS refuses the credentials, PartialListing when some regions (or a page
+// after the first) failed and others did not, InvalidSpec without any region, ListFailed
+// otherwise. The Credentials callback's error is returned unchanged.
+func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	var creds Credentials
+	if l.opts.Credentials != nil {
+		var err error
+		if creds, err = l.opts.Credentials(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := l.prepare(ctx, creds); err != nil {
+		return nil, err
+	}
+	regions := normaliseRegions(l.opts.Regions)
+	if len(regions) == 0 {
+		if l.cfg.Region == "" {
+			return nil, scanner.Degradedf(events.DegradedInvalidSpec, "eks.regions is empty and the default credential chain names no region (AWS_REGION)")
+		}
+		regions = []string{l.cfg.Region}
+	}
+
+	var (
+		out    []events.Cluster
+		errs   []error
+		failed int
+		reason string
+	)
+	for _, region := range regions {
+		clusters, partial, err := l.listRegion(ctx, region, creds.RoleARN)
+		if err != nil {
+			failed++
+			r := classify(err)
+			switch {
+			case r == events.DegradedUnauthorized:
+				reason = r
+			case partial && reason == "":
+				reason = events.DegradedPartial
+			}
+			errs = append(errs, fmt.Errorf("region %s: %w", region, err))
+			continue
+		}
+		out = append(out, clusters...)
+	}
+	if failed > 0 {
+		if reason == "" {
+			reason = events.DegradedListFailed
+			if failed < len(regions) {
+				reason = events.DegradedPartial
+			}
+		}
+		return nil, scanner.Degraded(reason, errors.Join(errs...))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// prepare builds the SDK config for creds, or keeps the current one when they did not change.
+// A change drops the describe cache.
+func (l *Lister) prepare(ctx context.Context, creds Credentials) error {
+	fp := creds.fingerprint()
+	if fp == l.fingerprint && l.client != nil {
+		return nil
+	}
+	cfg, err := l.awsConfig(ctx, creds)
+	if err != nil {
+		return err
+	}
+	l.fingerprint, l.cfg = fp, cfg
+	l.client = awseks.NewFromConfig(cfg, func(o *awseks.Options) {
+		if l.opts.Endpoint != "" {
+			o.BaseEndpoint = aws.String(l.opts.Endpoint)
+		}
+	})
+	l.cache, l.byName = map[string]*entry{}, map[string]string{}
+	return nil
+}
+
+// awsConfig builds the SDK config: static keys from the Secret (without reading the
+// environment or shared files, so nothing on the host can redirect them) or the default chain,
+// then role_arn through STS; adaptive retries and call counting either way.
+func (l *Lister) awsConfig(ctx context.Context, creds Credentials) (aws.Config, error) {
+	retryer := func() aws.Retryer {
+		return retry.NewAdaptiveMode(func(o *retry.AdaptiveModeOptions) {
+			o.StandardOptions = append(o.StandardOptions, func(so *retry.StandardOptions) {
+				so.MaxAttempts = l.opts.MaxAttempts
+				so.MaxBackoff = l.opts.MaxBackoff
+			})
+		})
+	}
+	var cfg aws.Config
+	if creds.AccessKeyID != "" {
+		cfg = aws.Config{
+			Credentials: aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider(
+				creds.AccessKeyID, creds.SecretAccessKey, creds.SessionToken)),
+			Retryer:    retryer,
+			HTTPClient: l.opts.HTTPClient,
+			Region:     firstNonEmpty(normaliseRegions(l.opts.Regions)...),
+			AppID:      "enforcement-source-scanner",
+		}
+		if cfg.HTTPClient == nil {
+			cfg.HTTPClient = awshttp.NewBuildableClient()
+		}
+	} else {
+		loadOpts := []func(*awsconfig.LoadOptions) error{awsconfig.WithRetryer(retryer), awsconfig.WithAppID("enforcement-source-scanner")}
+		if l.opts.HTTPClient != nil {
+			loadOpts = append(loadOpts, awsconfig.WithHTTPClient(l.opts.HTTPClient))
+		}
+		var err error
+		cfg, err = awsconfig.LoadDefaultConfig(ctx, loadOpts...)
+		if err != nil {
+			return aws.Config{}, scanner.Degraded(events.DegradedSecretInvalid, fmt.Errorf("load the default AWS configuration: %w", err))
+		}
+	}
+	cfg.APIOptions = append(cfg.APIOptions, l.countCalls)
+	if creds.RoleARN != "" {
+		region := cfg.Region
+		if region == "" {
+			region = firstNonEmpty(normaliseRegions(l.opts.Regions)...)
+		}
+		stsClient := sts.NewFromConfig(cfg, func(o *sts.Options) {
+			if region != "" {
+				o.Region = region
+			}
+			if l.opts.STSEndpoint != "" {
+				o.BaseEndpoint = aws.String(l.opts.STSEndpoint)
+			}
+		})
+		cfg.Credentials = aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(stsClient, creds.RoleARN, func(o *stscreds.AssumeRoleOptions) {
+			o.RoleSessionName = "enforcement-source-scanner"
+		}))
+	}
+	return cfg, nil
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// countCalls adds a middleware after the retry loop, so that it sees every HTTP attempt with
+// its deserialised outcome.
+func (l *Lister) countCalls(stack *middleware.Stack) error {
+	if l.opts.Calls == nil {
+		return nil
+	}
+	return stack.Finalize.Insert(middleware.FinalizeMiddlewareFunc("EnforcementCountCalls",
+		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+			out, md, err := next.HandleFinalize(ctx, in)
+			l.opts.Calls.WithLabelValues(awsmiddleware.GetOperationName(ctx), outcome(err)).Inc()
+			return out, md, err
+		}), "Retry", middleware.After)
+}
+
+// outcome is the outcome label of one attempt.
+func outcome(err error) string {
+	switch {
+	case err == nil:
+		return "success"
+	case retry.IsErrorThrottles(retry.DefaultThrottles).IsErrorThrottle(err) == aws.TrueTernary:
+		return "throttled"
+	default:
+		return "error"
+	}
+}
+
+// unauthorizedCodes are the AWS error codes that mean the credentials were refused.
+var unauthorizedCodes = map[string]bool{
+	"AccessDeniedException": true, "AccessDenied": true, "UnauthorizedException": true,
+	"UnrecognizedClientException": true, "InvalidClientTokenId": true, "InvalidSignatureException": true,
+	"SignatureDoesNotMatch": true, "ExpiredToken": true, "ExpiredTokenException": true,
+	"IncompleteSignature": true, "MissingAuthenticationToken": true,
+}
+
+// classify maps an SDK error to a degraded reason: Unauthorized for refused or unobtainable
+// credentials (including a failed AssumeRole), ListFailed otherwise.
+func classify(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) && unauthorizedCodes[ae.ErrorCode()] {
+		return events.DegradedUnauthorized
+	}
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) && (re.HTTPStatusCode() == http.StatusUnauthorized || re.HTTPStatusCode() == http.StatusForbidden) {
+		return events.DegradedUnauthorized
+	}
+	if strings.Contains(err.Error(), "failed to retrieve credentials") || strings.Contains(err.Error(), "failed to refresh cached credentials") {
+		return events.DegradedUnauthorized
+	}
+	return events.DegradedListFailed
+}
+
+// listRegion lists one region's names page by page, describes what needs describing, and
+// returns the region's clusters. partial is true when a page after the first failed.
+func (l *Lister) listRegion(ctx context.Context, region, roleARN string) (clusters []events.Cluster, partial bool, err error) {
+	inRegion := func(o *awseks.Options) { o.Region = region }
+	var names []string
+	var token *string
+	seen := map[string]bool{}
+	for page := 1; ; page++ {
+		out, err := l.client.ListClusters(ctx, &awseks.ListClustersInput{MaxResults: aws.Int32(pageSize), NextToken: token}, inRegion)
+		if err != nil {
+			return nil, page > 1, fmt.Errorf("ListClusters page %d: %w", page, err)
+		}
+		names = append(names, out.Clusters...)
+		if out.NextToken == nil || *out.NextToken == "" {
+			break
+		}
+		if seen[*out.NextToken] {
+			return nil, true, fmt.Errorf("ListClusters page %d: the same nextToken came back twice; pagination does not end", page)
+		}
+		seen[*out.NextToken] = true
+		token = out.NextToken
+	}
+	sort.Strings(names)
+	names = slices.Compact(names)
+
+	// Decide what to describe, then describe it with bounded concurrency.
+	now := l.opts.Now()
+	var todo []string
+	for _, name := range names {
+		e := l.cache[l.byName[region+"/"+name]]
+		if e == nil || e.cluster.State != StatusActive || now.Sub(e.describedAt) >= l.dueAfter(e.cluster.Key) {
+			todo = append(todo, name)
+		}
+	}
+	type result struct {
+		name    string
+		cluster *events.Cluster
+		err     error
+	}
+	results := make([]result, len(todo))
+	sem := make(chan struct{}, l.opts.DescribeConcurrency)
+	var wg sync.WaitGroup
+	for i, name := range todo {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			results[i].name = name
+			out, err := l.client.DescribeCluster(ctx, &awseks.DescribeClusterInput{Name: aws.String(name)}, inRegion)
+			var nf *ekstypes.ResourceNotFoundException
+			switch {
+			case errors.As(err, &nf):
+				// Deleted between ListClusters and DescribeCluster: gone, not an error.
+			case err != nil:
+				results[i].err = fmt.Errorf("DescribeCluster %s: %w", name, err)
+			case out.Cluster == nil:
+				results[i].err = fmt.Errorf("DescribeCluster %s: the answer has no cluster", name)
+			default:
+				c, err := Convert(region, out.Cluster, roleARN)
+				if err != nil {
+					results[i].err = fmt.Errorf("DescribeCluster %s: %w", name, err)
+				}
+				results[i].cluster = &c
+			}
+		}()
+	}
+	wg.Wait()
+
+	// Keep every successful description, even when another failed: the next scan then has
+	// less to do.
+	var errs []error
+	gone := map[string]bool{}
+	for _, r := range results {
+		switch {
+		case r.err != nil:
+			errs = append(errs, r.err)
+		case r.cluster == nil:
+			gone[r.name] = true
+			delete(l.cache, l.byName[region+"/"+r.name])
+			delete(l.byName, region+"/"+r.name)
+		default:
+			if old := l.byName[region+"/"+r.name]; old != "" && old != r.cluster.Key {
+				delete(l.cache, old)
+			}
+			l.cache[r.cluster.Key] = &entry{cluster: *r.cluster, describedAt: now}
+			l.byName[region+"/"+r.name] = r.cluster.Key
+		}
+	}
+	if len(errs) > 0 {
+		return nil, false, errors.Join(errs...)
+	}
+	// Forget the region's clusters that are no longer listed.
+	listed := make(map[string]bool, len(names))
+	for _, n := range names {
+		listed[n] = true
+	}
+	for key, arn := range l.byName {
+		if r, n, _ := strings.Cut(key, "/"); r == region && !listed[n] {
+			delete(l.cache, arn)
+			delete(l.byName, key)
+		}
+	}
+	for _, name := range names {
+		if gone[name] {
+			continue
+		}
+		e := l.cache[l.byName[region+"/"+name]]
+		if e == nil {
+			return nil, false, fmt.Errorf("cluster %s: no description (internal error)", name)
+		}
+		clusters = append(clusters, cloneCluster(e.cluster))
+	}
+	return clusters, false, nil
+}
+
+// dueAfter is how old an ACTIVE cluster's description may get: between 90% and 100% of
+// RedescribeInterval, fixed per ARN.
+func (l *Lister) dueAfter(arn string) time.Duration {
+	sum := sha256.Sum256([]byte(arn))
+	frac := float64(binary.BigEndian.Uint16(sum[:2])) / 65535
+	iv := l.opts.RedescribeInterval
+	return iv - time.Duration(frac*float64(iv)/10)
+}
+
+// cloneCluster copies the maps of a cached cluster, so that the scanner may keep what List
+// returns while the cache changes.
+func cloneCluster(c events.Cluster) events.Cluster {
+	b, _ := json.Marshal(c.Attributes)
+	var attrs map[string]any
+	_ = json.Unmarshal(b, &attrs)
+	c.Attributes = attrs
+	labels := make(map[string]string, len(c.Labels))
+	for k, v := range c.Labels {
+		labels[k] = v
+	}
+	c.Labels = labels
+	return c
+}
+
+// Convert turns a described cluster into the scanner's cluster. Name is the EKS name made a
+// valid Kubernetes name by events.ObjectName (unchanged when it already is one: lower-case
+// letters, digits and '-', at most 63 characters; otherwise lower-cased, other characters
+// replaced by '-', and a hash suffix added). Attributes are every field DescribeCluster returns,
+// under its API (lowerCamel) name, minus certificateAuthority (moved to AttrArgoCDCAData),
+// clientRequestToken and connectorConfig.activationCode, plus: name (the normalised name), url
+// (the endpoint), id (the ARN; EKS's own outpost cluster id stays under outpostId), region,
+// version, tags, status, platformVersion, arn, createdAt (RFC 3339), and the Argo CD keys.
+// roleARN is the Secret's role_arn ("" for none).
+func Convert(region string, c *ekstypes.Cluster, roleARN string) (events.Cluster, error) {
+	name, arn := aws.ToString(c.Name), aws.ToString(c.Arn)
+	if name == "" || arn == "" {
+		return events.Cluster{}, errors.New("the cluster has no name or arn")
+	}
+	raw, err := json.Marshal(c)
+	if err != nil {
+		return events.Cluster{}, fmt.Errorf("encode cluster: %w", err)
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return events.Cluster{}, fmt.Errorf("decode cluster: %w", err)
+	}
+	attrs, _ := lowerCamel(obj).(map[string]any)
+	if attrs == nil {
+		attrs = map[string]any{}
+	}
+	delete(attrs, "certificateAuthority")
+	delete(attrs, "clientRequestToken")
+	if cc, ok := attrs["connectorConfig"].(map[string]any); ok {
+		delete(cc, "activationCode")
+	}
+	if id, ok := attrs["id"]; ok {
+		attrs["outpostId"] = id
+	}
+	status := string(c.Status)
+	tags := map[string]string{}
+	for k, v := range c.Tags {
+		tags[k] = v
+	}
+	tagsAttr := make(map[string]any, len(tags))
+	for k, v := range tags {
+		tagsAttr[k] = v
+	}
+	url := aws.ToString(c.Endpoint)
+	norm := events.ObjectName(name)
+	attrs["name"] = norm
+	attrs["url"] = url
+	attrs["id"] = arn
+	attrs["arn"] = arn
+	attrs["region"] = region
+	attrs["version"] = aws.ToString(c.Version)
+	attrs["platformVersion"] = aws.ToString(c.PlatformVersion)
+	attrs["status"] = status
+	attrs["tags"] = tagsAttr
+	if c.CreatedAt != nil {
+		attrs["createdAt"] = c.CreatedAt.UTC().Format(time.RFC3339)
+	}
+	attrs[AttrArgoCDClusterName] = name
+	if roleARN != "" {
+		attrs[AttrArgoCDRoleARN] = roleARN
+	}
+	if c.CertificateAuthority != nil && aws.ToString(c.CertificateAuthority.Data) != "" {
+		attrs[AttrArgoCDCAData] = aws.ToString(c.CertificateAuthority.Data)
+	}
+	return events.Cluster{
+		Key:        arn,
+		Name:       norm,
+		URL:        url,
+		Labels:     tags,
+		State:      status,
+		Eligible:   Eligible(status),
+		Attributes: attrs,
+	}, nil
+}
+
+// lowerCamel renames the keys of a JSON value from the SDK's Go field names to the API's
+// member names (Arn → arn, ResourcesVpcConfig → resourcesVpcConfig) and drops nulls. The keys
+// of tags maps are values, not field names, and are kept as they are.
+func lowerCamel(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, val := range t {
+			if val == nil {
+				continue
+			}
+			nk := k
+			if k != "" && k[0] >= 'A' && k[0] <= 'Z' {
+				nk = strings.ToLower(k[:1]) + k[1:]
+			}
+			if nk == "tags" {
+				out[nk] = val
+				continue
+			}
+			out[nk] = lowerCamel(val)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, val := range t {
+			out[i] = lowerCamel(val)
+		}
+		return out
+	default:
+		return v
+	}
+}

@@ -1,0 +1,546 @@
+package eks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
+)
+
+const testSecret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+// clock is a settable test clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// newTestLister returns a Lister pointed at f, with static credentials, fast retries and a
+// call counter.
+func newTestLister(f *fakeEKS, regions []string, mod func(*Options)) (*Lister, *prometheus.CounterVec, *clock) {
+	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	calls := NewCallsCounter(prometheus.NewRegistry())
+	opts := Options{
+		Regions: regions,
+		Credentials: func(context.Context) (Credentials, error) {
+			return Credentials{AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: testSecret}, nil
+		},
+		Endpoint:           f.srv.URL,
+		STSEndpoint:        f.srv.URL,
+		Calls:              calls,
+		MaxAttempts:        3,
+		MaxBackoff:         5 * time.Millisecond,
+		RedescribeInterval: 10 * time.Minute,
+		Now:                clk.Now,
+	}
+	if mod != nil {
+		mod(&opts)
+	}
+	return NewLister(opts), calls, clk
+}
+
+func listOK(t *testing.T, l *Lister) []events.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	clusters, err := l.List(ctx)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	return clusters
+}
+
+func TestParseSecret(t *testing.T) {
+	tests := []struct {
+		name    string
+		data    map[string]string
+		want    Credentials
+		wantErr string
+	}{
+		{name: "empty is the default chain", data: nil, want: Credentials{}},
+		{name: "static keys", data: map[string]string{KeyAccessKeyID: " AKID\n", KeySecretAccessKey: testSecret},
+			want: Credentials{AccessKeyID: "AKID", SecretAccessKey: testSecret}},
+		{name: "static keys, session and role", data: map[string]string{KeyAccessKeyID: "AKID", KeySecretAccessKey: testSecret,
+			KeySessionToken: "tok", KeyRoleARN: "arn:aws:iam::111122223333:role/lister"},
+			want: Credentials{AccessKeyID: "AKID", SecretAccessKey: testSecret, SessionToken: "tok", RoleARN: "arn:aws:iam::111122223333:role/lister"}},
+		{name: "role only (default chain assumes it)", data: map[string]string{KeyRoleARN: "arn:aws-cn:iam::111122223333:role/path/lister"},
+			want: Credentials{RoleARN: "arn:aws-cn:iam::111122223333:role/path/lister"}},
+		{name: "key id without secret", data: map[string]string{KeyAccessKeyID: "AKID"}, wantErr: `"aws_secret_access_key" is missing`},
+		{name: "secret without key id", data: map[string]string{KeySecretAccessKey: testSecret}, wantErr: `"aws_access_key_id" is missing`},
+		{name: "session token alone", data: map[string]string{KeySessionToken: "tok"}, wantErr: `"aws_session_token" needs`},
+		{name: "role arn of a user", data: map[string]string{KeyRoleARN: "arn:aws:iam::111122223333:user/bob"}, wantErr: "not an IAM role ARN"},
+		{name: "role arn garbage", data: map[string]string{KeyRoleARN: "lister"}, wantErr: "not an IAM role ARN"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data := map[string][]byte{}
+			for k, v := range tt.data {
+				data[k] = []byte(v)
+			}
+			got, err := ParseSecret(data)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
+				}
+				if strings.Contains(err.Error(), testSecret) {
+					t.Fatalf("error shows the secret: %v", err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ParseSecret = %v, %v; want %v", got, err, tt.want)
+			}
+			if s := fmt.Sprintf("%v %+v %#v %s", got, got, got, got); strings.Contains(s, testSecret) || (got.SessionToken != "" && strings.Contains(s, got.SessionToken)) {
+				t.Fatalf("formatting the credentials shows a secret: %s", s)
+			}
+		})
+	}
+}
+
+func TestSourceFilters(t *testing.T) {
+	if got := SourceFilters(nil); got != nil {
+		t.Fatalf("SourceFilters(nil) = %v", got)
+	}
+	got := SourceFilters([]string{"us-east-1", " eu-west-1", "us-east-1", ""})
+	if got["regions"] != "eu-west-1,us-east-1" || len(got) != 1 {
+		t.Fatalf("SourceFilters = %v", got)
+	}
+}
+
+func TestEligible(t *testing.T) {
+	for status, want := range map[string]bool{
+		"ACTIVE": true, "UPDATING": true, "CREATING": false, "DELETING": false, "FAILED": false, "PENDING": false, "": false,
+	} {
+		if got := Eligible(status); got != want {
+			t.Errorf("Eligible(%q) = %t, want %t", status, got, want)
+		}
+	}
+}
+
+// TestListPagingAndShape lists two regions, one with three pages, through the real SDK client,
+// and checks the clusters' shape.
+func TestListPagingAndShape(t *testing.T) {
+	f := newFakeEKS(t)
+	for i := range 250 {
+		f.add("eu-west-1", fmt.Sprintf("c%03d", i), "ACTIVE", map[string]string{"team": "a"})
+	}
+	f.add("us-east-1", "Prod_Cluster.1", "UPDATING", map[string]string{"env": "prod", "team": "b"})
+	f.add("us-east-1", "creating", "CREATING", nil)
+	l, calls, _ := newTestLister(f, []string{"us-east-1", "eu-west-1"}, nil)
+
+	clusters := listOK(t, l)
+	if len(clusters) != 252 {
+		t.Fatalf("listed %d clusters, want 252", len(clusters))
+	}
+	if got := f.count("ListClusters"); got != 3+1 {
+		t.Errorf("ListClusters calls = %d, want 4 (3 pages + 1)", got)
+	}
+	if got := f.count("DescribeCluster"); got != 252 {
+		t.Errorf("DescribeCluster calls = %d, want 252", got)
+	}
+	if got := testutil.ToFloat64(calls.WithLabelValues("ListClusters", "success")); got != 4 {
+		t.Errorf("counted ListClusters successes = %v, want 4", got)
+	}
+	if got := testutil.ToFloat64(calls.WithLabelValues("DescribeCluster", "success")); got != 252 {
+		t.Errorf("counted DescribeCluster successes = %v, want 252", got)
+	}
+
+	byKey := map[string]events.Cluster{}
+	for _, c := range clusters {
+		byKey[c.Key] = c
+	}
+	prod, ok := byKey["arn:aws:eks:us-east-1:111122223333:cluster/Prod_Cluster.1"]
+	if !ok {
+		t.Fatalf("Prod_Cluster.1 missing from %d clusters", len(clusters))
+	}
+	if prod.Name != events.ObjectName("Prod_Cluster.1") || !strings.HasPrefix(prod.Name, "prod-cluster-1-") {
+		t.Errorf("Name = %q, want the normalised name", prod.Name)
+	}
+	if prod.URL != "https://PROD_CLUSTER.1.gr7.us-east-1.eks.amazonaws.com" || prod.State != "UPDATING" || !prod.Eligible {
+		t.Errorf("URL, State, Eligible = %q, %q, %t", prod.URL, prod.State, prod.Eligible)
+	}
+	if prod.Labels["env"] != "prod" || prod.Labels["team"] != "b" || len(prod.Labels) != 2 {
+		t.Errorf("Labels = %v, want the tags", prod.Labels)
+	}
+	a := prod.Attributes
+	want := map[string]any{
+		"name": prod.Name, "url": prod.URL, "id": prod.Key, "arn": prod.Key, "region": "us-east-1",
+		"version": "1.30", "status": "UPDATING", "platformVersion": "eks.5", "createdAt": "2023-11-14T22:13:20Z",
+		"roleArn":                         "arn:aws:iam::111122223333:role/eks-cluster",
+		AttrArgoCDClusterName:             "Prod_Cluster.1",
+		"endpoint":                        prod.URL,
+	}
+	for k, v := range want {
+		if a[k] != v {
+			t.Errorf("attribute %s = %#v, want %#v", k, a[k], v)
+		}
+	}
+	if tags, _ := a["tags"].(map[string]any); tags["env"] != "prod" {
+		t.Errorf("attribute tags = %#v", a["tags"])
+	}
+	if vpc, _ := a["resourcesVpcConfig"].(map[string]any); vpc["vpcId"] != "vpc-1" || vpc["endpointPublicAccess"] != true {
+		t.Errorf("attribute resourcesVpcConfig = %#v", a["resourcesVpcConfig"])
+	}
+	if id, _ := a["identity"].(map[string]any); id == nil || id["oidc"].(map[string]any)["issuer"] == nil {
+		t.Errorf("attribute identity = %#v", a["identity"])
+	}
+	if ca, _ := a[AttrArgoCDCAData].(string); !strings.HasPrefix(ca, "LS0tLS1CRUdJTi") {
+		t.Errorf("attribute %s = %q, want the base64 PEM", AttrArgoCDCAData, ca)
+	}
+	for _, k := range []string{"certificateAuthority", "clientRequestToken", AttrArgoCDRoleARN} {
+		if _, ok := a[k]; ok {
+			t.Errorf("attribute %s should not be set", k)
+		}
+	}
+	creating := byKey["arn:aws:eks:us-east-1:111122223333:cluster/creating"]
+	if creating.Name != "creating" || creating.Eligible || creating.State != "CREATING" {
+		t.Errorf("creating cluster = %+v", creating)
+	}
+}
+
+// TestSteadyStateDescribes counts DescribeCluster calls: none for unchanged ACTIVE clusters
+// inside the re-describe interval, one per scan for a cluster in a transitional status, all
+// again once the interval has passed.
+func TestSteadyStateDescribes(t *testing.T) {
+	f := newFakeEKS(t)
+	const n = 20
+	for i := range n {
+		f.add("eu-west-1", fmt.Sprintf("c%02d", i), "ACTIVE", map[string]string{"env": "prod"})
+	}
+	f.add("eu-west-1", "new", "CREATING", nil)
+	l, _, clk := newTestLister(f, []string{"eu-west-1"}, nil)
+
+	scan := func(wantDescribes int) []events.Cluster {
+		t.Helper()
+		f.resetCounts()
+		clusters := listOK(t, l)
+		if got := f.count("DescribeCluster"); got != wantDescribes {
+			t.Fatalf("DescribeCluster calls = %d, want %d", got, wantDescribes)
+		}
+		if got := f.count("ListClusters"); got != 1 {
+			t.Fatalf("ListClusters calls = %d, want 1", got)
+		}
+		return clusters
+	}
+	scan(n + 1)
+	for range 5 {
+		clk.Add(time.Minute)
+		scan(1) // only the CREATING cluster
+	}
+	f.set("eu-west-1", "new", "status", "ACTIVE")
+	clk.Add(time.Minute)
+	if c := find(scan(1), "new"); c == nil || !c.Eligible {
+		t.Fatalf("new cluster after it became ACTIVE: %+v", c)
+	}
+	clk.Add(time.Minute)
+	scan(0)
+
+	// A tag change is invisible until the interval passes, then seen.
+	f.set("eu-west-1", "c00", "tags", map[string]any{"env": "staging"})
+	clk.Add(time.Minute)
+	if c := find(scan(0), "c00"); c.Labels["env"] != "prod" {
+		t.Fatalf("c00 labels changed before re-describe: %v", c.Labels)
+	}
+	clk.Add(10 * time.Minute)
+	if c := find(scan(n+1), "c00"); c.Labels["env"] != "staging" {
+		t.Fatalf("c00 labels after re-describe = %v", c.Labels)
+	}
+
+	// A new name is described at once; a removed one is no longer listed.
+	f.add("eu-west-1", "later", "ACTIVE", nil)
+	f.remove("eu-west-1", "c01")
+	clk.Add(time.Minute)
+	clusters := scan(1)
+	if find(clusters, "later") == nil || find(clusters, "c01") != nil || len(clusters) != n+1 {
+		t.Fatalf("after add/remove: %d clusters, later %v, c01 %v", len(clusters), find(clusters, "later") != nil, find(clusters, "c01") != nil)
+	}
+}
+
+// TestRedescribeSpread checks that re-describes of a fleet described at once spread over the
+// last tenth of the interval instead of coming in one scan.
+func TestRedescribeSpread(t *testing.T) {
+	f := newFakeEKS(t)
+	for i := range 40 {
+		f.add("eu-west-1", fmt.Sprintf("c%02d", i), "ACTIVE", nil)
+	}
+	l, _, clk := newTestLister(f, []string{"eu-west-1"}, func(o *Options) { o.RedescribeInterval = 100 * time.Second })
+	listOK(t, l)
+	clk.Add(89 * time.Second)
+	f.resetCounts()
+	listOK(t, l)
+	if got := f.count("DescribeCluster"); got != 0 {
+		t.Fatalf("DescribeCluster calls before 90%% of the interval = %d, want 0", got)
+	}
+	clk.Add(6 * time.Second)
+	f.resetCounts()
+	listOK(t, l)
+	first := f.count("DescribeCluster")
+	clk.Add(5 * time.Second)
+	f.resetCounts()
+	listOK(t, l)
+	second := f.count("DescribeCluster")
+	if first == 0 || second == 0 || first+second != 40 {
+		t.Fatalf("re-describes at 95s and 100s = %d and %d, want both > 0 and 40 in all", first, second)
+	}
+}
+
+func find(clusters []events.Cluster, eksName string) *events.Cluster {
+	for i := range clusters {
+		if clusters[i].Attributes[AttrArgoCDClusterName] == eksName {
+			return &clusters[i]
+		}
+	}
+	return nil
+}
+
+// TestThrottlingRetried: throttled calls are retried by the SDK and counted as throttled.
+func TestThrottlingRetried(t *testing.T) {
+	f := newFakeEKS(t)
+	f.add("eu-west-1", "a", "ACTIVE", nil)
+	f.add("eu-west-1", "b", "ACTIVE", nil)
+	f.configure(func(f *fakeEKS) { f.throttle["ListClusters"] = 2; f.throttle["DescribeCluster"] = 1 })
+	l, calls, _ := newTestLister(f, []string{"eu-west-1"}, nil)
+	if got := len(listOK(t, l)); got != 2 {
+		t.Fatalf("listed %d clusters, want 2", got)
+	}
+	for _, c := range []struct {
+		op, outcome string
+		want        float64
+	}{
+		{"ListClusters", "throttled", 2}, {"ListClusters", "success", 1},
+		{"DescribeCluster", "throttled", 1}, {"DescribeCluster", "success", 2},
+	} {
+		if got := testutil.ToFloat64(calls.WithLabelValues(c.op, c.outcome)); got != c.want {
+			t.Errorf("calls{%s,%s} = %v, want %v", c.op, c.outcome, got, c.want)
+		}
+	}
+}
+
+// TestFailures: every failure makes the whole listing an error with the right reason, and no
+// error shows the secret key.
+func TestFailures(t *testing.T) {
+	tests := []struct {
+		name       string
+		regions    []string
+		setup      func(f *fakeEKS)
+		timeout    time.Duration
+		wantReason string
+		wantMsg    string
+	}{
+		{name: "access denied", setup: func(f *fakeEKS) {
+			f.fail["ListClusters"] = fakeError{status: 403, errType: "AccessDeniedException", message: "User: arn:aws:iam::111122223333:user/x is not authorized to perform: eks:ListClusters"}
+		}, wantReason: events.DegradedUnauthorized, wantMsg: "not authorized"},
+		{name: "unknown key", setup: func(f *fakeEKS) { f.keyID = "AKIDOTHER" },
+			wantReason: events.DegradedUnauthorized, wantMsg: "UnrecognizedClientException"},
+		{name: "server error", setup: func(f *fakeEKS) {
+			f.fail["ListClusters"] = fakeError{status: 500, errType: "ServerException", message: "internal"}
+		}, wantReason: events.DegradedListFailed, wantMsg: "500"},
+		{name: "throttled beyond the retries", setup: func(f *fakeEKS) { f.throttle["ListClusters"] = 100 },
+			wantReason: events.DegradedListFailed, wantMsg: "ThrottlingException"},
+		{name: "second page fails", setup: func(f *fakeEKS) {
+			f.fail["ListClusters"] = fakeError{status: 500, errType: "ServerException", message: "internal", page: 2}
+		}, wantReason: events.DegradedPartial, wantMsg: "page 2"},
+		{name: "one region of two fails", regions: []string{"eu-west-1", "us-east-1"}, setup: func(f *fakeEKS) {
+			f.fail["ListClusters"] = fakeError{status: 503, errType: "ServiceUnavailableException", message: "unavailable", region: "us-east-1"}
+		}, wantReason: events.DegradedPartial, wantMsg: "region us-east-1"},
+		{name: "describe fails", setup: func(f *fakeEKS) {
+			f.fail["DescribeCluster"] = fakeError{status: 400, errType: "InvalidParameterException", message: "bad"}
+		}, wantReason: events.DegradedListFailed, wantMsg: "DescribeCluster"},
+		{name: "garbage body", setup: func(f *fakeEKS) { f.garbage = true },
+			wantReason: events.DegradedListFailed, wantMsg: "ListClusters"},
+		{name: "timeout", setup: func(f *fakeEKS) { f.delay = 5 * time.Second }, timeout: 300 * time.Millisecond,
+			wantReason: events.DegradedListFailed, wantMsg: "deadline"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeEKS(t)
+			for i := range 150 {
+				f.add("eu-west-1", fmt.Sprintf("c%03d", i), "ACTIVE", nil)
+			}
+			f.add("us-east-1", "east", "ACTIVE", nil)
+			regions := tt.regions
+			if regions == nil {
+				regions = []string{"eu-west-1"}
+			}
+			f.configure(tt.setup)
+			l, _, _ := newTestLister(f, regions, nil)
+			timeout := tt.timeout
+			if timeout == 0 {
+				timeout = 10 * time.Second
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			start := time.Now()
+			clusters, err := l.List(ctx)
+			if err == nil {
+				t.Fatalf("List returned %d clusters and no error", len(clusters))
+			}
+			if clusters != nil {
+				t.Errorf("List returned clusters with its error")
+			}
+			if got := scanner.ReasonOf(err); got != tt.wantReason {
+				t.Errorf("reason = %s, want %s (%v)", got, tt.wantReason, err)
+			}
+			if !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("error %q does not contain %q", err, tt.wantMsg)
+			}
+			if strings.Contains(err.Error(), testSecret) {
+				t.Errorf("error shows the secret: %v", err)
+			}
+			if tt.timeout > 0 && time.Since(start) > 3*time.Second {
+				t.Errorf("List took %v after a %v deadline", time.Since(start), tt.timeout)
+			}
+		})
+	}
+}
+
+// TestDescribeNotFound: a cluster deleted between ListClusters and DescribeCluster is not
+// listed, and the listing is still complete.
+func TestDescribeNotFound(t *testing.T) {
+	f := newFakeEKS(t)
+	f.add("eu-west-1", "a", "ACTIVE", nil)
+	f.add("eu-west-1", "b", "DELETING", nil)
+	l, _, _ := newTestLister(f, []string{"eu-west-1"}, nil)
+	if got := len(listOK(t, l)); got != 2 {
+		t.Fatalf("listed %d, want 2", got)
+	}
+	// b is still listed by ListClusters but DescribeCluster no longer finds it.
+	f.configure(func(f *fakeEKS) {
+		f.fail["DescribeCluster"] = fakeError{status: http.StatusNotFound, errType: "ResourceNotFoundException", message: "No cluster found for name: b."}
+	})
+	clusters := listOK(t, l)
+	if len(clusters) != 1 || find(clusters, "a") == nil {
+		t.Fatalf("clusters = %+v, want only a", clusters)
+	}
+}
+
+// TestAssumeRole: with role_arn, the Secret's keys assume the role through STS and the role's
+// credentials sign the EKS calls; the role ARN reaches the Argo CD attributes. A refused
+// AssumeRole is Unauthorized.
+func TestAssumeRole(t *testing.T) {
+	const role = "arn:aws:iam::111122223333:role/enforcement-lister"
+	f := newFakeEKS(t)
+	f.add("eu-west-1", "a", "ACTIVE", nil)
+	f.configure(func(f *fakeEKS) { f.roleARN = role; f.keyID = "nobody-yet" })
+	creds := Credentials{AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: testSecret, RoleARN: role}
+	l, calls, _ := newTestLister(f, []string{"eu-west-1"}, func(o *Options) {
+		o.Credentials = func(context.Context) (Credentials, error) { return creds, nil }
+	})
+	clusters := listOK(t, l)
+	if len(clusters) != 1 || clusters[0].Attributes[AttrArgoCDRoleARN] != role {
+		t.Fatalf("clusters = %+v", clusters)
+	}
+	if got := f.count("AssumeRole"); got != 1 {
+		t.Errorf("AssumeRole calls = %d, want 1", got)
+	}
+	if got := testutil.ToFloat64(calls.WithLabelValues("AssumeRole", "success")); got != 1 {
+		t.Errorf("counted AssumeRole = %v, want 1", got)
+	}
+	// The assumed credentials are cached: a second scan does not assume again.
+	listOK(t, l)
+	if got := f.count("AssumeRole"); got != 1 {
+		t.Errorf("AssumeRole calls after two scans = %d, want 1", got)
+	}
+
+	creds.RoleARN = "arn:aws:iam::111122223333:role/not-allowed"
+	_, err := l.List(context.Background())
+	if got := scanner.ReasonOf(err); got != events.DegradedUnauthorized || !strings.Contains(fmt.Sprint(err), "AccessDenied") {
+		t.Fatalf("refused AssumeRole: reason %s, err %v", got, err)
+	}
+	if strings.Contains(err.Error(), testSecret) {
+		t.Errorf("error shows the secret: %v", err)
+	}
+}
+
+// TestCredentialsChangeDropsCache: new credentials (maybe another account) describe again.
+func TestCredentialsChangeDropsCache(t *testing.T) {
+	f := newFakeEKS(t)
+	f.add("eu-west-1", "a", "ACTIVE", nil)
+	secret := testSecret
+	l, _, _ := newTestLister(f, []string{"eu-west-1"}, func(o *Options) {
+		o.Credentials = func(context.Context) (Credentials, error) {
+			return Credentials{AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: secret}, nil
+		}
+	})
+	listOK(t, l)
+	listOK(t, l)
+	if got := f.count("DescribeCluster"); got != 1 {
+		t.Fatalf("DescribeCluster calls = %d, want 1", got)
+	}
+	secret = "rotated"
+	listOK(t, l)
+	if got := f.count("DescribeCluster"); got != 2 {
+		t.Fatalf("DescribeCluster calls after the credentials changed = %d, want 2", got)
+	}
+}
+
+// TestCredentialsError: the callback's error comes back unchanged (the wiring decides its
+// reason) and nothing is called.
+func TestCredentialsError(t *testing.T) {
+	f := newFakeEKS(t)
+	want := scanner.Degradedf(events.DegradedSecretInvalid, "Secret ns/eks not found")
+	l, _, _ := newTestLister(f, []string{"eu-west-1"}, func(o *Options) {
+		o.Credentials = func(context.Context) (Credentials, error) { return Credentials{}, want }
+	})
+	if _, err := l.List(context.Background()); !errors.Is(err, want) {
+		t.Fatalf("err = %v, want %v", err, want)
+	}
+	if f.count("ListClusters") != 0 {
+		t.Fatal("ListClusters was called")
+	}
+}
+
+// TestDefaultChain: without Secret keys, the SDK's default chain supplies credentials and the
+// region (here from the environment); without any region the spec is invalid.
+func TestDefaultChain(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("AWS_CONFIG_FILE", dir+"/config")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", dir+"/credentials")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	t.Setenv("AWS_PROFILE", "")
+	t.Setenv("AWS_ENDPOINT_URL", "")
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", testSecret)
+	t.Setenv("AWS_REGION", "ap-south-1")
+	f := newFakeEKS(t)
+	f.add("ap-south-1", "from-env", "ACTIVE", nil)
+	l, _, _ := newTestLister(f, nil, func(o *Options) { o.Credentials = nil })
+	clusters := listOK(t, l)
+	if len(clusters) != 1 || clusters[0].Attributes["region"] != "ap-south-1" {
+		t.Fatalf("clusters = %+v", clusters)
+	}
+
+	t.Setenv("AWS_REGION", "")
+	t.Setenv("AWS_DEFAULT_REGION", "")
+	l, _, _ = newTestLister(f, nil, func(o *Options) { o.Credentials = nil })
+	if _, err := l.List(context.Background()); scanner.ReasonOf(err) != events.DegradedInvalidSpec {
+		t.Fatalf("no region: err = %v, want InvalidSpec", err)
+	}
+}
+
+func TestMetricsLint(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := NewCallsCounter(reg)
+	c.WithLabelValues("ListClusters", "success").Inc()
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %v", problems, err)
+	}
+}
