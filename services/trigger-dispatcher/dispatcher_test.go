@@ -28,7 +28,7 @@ import (
 // embedded NATS, a namespace for Applications and one for the rule, a publisher standing in for
 // rule-engine and argo-syncer, and a subscription to the dispatcher's outcome events.
 type harness struct {
-	t        *testing.T
+	t        testing.TB
 	kube     *testenv.Kube
 	nats     *testenv.NATS
 	js       jetstream.JetStream
@@ -41,7 +41,7 @@ type harness struct {
 
 var namespaceSeq atomic.Int64
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	t.Helper()
 	h := &harness{t: t, kube: kubeWithArgoCD(t), nats: testenv.StartNATS(t), outcomes: make(chan events.Event, 64)}
 	n := namespaceSeq.Add(1)
@@ -229,7 +229,7 @@ func (h *harness) appCheckingReceiver(cluster string) (*receiver, func() []bool)
 	return rc, func() []bool { mu.Lock(); defer mu.Unlock(); return append([]bool(nil), seen...) }
 }
 
-func bodyOf(t *testing.T, c receivedCall) payload {
+func bodyOf(t testing.TB, c receivedCall) payload {
 	t.Helper()
 	var p payload
 	if err := json.Unmarshal(c.Body, &p); err != nil {
@@ -561,5 +561,36 @@ func TestTimeoutDefaultAndRefusedTarget(t *testing.T) {
 	r, ok := h.waitOutcome(events.PhaseBeforeInstall, meta.ID()).(*events.TriggerFailed)
 	if !ok || r.Attempts != 1 || !strings.Contains(r.Message, "refused") {
 		t.Fatalf("outcome = %+v, want TriggerFailed refused after 1 attempt", r)
+	}
+}
+
+// A dispatcher that died after recording a delivery but before publishing its outcome leaves a
+// final record and an unacknowledged intent: the next instance publishes the recorded outcome
+// (with the intent's sequence) and does not call the webhook again.
+func TestCrashBetweenRecordAndPublish(t *testing.T) {
+	h := newHarness(t)
+	rc := newReceiver(t)
+	in := h.intent("crashed", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL()}})
+	seq := h.publish(in)
+	r, err := newRecord(in, in.ID(), seq, events.PhaseBeforeInstall, *in.Triggers.BeforeInstall)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.State, r.StatusCode, r.Attempts = stateDelivered, 202, 1
+	kv, err := h.js.KeyValue(context.Background(), events.BucketTriggers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (&recordStore{kv: kv}).put(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	startService(t, h.env())
+	out, ok := h.waitOutcome(events.PhaseBeforeInstall, in.ID()).(*events.TriggerDelivered)
+	if !ok || out.StatusCode != 202 || out.IntentSequence != seq || out.DeliveryID != r.DeliveryID {
+		t.Fatalf("outcome = %+v, want the recorded delivery (202, sequence %d)", out, seq)
+	}
+	h.caughtUp()
+	if n := len(rc.Calls()); n != 0 {
+		t.Errorf("webhook called %d times for a recorded delivery", n)
 	}
 }

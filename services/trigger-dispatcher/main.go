@@ -37,6 +37,13 @@ const serviceName = "trigger-dispatcher"
 // its trigger's timeout), waiting retries are handed back to the server.
 const shutdownTimeout = 30 * time.Second
 
+// kubeQPS and kubeBurst bound the dispatcher's Kubernetes API requests (Application reads and
+// signing Secret reads).
+const (
+	kubeQPS   = 100
+	kubeBurst = 200
+)
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -63,6 +70,9 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	// client-go's default of 5 requests per second (burst 10) would cap beforeInstall at five
+	// deliveries per second, since each one reads its Application first.
+	kubeCfg.QPS, kubeCfg.Burst = kubeQPS, kubeBurst
 	kubeCheck, err := service.KubeReachable(kubeCfg)
 	if err != nil {
 		return err

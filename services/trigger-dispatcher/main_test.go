@@ -19,16 +19,22 @@ import (
 func TestMain(m *testing.M) { os.Exit(testenv.RunWithSharedKube(m)) }
 
 // kubeWithArgoCD returns the shared API server with Argo CD's CRDs and the argocd namespace.
-func kubeWithArgoCD(t *testing.T) *testenv.Kube {
+// The CRDs are installed once per process: installing the 1 MB ApplicationSet CRD again costs
+// seconds per test.
+func kubeWithArgoCD(t testing.TB) *testenv.Kube {
 	t.Helper()
 	kube := testenv.SharedKube(t)
-	kube.InstallCRDs(t, testenv.ArgoCDCRDs()...)
-	kube.Namespace(t, "argocd")
+	crdOnce.Do(func() {
+		kube.InstallCRDs(t, testenv.ArgoCDCRDs()...)
+		kube.Namespace(t, "argocd")
+	})
 	return kube
 }
 
+var crdOnce sync.Once
+
 // freeAddr returns a 127.0.0.1 address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -66,7 +72,7 @@ type instance struct {
 
 // startService runs the dispatcher with env (plus free HEALTH_ADDR and METRICS_ADDR) and waits
 // until /readyz answers 200. The instance is stopped at the end of the test if still running.
-func startService(t *testing.T, env map[string]string) *instance {
+func startService(t testing.TB, env map[string]string) *instance {
 	t.Helper()
 	s := &instance{health: freeAddr(t), metrics: freeAddr(t), logs: &syncBuffer{}, done: make(chan error, 1)}
 	full := map[string]string{"HEALTH_ADDR": s.health, "METRICS_ADDR": s.metrics}
@@ -99,7 +105,7 @@ func startService(t *testing.T, env map[string]string) *instance {
 }
 
 // stop cancels the instance and checks that run returns nil promptly. Calling it twice is fine.
-func (s *instance) stop(t *testing.T) {
+func (s *instance) stop(t testing.TB) {
 	t.Helper()
 	if s.cancel == nil {
 		return

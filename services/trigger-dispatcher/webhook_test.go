@@ -22,7 +22,7 @@ import (
 // receiver is a webhook endpoint for tests: it answers each call with the next scripted
 // response (repeating the last one) and records what it received.
 type receiver struct {
-	t       *testing.T
+	t       testing.TB
 	mu      sync.Mutex
 	calls   []receivedCall
 	script  []func(w http.ResponseWriter, r *http.Request)
@@ -37,7 +37,7 @@ type receivedCall struct {
 	At     time.Time
 }
 
-func newReceiver(t *testing.T, script ...func(w http.ResponseWriter, r *http.Request)) *receiver {
+func newReceiver(t testing.TB, script ...func(w http.ResponseWriter, r *http.Request)) *receiver {
 	rc := &receiver{t: t, script: script}
 	rc.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
