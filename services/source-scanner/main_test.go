@@ -117,6 +117,8 @@ type stream struct {
 	mu   sync.Mutex
 	last uint64
 	seen []string
+	// heldScan is the scan number of the last RemovalsHeld event.
+	heldScan uint64
 }
 
 // poll appends the events stored since the last poll, rendered as "appeared <kind> <name>".
@@ -150,6 +152,9 @@ func (s *stream) poll() []string {
 			s.seen = append(s.seen, "gone "+e.Source.Kind+" "+e.Name)
 		case *events.SourceDegraded:
 			s.seen = append(s.seen, "degraded "+e.Source.Kind+" "+e.Reason)
+			if e.Reason == events.DegradedRemovalsHeld {
+				s.heldScan = e.Scan
+			}
 		}
 	}
 	s.last = info.State.LastSeq
@@ -285,6 +290,23 @@ func TestRun(t *testing.T) {
 `
 	must(k.Update(ctx, cm))
 	s.waitFor("updated static edge-1 labels", "appeared static edge-4", "gone static edge-3")
+
+	// Two of three vanish at once: more than the breaker's one per scan, so both are held until
+	// an operator annotates a rule of the source with the scan number.
+	cm.Data["clusters.yaml"] = `[{name: edge-1, url: "https://edge-1:6443"}]`
+	must(k.Update(ctx, cm))
+	s.waitFor("degraded static RemovalsHeld")
+	time.Sleep(500 * time.Millisecond)
+	if s.count("gone static edge-2")+s.count("gone static edge-4") != 0 {
+		t.Fatal("held removals were published")
+	}
+	var edges v1beta1.ClusterRule
+	must(k.Get(ctx, client.ObjectKey{Namespace: rulesNS, Name: "edges"}, &edges))
+	s.mu.Lock()
+	edges.Annotations = map[string]string{scanner.ReleaseAnnotation: fmt.Sprint(s.heldScan)}
+	s.mu.Unlock()
+	must(k.Update(ctx, &edges))
+	s.waitFor("gone static edge-2", "gone static edge-4")
 
 	// A Secret without a token degrades the Rancher source and removes nothing.
 	var secret corev1.Secret
