@@ -218,9 +218,13 @@ type Options struct {
 	STSEndpoint string
 	// HTTPClient overrides the SDK's HTTP client.
 	HTTPClient aws.HTTPClient
-	// MaxAttempts (default 5) and MaxBackoff (default 20s) tune the adaptive retryer.
+	// MaxAttempts (default 5) and MaxBackoff (default 20s) tune the retryer.
 	MaxAttempts int
 	MaxBackoff  time.Duration
+	// RetryMode is aws.RetryModeAdaptive (the default: client-side rate limiting that slows
+	// down after throttling, on top of exponential backoff) or aws.RetryModeStandard (backoff
+	// only; tests use it, since adaptive mode may wait seconds after a throttle).
+	RetryMode aws.RetryMode
 	// Now is the clock; tests inject one so that the re-describe interval passes without sleeping.
 	Now func() time.Time
 }
@@ -240,6 +244,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.RetryMode == "" {
+		o.RetryMode = aws.RetryModeAdaptive
 	}
 	return o
 }
@@ -366,12 +373,16 @@ func (l *Lister) prepare(ctx context.Context, creds Credentials) error {
 // environment or shared files, so nothing on the host can redirect them) or the default chain,
 // then role_arn through STS; adaptive retries and call counting either way.
 func (l *Lister) awsConfig(ctx context.Context, creds Credentials) (aws.Config, error) {
+	tune := func(so *retry.StandardOptions) {
+		so.MaxAttempts = l.opts.MaxAttempts
+		so.MaxBackoff = l.opts.MaxBackoff
+	}
 	retryer := func() aws.Retryer {
+		if l.opts.RetryMode == aws.RetryModeStandard {
+			return retry.NewStandard(tune)
+		}
 		return retry.NewAdaptiveMode(func(o *retry.AdaptiveModeOptions) {
-			o.StandardOptions = append(o.StandardOptions, func(so *retry.StandardOptions) {
-				so.MaxAttempts = l.opts.MaxAttempts
-				so.MaxBackoff = l.opts.MaxBackoff
-			})
+			o.StandardOptions = append(o.StandardOptions, tune)
 		})
 	}
 	var cfg aws.Config

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -47,6 +48,7 @@ func newTestLister(f *fakeEKS, regions []string, mod func(*Options)) (*Lister, *
 		Calls:              calls,
 		MaxAttempts:        3,
 		MaxBackoff:         5 * time.Millisecond,
+		RetryMode:          aws.RetryModeStandard,
 		RedescribeInterval: 10 * time.Minute,
 		Now:                clk.Now,
 	}
@@ -183,9 +185,9 @@ func TestListPagingAndShape(t *testing.T) {
 	want := map[string]any{
 		"name": prod.Name, "url": prod.URL, "id": prod.Key, "arn": prod.Key, "region": "us-east-1",
 		"version": "1.30", "status": "UPDATING", "platformVersion": "eks.5", "createdAt": "2023-11-14T22:13:20Z",
-		"roleArn":                         "arn:aws:iam::111122223333:role/eks-cluster",
-		AttrArgoCDClusterName:             "Prod_Cluster.1",
-		"endpoint":                        prod.URL,
+		"roleArn":             "arn:aws:iam::111122223333:role/eks-cluster",
+		AttrArgoCDClusterName: "Prod_Cluster.1",
+		"endpoint":            prod.URL,
 	}
 	for k, v := range want {
 		if a[k] != v {
@@ -310,26 +312,39 @@ func find(clusters []events.Cluster, eksName string) *events.Cluster {
 	return nil
 }
 
-// TestThrottlingRetried: throttled calls are retried by the SDK and counted as throttled.
+// TestThrottlingRetried: throttled calls are retried and counted as throttled, in both retry
+// modes (adaptive mode then rate-limits itself, which takes a moment).
 func TestThrottlingRetried(t *testing.T) {
-	f := newFakeEKS(t)
-	f.add("eu-west-1", "a", "ACTIVE", nil)
-	f.add("eu-west-1", "b", "ACTIVE", nil)
-	f.configure(func(f *fakeEKS) { f.throttle["ListClusters"] = 2; f.throttle["DescribeCluster"] = 1 })
-	l, calls, _ := newTestLister(f, []string{"eu-west-1"}, nil)
-	if got := len(listOK(t, l)); got != 2 {
-		t.Fatalf("listed %d clusters, want 2", got)
-	}
-	for _, c := range []struct {
-		op, outcome string
-		want        float64
-	}{
-		{"ListClusters", "throttled", 2}, {"ListClusters", "success", 1},
-		{"DescribeCluster", "throttled", 1}, {"DescribeCluster", "success", 2},
-	} {
-		if got := testutil.ToFloat64(calls.WithLabelValues(c.op, c.outcome)); got != c.want {
-			t.Errorf("calls{%s,%s} = %v, want %v", c.op, c.outcome, got, c.want)
-		}
+	for _, tt := range []struct {
+		mode                 aws.RetryMode
+		listThr, describeThr int
+	}{{aws.RetryModeStandard, 2, 1}, {aws.RetryModeAdaptive, 1, 0}} {
+		t.Run(string(tt.mode), func(t *testing.T) {
+			t.Parallel()
+			mode := tt.mode
+			f := newFakeEKS(t)
+			f.add("eu-west-1", "a", "ACTIVE", nil)
+			f.add("eu-west-1", "b", "ACTIVE", nil)
+			f.configure(func(f *fakeEKS) {
+				f.throttle["ListClusters"] = tt.listThr
+				f.throttle["DescribeCluster"] = tt.describeThr
+			})
+			l, calls, _ := newTestLister(f, []string{"eu-west-1"}, func(o *Options) { o.RetryMode = mode })
+			if got := len(listOK(t, l)); got != 2 {
+				t.Fatalf("listed %d clusters, want 2", got)
+			}
+			for _, c := range []struct {
+				op, outcome string
+				want        float64
+			}{
+				{"ListClusters", "throttled", float64(tt.listThr)}, {"ListClusters", "success", 1},
+				{"DescribeCluster", "throttled", float64(tt.describeThr)}, {"DescribeCluster", "success", 2},
+			} {
+				if got := testutil.ToFloat64(calls.WithLabelValues(c.op, c.outcome)); got != c.want {
+					t.Errorf("calls{%s,%s} = %v, want %v", c.op, c.outcome, got, c.want)
+				}
+			}
+		})
 	}
 }
 
