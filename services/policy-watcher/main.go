@@ -130,6 +130,16 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 // watcher and the function that stops the writer and drains the connection.
 func startNATS(ctx context.Context, cfg config, claims *claimStore, health *service.Health,
 	reg *prometheus.Registry, m *metrics, logger *slog.Logger) (claimSink, func() error, error) {
+	consumerCfg := events.ClaimWriterConsumer(cfg.ClusterName, events.TopologyOptions{})
+	// Not ready until the claim writer is bound: added before connecting, so that /readyz does
+	// not answer 200 on the Kubernetes check alone while NATS is still coming up.
+	var bound atomic.Bool
+	health.AddCheck("consumer", func(context.Context) error {
+		if !bound.Load() {
+			return errors.New("consumer " + consumerCfg.Durable + " not bound")
+		}
+		return nil
+	})
 	nc, err := service.ConnectNATS(ctx, cfg.NATSURL, cfg.NATSCreds, serviceName, logger)
 	if err != nil {
 		return nil, nil, err
@@ -147,24 +157,15 @@ func startNATS(ctx context.Context, cfg config, claims *claimStore, health *serv
 	if err != nil {
 		return fail(fmt.Errorf("jetstream: %w", err))
 	}
-	opts := events.TopologyOptions{}
-	if err := events.DefaultTopology(opts).Apply(ctx, js); err != nil {
+	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
 		return fail(fmt.Errorf("apply topology: %w", err))
 	}
-	consumerCfg := events.ClaimWriterConsumer(cfg.ClusterName, opts)
 	if _, err := js.CreateOrUpdateConsumer(ctx, events.StreamName, consumerCfg); err != nil {
 		return fail(fmt.Errorf("apply consumer %s: %w", consumerCfg.Durable, err))
 	}
 	publisher := events.NewPublisher(js, "/enforcement/"+serviceName)
 	writer := &claimWriter{claimName: cfg.ClaimName, claims: claims, publisher: publisher, metrics: m,
 		logger: logger.With("component", "claim-writer")}
-	var bound atomic.Bool
-	health.AddCheck("consumer", func(context.Context) error {
-		if !bound.Load() {
-			return errors.New("consumer " + consumerCfg.Durable + " not bound")
-		}
-		return nil
-	})
 	consumer, err := events.Consume(ctx, js, writer.handle, events.ConsumerOptions{
 		Name:    consumerCfg.Durable,
 		Backoff: events.ExponentialBackoff(250*time.Millisecond, 30*time.Second),
