@@ -55,6 +55,7 @@ func TestNetPolicy(t *testing.T) {
 		"169.254.1.1":            false,
 		"fd00:ec2::254":          false,
 		"fe80::1":                false,
+		"fe80::1%eth0":           false,
 		"127.0.0.1":              true,
 		"10.1.2.3":               true,
 		"2001:db8::1":            true,

@@ -26,7 +26,9 @@ type netPolicy struct {
 
 // check returns an error wrapping errRefusedAddress when addr may not be reached.
 func (p netPolicy) check(addr netip.Addr) error {
-	addr = addr.Unmap() // ::ffff:169.254.169.254 is 169.254.169.254
+	// ::ffff:169.254.169.254 is 169.254.169.254, and a zoned fe80::1%eth0 is fe80::1: netip's
+	// Contains never matches a mapped address against an IPv4 prefix nor a zoned one at all.
+	addr = addr.Unmap().WithZone("")
 	for _, d := range p.Denied {
 		if d.Contains(addr) {
 			return fmt.Errorf("%w: %s is in denied network %s", errRefusedAddress, addr, d)
