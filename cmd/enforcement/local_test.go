@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// syncBuffer is a bytes.Buffer safe for the writer goroutine and the polling test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestLocalRunProducesTheDemoApplications runs the README's run command as a new user would
+// (no NATS_URL, no KUBECONFIG): it must build and start everything, narrate, produce the demo's
+// Applications with their rendered parameters, and stop cleanly on cancel (Ctrl-C).
+func TestLocalRunProducesTheDemoApplications(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the whole system")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	errc := make(chan error, 1)
+	noEnv := func(string) string { return "" } // a fresh shell: no NATS_URL, no KUBECONFIG
+	go func() { errc <- run(ctx, []string{"local"}, noEnv, &out, &out) }()
+
+	want := []string{"demo-eu-1-guestbook", "demo-eu-1-helm-guestbook", "demo-us-1-guestbook", "demo-us-1-helm-guestbook"}
+	deadline := time.Now().Add(6 * time.Minute)
+	for {
+		created := regexp.MustCompile(`Created Application argocd/(\S+)`).FindAllStringSubmatch(out.String(), -1)
+		var got []string
+		for _, m := range created {
+			got = append(got, m[1])
+		}
+		sort.Strings(got)
+		if strings.Join(got, ",") == strings.Join(want, ",") {
+			break
+		}
+		select {
+		case err := <-errc:
+			t.Fatalf("local mode ended early: %v\n%s", err, out.String())
+		case <-time.After(500 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("created %v, want %v; output:\n%s", got, want, out.String())
+		}
+	}
+	for _, line := range []string{"NATS ready at nats://", "Kubernetes API ready", "Discovered cluster demo-eu-1 (static, eligible)",
+		"Discovered cluster demo-dev-1 (static, not eligible yet: provisioning)", "All services ready"} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("output lacks %q", line)
+		}
+	}
+
+	// The rendered parameters, read with the kubeconfig the output points to.
+	m := regexp.MustCompile(`KUBECONFIG=(\S+) kubectl`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("output does not say where the kubeconfig is:\n%s", out.String())
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	apps := dyn.Resource(schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "applications"}).Namespace("argocd")
+	for app, replicas := range map[string]string{"demo-eu-1-helm-guestbook": "3", "demo-us-1-helm-guestbook": "1"} {
+		u, err := apps.Get(ctx, app, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns, _, _ := unstructured.NestedString(u.Object, "spec", "destination", "namespace")
+		params, _, _ := unstructured.NestedSlice(u.Object, "spec", "source", "helm", "parameters")
+		got := map[string]any{}
+		for _, p := range params {
+			got[p.(map[string]any)["name"].(string)] = p.(map[string]any)["value"]
+		}
+		cluster := strings.TrimSuffix(app, "-helm-guestbook")
+		if ns != cluster || got["replicaCount"] != replicas || got["clusterURL"] != "https://"+cluster+".example.com" {
+			t.Errorf("%s: namespace %q, parameters %v", app, ns, got)
+		}
+	}
+
+	cancel()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("local mode on Ctrl-C: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("local mode did not stop within 60s of Ctrl-C")
+	}
+	for _, s := range hubServices {
+		if !strings.Contains(out.String(), "Stopped "+s) {
+			t.Errorf("%s was not stopped cleanly:\n%s", s, out.String())
+		}
+	}
+}
