@@ -77,7 +77,6 @@ const (
 	eventsGroup = "events.k8s.io"
 )
 
-
 // rbacExpectations lists, per service, what it needs (allowed) and a selection of what it must
 // not have (denied).
 var rbacExpectations = map[string]struct{ allowed, denied [][]access }{
