@@ -594,3 +594,72 @@ func TestCrashBetweenRecordAndPublish(t *testing.T) {
 		t.Errorf("webhook called %d times for a recorded delivery", n)
 	}
 }
+
+// argo-syncer's side through its real durable consumer: it crashes after receiving the intent
+// and TriggerDelivered (nothing acknowledged), gets both again after its restart, reads the
+// intent back from the stream by the outcome's intentSequence, creates the Application and
+// reports it. Nothing is skipped and beforeInstall is not called again.
+func TestSyncerRestartBetweenHookAndInstall(t *testing.T) {
+	h := newHarness(t)
+	startService(t, h.env())
+	before, after := newReceiver(t), newReceiver(t)
+	in := h.intent("syncer", "h1", &events.Triggers{
+		BeforeInstall: &events.Trigger{Endpoint: before.URL()}, AfterInstall: &events.Trigger{Endpoint: after.URL()},
+	})
+	h.publish(in)
+	h.waitOutcome(events.PhaseBeforeInstall, in.ID())
+
+	ctx := context.Background()
+	syncer, err := h.js.Consumer(ctx, events.StreamName, events.ConsumerArgoSyncer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetch := func() []jetstream.Msg {
+		t.Helper()
+		batch, err := syncer.Fetch(2, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msgs []jetstream.Msg
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		if len(msgs) != 2 {
+			t.Fatalf("argo-syncer consumer got %d messages, want the intent and TriggerDelivered", len(msgs))
+		}
+		return msgs
+	}
+	for _, m := range fetch() { // the syncer "crashes": the messages go back unacknowledged
+		_ = m.Nak()
+	}
+	msgs := fetch()
+	outcome, _, err := events.DecodeAs[*events.TriggerDelivered](msgs[1].Subject(), msgs[1].Headers(), msgs[1].Data())
+	if err != nil {
+		t.Fatalf("second message is not TriggerDelivered: %v", err)
+	}
+	stored, err := h.js.Stream(ctx, events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := stored.GetMsg(ctx, outcome.IntentSequence)
+	if err != nil {
+		t.Fatalf("read the intent back by sequence %d: %v", outcome.IntentSequence, err)
+	}
+	intent, meta, err := events.DecodeAs[*events.InstallIntent](raw.Subject, raw.Header, raw.Data)
+	if err != nil || meta.ID != outcome.IntentID {
+		t.Fatalf("message %d is %v (id %q), want the intent %q", outcome.IntentSequence, err, meta.ID, outcome.IntentID)
+	}
+	h.createApplication(intent.Cluster.Name)
+	h.publish(&events.InstallSucceeded{IntentID: meta.ID, Rule: intent.Rule, Cluster: intent.Cluster.Name,
+		Enforcement: intent.Enforcement.Name, Created: true, SpecHash: intent.SpecHash})
+	for _, m := range msgs {
+		_ = m.Ack()
+	}
+	if _, ok := h.waitOutcome(events.PhaseAfterInstall, in.ID()).(*events.TriggerDelivered); !ok {
+		t.Fatal("afterInstall not delivered")
+	}
+	h.caughtUp()
+	if b, a := len(before.Calls()), len(after.Calls()); b != 1 || a != 1 {
+		t.Errorf("beforeInstall called %d times, afterInstall %d; want 1 and 1", b, a)
+	}
+}

@@ -160,8 +160,10 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 		Name:           events.ConsumerTriggerDispatcher,
 		Backoff:        events.ExponentialBackoff(cfg.ConsumerBackoffBase, 30*time.Second),
 		HandlerTimeout: d.handlerTimeout(),
-		Metrics:        events.NewMetrics(reg, serviceName),
-		Logger:         logger,
+		// Deliveries mostly wait on receivers; a few slow webhooks must not hold up the rest.
+		Concurrency: 64,
+		Metrics:     events.NewMetrics(reg, serviceName),
+		Logger:      logger,
 	})
 	if err != nil {
 		return errors.Join(err, closeNATS(), stopHTTP())
