@@ -303,57 +303,52 @@ func (s *Scanner) apply(ctx context.Context, st *sourceState, src Source, listin
 		s.log.Warn("Removal breaker tripped", "source", src.Ref.ID, "kind", src.Ref.Kind, "scan", st.meta.Scan,
 			"due", len(d.Hold), "cap", removalCap(live(st.clusters), s.cfg.MaxRemovalFraction))
 	}
-	var evs []events.Event
-	write := func(key string, r *record) error { return s.putRecord(ctx, st, key, r) }
-
+	var writes []*record
 	for _, c := range p.Appeared {
-		r := &record{Cluster: c, Event: eventAppeared}
-		if err := write(c.Key, r); err != nil {
-			return err
-		}
-		evs = append(evs, eventFor(r))
-		res.Appeared++
+		writes = append(writes, &record{Cluster: c, Event: eventAppeared})
 	}
 	for _, u := range p.Updated {
-		r := &record{Cluster: u.Cluster, Event: eventUpdated, Changed: u.Changed}
-		if err := write(u.Cluster.Key, r); err != nil {
-			return err
-		}
-		evs = append(evs, eventFor(r))
-		res.Updated++
+		writes = append(writes, &record{Cluster: u.Cluster, Event: eventUpdated, Changed: u.Changed})
 	}
 	// Bookkeeping writes announce nothing, so they clear Event: a record above the watermark
 	// with an Event is one that still has to reach the stream.
-	quiet := func(key string, change func(r *record)) error {
+	quiet := func(key string, change func(r *record)) {
 		r := *st.clusters[key]
 		r.Event, r.Changed = "", nil
 		change(&r)
-		return write(key, &r)
+		writes = append(writes, &r)
 	}
 	for _, key := range p.Returned {
-		if err := quiet(key, func(r *record) { r.MissingSince, r.LastSeen, r.HeldAt = time.Time{}, time.Time{}, 0 }); err != nil {
-			return err
-		}
+		quiet(key, func(r *record) { r.MissingSince, r.LastSeen, r.HeldAt = time.Time{}, time.Time{}, 0 })
 	}
 	lastSeen := st.meta.LastComplete
 	for _, key := range p.Missing {
-		if err := quiet(key, func(r *record) { r.MissingSince, r.LastSeen = now, lastSeen }); err != nil {
-			return err
-		}
+		quiet(key, func(r *record) { r.MissingSince, r.LastSeen = now, lastSeen })
 	}
 	for _, key := range d.Hold {
-		if err := quiet(key, func(r *record) { r.HeldAt = st.meta.Scan }); err != nil {
-			return err
-		}
+		quiet(key, func(r *record) { r.HeldAt = st.meta.Scan })
 	}
 	for _, key := range d.Remove {
 		r := *st.clusters[key]
 		r.Event, r.Changed = eventGone, nil
-		if err := write(key, &r); err != nil {
-			return err
+		writes = append(writes, &r)
+	}
+	if err := s.putRecords(ctx, st, writes); err != nil {
+		return err
+	}
+	var evs []events.Event
+	for _, r := range writes {
+		switch r.Event {
+		case eventAppeared:
+			res.Appeared++
+		case eventUpdated:
+			res.Updated++
+		case eventGone:
+			res.Gone++
+		default:
+			continue
 		}
-		evs = append(evs, eventFor(&r))
-		res.Gone++
+		evs = append(evs, eventFor(r))
 	}
 	if err := s.publish(ctx, src.Ref.Kind, evs); err != nil {
 		return err
@@ -531,24 +526,61 @@ func (s *Scanner) load(ctx context.Context, ref events.SourceRef) (*sourceState,
 	}
 }
 
-// putRecord writes a cluster record with compare-and-set on the revision the scanner last saw.
-func (s *Scanner) putRecord(ctx context.Context, st *sourceState, key string, r *record) error {
+// writeConcurrency bounds the inventory writes of one scan in flight at once. Each write is a
+// round trip (and on a replicated bucket a consensus round), so the first scan of a large source
+// would otherwise take one round trip per cluster.
+const writeConcurrency = 32
+
+// putRecords writes cluster records concurrently, each with compare-and-set on the revision the
+// scanner last saw (or create-if-absent), and then records their new revisions in memory. Their
+// order does not matter: nothing is published before all of them are stored. On error some
+// writes may have happened; the caller drops the in-memory state and reloads it from the bucket.
+func (s *Scanner) putRecords(ctx context.Context, st *sourceState, writes []*record) error {
+	prev := make([]uint64, len(writes))
+	for i, r := range writes {
+		if old, ok := st.clusters[r.Cluster.Key]; ok {
+			prev[i] = old.rev
+		}
+	}
+	errs := make([]error, len(writes))
+	sem := make(chan struct{}, writeConcurrency)
+	var wg sync.WaitGroup
+	for i, r := range writes {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = s.putRecord(ctx, st.meta.Source.ID, r, prev[i])
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, r := range writes {
+		st.clusters[r.Cluster.Key] = r
+	}
+	return nil
+}
+
+// putRecord writes one cluster record: an update of revision prev, or a create when prev is 0.
+// It sets r.rev to the new revision.
+func (s *Scanner) putRecord(ctx context.Context, sourceID string, r *record, prev uint64) error {
 	data, err := json.Marshal(r)
 	if err != nil {
-		return fmt.Errorf("encode inventory record %s: %w", key, err)
+		return fmt.Errorf("encode inventory record %s: %w", r.Cluster.Key, err)
 	}
-	kvKey := clusterKVKey(st.meta.Source.ID, key)
+	kvKey := clusterKVKey(sourceID, r.Cluster.Key)
 	var rev uint64
-	if old, ok := st.clusters[key]; ok {
-		rev, err = s.kv.Update(ctx, kvKey, data, old.rev)
+	if prev != 0 {
+		rev, err = s.kv.Update(ctx, kvKey, data, prev)
 	} else {
 		rev, err = s.kv.Create(ctx, kvKey, data)
 	}
 	if err != nil {
-		return fmt.Errorf("write inventory record of cluster %s: %w", key, err)
+		return fmt.Errorf("write inventory record of cluster %s: %w", r.Cluster.Key, err)
 	}
 	r.rev = rev
-	st.clusters[key] = r
 	return nil
 }
 

@@ -461,3 +461,32 @@ func TestMetricsLint(t *testing.T) {
 		t.Fatalf("scans = %g", got)
 	}
 }
+
+// TestSecondWriterFailsInsteadOfCorrupting runs two scanners on one bucket: the one with a stale
+// memory fails its scan on the compare-and-set, reloads, and then announces nothing twice.
+func TestSecondWriterFailsInsteadOfCorrupting(t *testing.T) {
+	h := newHarness(t, 10)
+	cs := clusters(3)
+	h.rancher.SetClusters(cs...)
+	h.scan()
+	h.expect("appeared c-0", "appeared c-1", "appeared c-2")
+	first := h.sc
+	h.restart(events.NewPublisher(h.js, "/enforcement/source-scanner"))
+	h.scan() // the second scanner loads the inventory
+	h.expect()
+
+	cs[0] = rancherfake.Cluster("c-0", "renamed-0", "active", map[string]string{"env": "prod"})
+	h.rancher.SetClusters(cs...)
+	h.scan()
+	h.expect("updated c-0 name,attributes")
+
+	// The first scanner still remembers the old c-0 and tries to announce the same change.
+	if _, err := first.ScanOnce(context.Background(), h.src); err == nil {
+		t.Fatal("a scanner with a stale inventory wrote over a newer record")
+	}
+	h.expect()
+	if res, err := first.ScanOnce(context.Background(), h.src); err != nil || res.Updated != 0 {
+		t.Fatalf("after reload: %+v, %v", res, err)
+	}
+	h.expect()
+}
