@@ -73,12 +73,21 @@ func TestSourcesFromRules(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("sources:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	// The id is the documented algorithm over (kind, namespace, secret, filters).
+	// The id is the documented algorithm over (kind, namespace, secret, filters); the default
+	// static ConfigMap adds no filter, another one adds configMap=<name>.
+	wantIDs := map[string]string{
+		"rancher/rancher":                    scanner.SourceID("rancher", "enforcement", "rancher", map[string]string{"provider": "rke"}),
+		"rancher/rancher-secret":             scanner.SourceID("rancher", "enforcement", "rancher-secret", nil),
+		"static/enforcement-static-clusters": scanner.SourceID("static", "enforcement", "static", nil),
+		"static/lab":                         scanner.SourceID("static", "enforcement", "static", map[string]string{"configMap": "lab"}),
+	}
 	for _, s := range specs {
-		if s.Ref.Kind == "rancher" && s.Ref.SecretName == "rancher" {
-			if id := scanner.SourceID("rancher", "enforcement", "rancher", map[string]string{"provider": "rke"}); s.Ref.ID != id {
-				t.Fatalf("id %s, want %s", s.Ref.ID, id)
-			}
+		name := s.Ref.Kind + "/" + s.Ref.SecretName
+		if s.Ref.Kind == "static" {
+			name = "static/" + s.ConfigMap
+		}
+		if s.Ref.ID != wantIDs[name] {
+			t.Errorf("%s: id %s, want %s", name, s.Ref.ID, wantIDs[name])
 		}
 	}
 }

@@ -33,13 +33,12 @@ type sourceSpec struct {
 	ReleaseThrough uint64
 }
 
-// sourceOf derives a rule's source. The static source's ConfigMap takes part in its identity as
-// the filter "configMap", so two ConfigMaps are two sources. ok is false for a kind this scanner
-// does not list.
+// sourceOf derives a rule's source. ok is false for a kind this scanner does not list.
 //
 // rule-engine must derive the same SourceRef.ID from a rule: kind, OPERATOR_NAMESPACE,
-// spec.source.secretName (default: the kind), and the filters (rancher: spec.source.rancher.filters;
-// static: {"configMap": spec.source.static.configMap or "enforcement-static-clusters"}).
+// spec.source.secretName (default: the kind), and the filters: rancher's spec.source.rancher.filters;
+// for static none with the default ConfigMap, and {"configMap": <name>} with any other, so two
+// ConfigMaps are two sources while the default keeps the id rule-engine computes without filters.
 func sourceOf(rule *v1beta1.ClusterRule, operatorNamespace string) (spec sourceSpec, ok bool) {
 	src := rule.Spec.Source
 	var kind string
@@ -55,7 +54,9 @@ func sourceOf(rule *v1beta1.ClusterRule, operatorNamespace string) (spec sourceS
 		if spec.ConfigMap == "" {
 			spec.ConfigMap = static.DefaultConfigMap
 		}
-		filters = map[string]string{"configMap": spec.ConfigMap}
+		if spec.ConfigMap != static.DefaultConfigMap {
+			filters = map[string]string{"configMap": spec.ConfigMap}
+		}
 	default:
 		// Not built yet: the eks, gke and ocm sources (their own issues).
 		return spec, false
