@@ -154,6 +154,8 @@ var rbacExpectations = map[string]struct{ allowed, denied [][]access }{
 		allowed: [][]access{
 			verbs(ocmPolicy, "policies", "", clusterNS, "get", "list", "watch"),
 			verbs(ocmCluster, "clusterclaims", "", "", "get", "list", "watch", "create", "update", "patch"),
+			// It asks whether it may watch before it does (every account may, system:basic-user).
+			verbs("authorization.k8s.io", "selfsubjectaccessreviews", "", "", "create"),
 			// The original's ClusterRole (shared/examples/policy-watcher/deployment.yaml):
 			// policies get, list; clusterclaims get, patch, update. The chart grants a superset
 			// (watch, create), with policies limited to WATCH_NAMESPACE.

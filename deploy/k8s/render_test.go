@@ -466,3 +466,23 @@ func writeFile(t testing.TB, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// TestSchemaRefusesMistakes: values.schema.json makes Helm refuse a misspelt value (which would
+// otherwise be ignored silently), a value of the wrong type and a negative replica count.
+func TestSchemaRefusesMistakes(t *testing.T) {
+	for _, name := range serviceCharts {
+		ch := loadChart(t, name)
+		for _, vals := range []map[string]any{
+			{"replicas": 1},
+			{"config": map[string]any{"scanIntervall": "1m"}},
+			{"nats": map[string]any{"existingSecret": true}},
+			{"serviceMonitor": map[string]any{"enabled": "yes"}},
+			{"ports": map[string]any{"metrics": 70000}},
+			{"replicaCount": -1},
+		} {
+			if _, err := render(ch, defaultRelease, vals); err == nil || !strings.Contains(err.Error(), "schema") {
+				t.Errorf("%s with %v: %v, want a schema error", name, vals, err)
+			}
+		}
+	}
+}
