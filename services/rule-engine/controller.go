@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
@@ -41,8 +42,8 @@ type reconciler struct {
 
 // setupController registers the controller with mgr and returns the function the engine calls
 // to mark a rule dirty.
-func setupController(ctx context.Context, mgr ctrl.Manager, rc *reconciler) (func(string), error) {
-	n := &notifier{pending: map[string]bool{}, wake: make(chan struct{}, 1), out: make(chan event.GenericEvent)}
+func setupController(ctx context.Context, mgr ctrl.Manager, rc *reconciler, statusInterval time.Duration) (func(string), error) {
+	n := &notifier{pending: map[string]bool{}, wake: make(chan struct{}, 1), out: make(chan event.GenericEvent), interval: statusInterval}
 	go n.pump(ctx)
 	skip := true
 	err := ctrl.NewControllerManagedBy(mgr).
@@ -121,12 +122,14 @@ func metav1Condition(generation int64) metav1.Condition {
 }
 
 // notifier turns engine notices into controller events without ever blocking the engine: keys
-// collect in a set and one goroutine feeds them to the controller's channel source.
+// collect in a set and one goroutine feeds them to the controller's channel source at most once
+// per interval, so a burst of events on a rule becomes one status write.
 type notifier struct {
-	mu      sync.Mutex
-	pending map[string]bool
-	wake    chan struct{}
-	out     chan event.GenericEvent
+	mu       sync.Mutex
+	pending  map[string]bool
+	wake     chan struct{}
+	out      chan event.GenericEvent
+	interval time.Duration
 }
 
 func (n *notifier) add(key string) {
@@ -145,6 +148,11 @@ func (n *notifier) pump(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-n.wake:
+		}
+		select { // let the burst collect
+		case <-ctx.Done():
+			return
+		case <-time.After(n.interval):
 		}
 		n.mu.Lock()
 		keys := n.pending

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -42,6 +43,8 @@ type ruleState struct {
 	compiled       *compiledRule
 	triggers       *events.Triggers
 	deletionPolicy string
+	// renderPrefix is "<uid>.<generation>.", the rule part of render cache keys.
+	renderPrefix string
 	// static is the render of a rule without templates (the same for every cluster).
 	static    []events.Enforcement
 	staticErr error
@@ -223,6 +226,7 @@ func ruleFromSpec(cr *v1beta1.ClusterRule, secretNamespace string) *ruleState {
 	if r.deletionPolicy == "" {
 		r.deletionPolicy = events.DeletionOrphan
 	}
+	r.renderPrefix = string(cr.UID) + "." + strconv.FormatInt(cr.Generation, 10) + "."
 	r.sel, r.invalid = compileSelection(cr.Spec.Source, secretNamespace)
 	if r.invalid == nil && len(cr.Spec.Enforcements) == 0 {
 		r.invalid = errors.New("spec.enforcements: at least one enforcement is required")
@@ -351,12 +355,13 @@ func (e *engine) applyCluster(ctx context.Context, c events.Cluster, revision ui
 	}
 	rec := &clusterRecord{Cluster: c, Revision: revision}
 	ch := &change{}
+	cv := &clusterVars{}
 	for _, r := range e.rulesBySource[c.Source.ID] {
-		e.evalPair(ctx, r, r.key, cid, rec, 0, ch)
+		e.evalPairVars(ctx, r, r.key, cid, rec, 0, ch, cv)
 	}
 	for rule, m := range e.pairs {
 		if _, ok := m[cid]; ok && e.rulesBySource[c.Source.ID][rule] == nil {
-			e.evalPair(ctx, e.rules[rule], rule, cid, rec, 0, ch)
+			e.evalPairVars(ctx, e.rules[rule], rule, cid, rec, 0, ch, cv)
 		}
 	}
 	if err := e.commit(ctx, ch); err != nil {
@@ -410,6 +415,26 @@ func targetOf(rec *clusterRecord) events.Target {
 // rule not loaded yet: its pairs are only touched when their cluster is gone); rec is nil when
 // the cluster is gone (goneRevision) or unknown.
 func (e *engine) evalPair(ctx context.Context, r *ruleState, rule, cid string, rec *clusterRecord, goneRevision uint64, ch *change) {
+	e.evalPairVars(ctx, r, rule, cid, rec, goneRevision, ch, &clusterVars{})
+}
+
+// clusterVars computes a cluster's template variables and their hash at most once, however many
+// rules evaluate the cluster.
+type clusterVars struct {
+	vars map[string]any
+	hash string
+}
+
+func (cv *clusterVars) get(c *events.Cluster) (map[string]any, string) {
+	if cv.vars == nil {
+		cv.vars = templateVars(c)
+		cv.hash = varsHash(cv.vars)
+	}
+	return cv.vars, cv.hash
+}
+
+// evalPairVars is evalPair with the cluster's variables shared across rules.
+func (e *engine) evalPairVars(ctx context.Context, r *ruleState, rule, cid string, rec *clusterRecord, goneRevision uint64, ch *change, cv *clusterVars) {
 	old := e.pairs[rule][cid]
 	switch {
 	case rec == nil:
@@ -448,10 +473,11 @@ func (e *engine) evalPair(ctx context.Context, r *ruleState, rule, cid string, r
 		renderKey string
 	)
 	if r.compiled.templated {
-		vars = templateVars(&rec.Cluster)
-		renderKey = fmt.Sprintf("%s.%d.%s", r.ref.UID, r.ref.Generation, varsHash(vars))
+		var hash string
+		vars, hash = cv.get(&rec.Cluster)
+		renderKey = r.renderPrefix + hash
 	} else {
-		renderKey = fmt.Sprintf("%s.%d.static", r.ref.UID, r.ref.Generation)
+		renderKey = r.renderPrefix + "static"
 	}
 	if old != nil && old.RenderKey == renderKey && old.Cluster.URL == rec.Cluster.URL {
 		return // nothing changed since the last render

@@ -79,7 +79,8 @@ func newEnv(t *testing.T) *env {
 	}
 	ns := kube.Namespace(t, fmt.Sprintf("re-%s-%d", strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))[:min(len(t.Name()), 30)], testNamespaces.Add(1)))
 	return &env{t: t, kube: kube, c: c, nats: n, nc: nc, js: js, pub: events.NewPublisher(js, "/test"), ns: ns,
-		vars: map[string]string{"NATS_URL": n.URL(), "KUBECONFIG": kube.Kubeconfig, "WATCH_NAMESPACES": ns, "LOG_LEVEL": "warn"}}
+		vars: map[string]string{"NATS_URL": n.URL(), "KUBECONFIG": kube.Kubeconfig, "WATCH_NAMESPACES": ns, "LOG_LEVEL": "warn",
+			"STATUS_INTERVAL": "20ms"}}
 }
 
 // freeAddr returns a 127.0.0.1 address with a port nobody listens on right now.

@@ -60,6 +60,9 @@ type config struct {
 	// SourceDegradedTTL (SOURCE_DEGRADED_TTL, default 10m) is how long a "source degraded"
 	// event keeps the SourceDegraded / RemovalsHeld condition on the rules of that source.
 	SourceDegradedTTL time.Duration
+	// StatusInterval (STATUS_INTERVAL, default 1s) is how long status notices for a rule are
+	// collected before its status is recomputed and written: it bounds status writes per rule.
+	StatusInterval time.Duration
 }
 
 func loadConfig(getenv service.Getenv) (config, error) {
@@ -70,16 +73,19 @@ func loadConfig(getenv service.Getenv) (config, error) {
 		TemplateHTTPAllow: commaList(getenv("TEMPLATE_HTTP_ALLOW")),
 	}
 	var errs []error
-	var err error
-	if c.TemplateHTTPTimeout, err = service.Duration(getenv, "TEMPLATE_HTTP_TIMEOUT", 5*time.Second); err != nil {
-		errs = append(errs, err)
+	duration := func(dst *time.Duration, name string, def time.Duration, positive bool) {
+		d, err := service.Duration(getenv, name, def)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case positive && d == 0:
+			errs = append(errs, fmt.Errorf("%s=%q: must be greater than 0", name, getenv(name)))
+		}
+		*dst = d
 	}
-	if c.SourceDegradedTTL, err = service.Duration(getenv, "SOURCE_DEGRADED_TTL", 10*time.Minute); err != nil {
-		errs = append(errs, err)
-	}
-	if c.TemplateHTTPTimeout == 0 && err == nil {
-		errs = append(errs, errors.New("TEMPLATE_HTTP_TIMEOUT must be greater than 0"))
-	}
+	duration(&c.TemplateHTTPTimeout, "TEMPLATE_HTTP_TIMEOUT", 5*time.Second, true)
+	duration(&c.SourceDegradedTTL, "SOURCE_DEGRADED_TTL", 10*time.Minute, false)
+	duration(&c.StatusInterval, "STATUS_INTERVAL", time.Second, false)
 	return c, errors.Join(errs...)
 }
 
@@ -199,7 +205,7 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 	mgrCtx, stopMgr := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopMgr()
 	notify, err := setupController(mgrCtx, mgr, &reconciler{client: mgr.GetClient(), engine: eng,
-		secretNamespace: cfg.OperatorNamespace, metrics: m, log: logger})
+		secretNamespace: cfg.OperatorNamespace, metrics: m, log: logger}, cfg.StatusInterval)
 	if err != nil {
 		return err
 	}

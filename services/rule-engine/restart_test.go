@@ -53,8 +53,9 @@ func TestRestartMidStream(t *testing.T) {
 	e.createRule("late", v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[:1],
 		Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{}}})
 	e.waitReady("late", v1beta1.ReasonProgressing, func(st v1beta1.ClusterRuleStatus) error {
-		if st.MatchedClusters != clusters-gone {
-			return fmt.Errorf("late rule matches %d clusters, want %d", st.MatchedClusters, clusters-gone)
+		if st.MatchedClusters != clusters-gone || len(st.Clusters) != v1beta1.MaxStatusEntries || st.Clusters[0].Name != "c010" {
+			return fmt.Errorf("late rule matches %d clusters (%d listed), want %d (%d listed from c010)",
+				st.MatchedClusters, len(st.Clusters), clusters-gone, v1beta1.MaxStatusEntries)
 		}
 		return nil
 	})
