@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -96,12 +97,19 @@ func (d *dispatcher) handle(ctx context.Context, e events.Event, m events.Meta) 
 // not exist yet. argo-syncer waits for the beforeInstall outcome event before it creates the
 // Application, so "not existing" here means "about to be created".
 func (d *dispatcher) onIntent(ctx context.Context, in *events.InstallIntent, m events.Meta) error {
-	if in.Triggers == nil {
-		return nil
-	}
 	intentID := m.ID
 	if intentID == "" {
 		intentID = in.ID()
+	}
+	appName := events.ApplicationName(in.Cluster.Name, in.Enforcement.Name)
+	pair := pairKey(in.Rule, appName)
+	// Every intent, with triggers or not, becomes the newest of its rule and Application, so
+	// that an older blocked beforeInstall is never released over it.
+	if err := d.records.noteLatest(ctx, pair, latestIntent{IntentID: intentID, Sequence: m.Sequence}); err != nil {
+		return err
+	}
+	if in.Triggers == nil {
+		return nil
 	}
 	// Armed first: argo-syncer may create the Application right after the beforeInstall outcome,
 	// and the InstallSucceeded that follows must find the afterInstall delivery waiting.
@@ -110,7 +118,7 @@ func (d *dispatcher) onIntent(ctx context.Context, in *events.InstallIntent, m e
 		if err != nil {
 			return events.Permanent(err)
 		}
-		r.State = stateArmed
+		r.State, r.Pair = stateArmed, pair
 		if _, err := d.records.create(ctx, r); err != nil {
 			return err
 		}
@@ -128,7 +136,6 @@ func (d *dispatcher) onIntent(ctx context.Context, in *events.InstallIntent, m e
 		// A redelivered intent: the webhook was called; only make sure the outcome is published.
 		return d.publish(ctx, existing)
 	}
-	appName := events.ApplicationName(in.Cluster.Name, in.Enforcement.Name)
 	exists, err := d.applicationExists(ctx, appName)
 	if err != nil {
 		return err
@@ -143,6 +150,7 @@ func (d *dispatcher) onIntent(ctx context.Context, in *events.InstallIntent, m e
 	if err != nil {
 		return events.Permanent(err)
 	}
+	r.Pair = pair
 	return d.deliverAndRecord(ctx, r)
 }
 
@@ -276,6 +284,18 @@ func newRecord(in *events.InstallIntent, intentID string, seq uint64, phase stri
 	}, nil
 }
 
+// superseded reports whether a newer intent than r's was seen for r's rule and Application.
+func (d *dispatcher) superseded(ctx context.Context, r *record) (bool, error) {
+	if r.Pair == "" {
+		return false, nil
+	}
+	li, _, err := d.records.latest(ctx, r.Pair)
+	if err != nil || li == nil {
+		return false, err
+	}
+	return li.Sequence > r.IntentSequence, nil
+}
+
 // triggerTimeout is the trigger's timeout, def when unset, capped at maxTriggerTimeout.
 func triggerTimeout(t events.Trigger, def time.Duration) time.Duration {
 	if t.TimeoutSeconds <= 0 {
@@ -318,6 +338,9 @@ func (d *dispatcher) retryBlockedOnce(ctx context.Context) error {
 	blocked := 0
 	var errs []error
 	for _, id := range ids {
+		if !strings.HasPrefix(id, "dlv_") { // latest-intent markers
+			continue
+		}
 		r, rev, err := d.records.get(ctx, id)
 		if err != nil {
 			errs = append(errs, err)
@@ -332,7 +355,21 @@ func (d *dispatcher) retryBlockedOnce(ctx context.Context) error {
 			blocked++
 			continue
 		}
+		superseded, err := d.superseded(ctx, r)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		r.UpdatedAt = time.Now().UTC()
+		if superseded {
+			r.State, r.Message = stateSuperseded, "superseded by a newer install intent; not released"
+			if _, _, err := d.records.update(ctx, r, rev); err != nil {
+				errs = append(errs, err)
+			}
+			d.logger.Info("Blocked beforeInstall superseded by a newer intent", "deliveryId", r.DeliveryID,
+				"rule", r.Rule.String(), "cluster", r.Cluster, "enforcement", r.Enforcement)
+			continue
+		}
 		ok, _, err := d.records.update(ctx, r, rev)
 		if err != nil {
 			errs = append(errs, err)

@@ -663,3 +663,57 @@ func TestSyncerRestartBetweenHookAndInstall(t *testing.T) {
 		t.Errorf("beforeInstall called %d times, afterInstall %d; want 1 and 1", b, a)
 	}
 }
+
+// A blocked beforeInstall (Fail) is not released once a newer intent for the same Application
+// arrived: releasing it would make argo-syncer install the outdated spec.
+func TestBlockedDeliverySupersededByNewerIntent(t *testing.T) {
+	h := newHarness(t)
+	var reject atomic.Bool
+	reject.Store(true)
+	rc := newReceiver(t, func(w http.ResponseWriter, _ *http.Request) {
+		if reject.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	startService(t, h.env("TRIGGER_BLOCKED_RETRY_INTERVAL", "100ms", "TRIGGER_MAX_ATTEMPTS", "1"))
+	old := h.intent("superseded", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL(), FailurePolicy: "Fail"}})
+	h.publish(old)
+	failed, ok := h.waitOutcome(events.PhaseBeforeInstall, old.ID()).(*events.TriggerFailed)
+	if !ok {
+		t.Fatal("first outcome is not TriggerFailed")
+	}
+	h.publish(h.intent("superseded", "h2", nil)) // the rule changed: no trigger any more
+	h.caughtUp()
+	kv, err := h.js.KeyValue(context.Background(), events.BucketTriggers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &recordStore{kv: kv}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, _, err := store.get(context.Background(), failed.DeliveryID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.State == stateSuperseded {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("record state %s, want %s", r.State, stateSuperseded)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	reject.Store(false)
+	calls := len(rc.Calls())
+	time.Sleep(500 * time.Millisecond) // five retry intervals
+	for _, e := range h.drain() {
+		if d, ok := e.(*events.TriggerDelivered); ok && d.IntentID == old.ID() {
+			t.Fatalf("superseded delivery released: %+v", d)
+		}
+	}
+	if n := len(rc.Calls()); n != calls {
+		t.Errorf("receiver called %d more times after the delivery was superseded", n-calls)
+	}
+}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,31 +23,38 @@ const (
 	// stateFailed: the webhook did not answer 2xx after all retries. Final for Ignore; under Fail
 	// a beforeInstall failure is retried by the blocked-delivery loop until it is delivered.
 	stateFailed = "Failed"
+	// stateSuperseded: a blocked beforeInstall whose install a newer intent for the same
+	// Application replaced. Final: releasing it would install an outdated spec.
+	stateSuperseded = "Superseded"
 )
 
 // record is one delivery (one phase of one install intent) in the enforcement-triggers bucket,
 // keyed by its delivery id. It holds everything needed to deliver again and to republish the
 // outcome event, so it survives restarts of every service: no in-memory state matters.
 type record struct {
-	DeliveryID     string          `json:"deliveryId"`
-	IntentID       string          `json:"intentId"`
-	IntentSequence uint64          `json:"intentSequence"`
-	Phase          string          `json:"phase"`
-	Rule           events.RuleRef  `json:"rule"`
-	Cluster        string          `json:"cluster"`
-	Enforcement    string          `json:"enforcement"`
-	Trigger        events.Trigger  `json:"trigger"`
-	Body           json.RawMessage `json:"body"`
-	State          string          `json:"state"`
-	StatusCode     int             `json:"statusCode,omitempty"`
-	Attempts       int             `json:"attempts,omitempty"`
-	Message        string          `json:"message,omitempty"`
-	UpdatedAt      time.Time       `json:"updatedAt"`
+	DeliveryID     string         `json:"deliveryId"`
+	IntentID       string         `json:"intentId"`
+	IntentSequence uint64         `json:"intentSequence"`
+	Phase          string         `json:"phase"`
+	Rule           events.RuleRef `json:"rule"`
+	Cluster        string         `json:"cluster"`
+	Enforcement    string         `json:"enforcement"`
+	// Pair is the key of the latest-intent marker of the record's rule and Application.
+	Pair       string          `json:"pair"`
+	Trigger    events.Trigger  `json:"trigger"`
+	Body       json.RawMessage `json:"body"`
+	State      string          `json:"state"`
+	StatusCode int             `json:"statusCode,omitempty"`
+	Attempts   int             `json:"attempts,omitempty"`
+	Message    string          `json:"message,omitempty"`
+	UpdatedAt  time.Time       `json:"updatedAt"`
 }
 
 // final reports whether the delivery is finished and must not call the webhook again on a
 // redelivered event.
-func (r *record) final() bool { return r.State == stateDelivered || r.State == stateFailed }
+func (r *record) final() bool {
+	return r.State == stateDelivered || r.State == stateFailed || r.State == stateSuperseded
+}
 
 // failurePolicy is the trigger's policy with its default, Ignore (as the original).
 func (r *record) failurePolicy() string {
@@ -153,4 +162,67 @@ func (s *recordStore) ids(ctx context.Context) ([]string, error) {
 		out = append(out, k)
 	}
 	return out, nil
+}
+
+// latestIntent marks the newest install intent (by stream sequence) of one rule and Application.
+// The blocked-delivery loop releases an install only while its intent is still the newest.
+type latestIntent struct {
+	IntentID string `json:"intentId"`
+	Sequence uint64 `json:"sequence"`
+}
+
+// pairKey is the KV key of the latest-intent marker of a rule and an Application.
+func pairKey(rule events.RuleRef, application string) string {
+	sum := sha256.Sum256([]byte(rule.Namespace + "/" + rule.Name + "/" + application))
+	return "pair_" + hex.EncodeToString(sum[:16])
+}
+
+// latest returns the marker under key, or nil.
+func (s *recordStore) latest(ctx context.Context, key string) (*latestIntent, uint64, error) {
+	entry, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read latest intent %s: %w", key, err)
+	}
+	var li latestIntent
+	if err := json.Unmarshal(entry.Value(), &li); err != nil {
+		return nil, 0, fmt.Errorf("decode latest intent %s: %w", key, err)
+	}
+	return &li, entry.Revision(), nil
+}
+
+// noteLatest records li under key unless a newer intent (higher sequence) is recorded already.
+// A redelivered old intent therefore never moves the marker back.
+func (s *recordStore) noteLatest(ctx context.Context, key string, li latestIntent) error {
+	data, err := json.Marshal(li)
+	if err != nil {
+		return err
+	}
+	for range 10 {
+		cur, rev, err := s.latest(ctx, key)
+		if err != nil {
+			return err
+		}
+		if cur != nil && cur.Sequence >= li.Sequence {
+			return nil
+		}
+		if cur == nil {
+			_, err = s.kv.Create(ctx, key, data)
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue
+			}
+		} else {
+			_, err = s.kv.Update(ctx, key, data, rev)
+			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+				continue
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("write latest intent %s: %w", key, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("write latest intent %s: too many concurrent writers", key)
 }
