@@ -108,7 +108,8 @@ func diff(known map[string]*record, listing []events.Cluster, now time.Time, gra
 }
 
 // changedFields names the announced fields that differ between two states of a cluster, in the
-// vocabulary of events.ClusterUpdated.Changed.
+// vocabulary of events.ClusterUpdated.Changed, plus "name" and "secret" (the credentials Secret
+// reference, which the static source sets per cluster).
 func changedFields(old, cur events.Cluster) []string {
 	var changed []string
 	if old.Name != cur.Name {
@@ -128,6 +129,9 @@ func changedFields(old, cur events.Cluster) []string {
 	}
 	if !attributesEqual(old.Attributes, cur.Attributes) {
 		changed = append(changed, "attributes")
+	}
+	if old.Source.SecretNamespace != cur.Source.SecretNamespace || old.Source.SecretName != cur.Source.SecretName {
+		changed = append(changed, "secret")
 	}
 	return changed
 }

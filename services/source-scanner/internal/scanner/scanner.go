@@ -39,7 +39,7 @@ import (
 // Lister lists every cluster of one source. A nil error promises a complete listing; anything
 // short of that (an error answer, a failed page, a timeout, a body that does not parse) must be
 // an error, preferably a DegradedError naming the reason. Clusters need Key and Name; the
-// scanner fills in Source.
+// scanner fills in Source, keeping a Source.SecretName the lister set for that cluster.
 type Lister interface {
 	List(ctx context.Context) ([]events.Cluster, error)
 }
@@ -288,7 +288,17 @@ func validate(ref events.SourceRef, listing []events.Cluster) error {
 			return Degradedf(events.DegradedListFailed, "cluster key %q is listed twice", c.Key)
 		}
 		seen[c.Key] = struct{}{}
+		// A lister may name a per-cluster credentials Secret (the static source does);
+		// otherwise the cluster's credentials are the source's.
+		secretNamespace, secretName := ref.SecretNamespace, ref.SecretName
+		if c.Source.SecretName != "" {
+			secretName = c.Source.SecretName
+			if c.Source.SecretNamespace != "" {
+				secretNamespace = c.Source.SecretNamespace
+			}
+		}
 		c.Source = ref
+		c.Source.SecretNamespace, c.Source.SecretName = secretNamespace, secretName
 	}
 	return nil
 }

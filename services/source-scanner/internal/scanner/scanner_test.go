@@ -490,3 +490,31 @@ func TestSecondWriterFailsInsteadOfCorrupting(t *testing.T) {
 	}
 	h.expect()
 }
+
+// TestPerClusterSecret checks that a lister's per-cluster credentials Secret (the static
+// source's secretName) travels in the cluster's SourceRef, under the source's id, and that
+// changing it is an update.
+func TestPerClusterSecret(t *testing.T) {
+	h := newHarness(t, 10)
+	secret := "edge-creds"
+	h.src.Lister = scanner.ListerFunc(func(context.Context) ([]events.Cluster, error) {
+		return []events.Cluster{
+			{Source: events.SourceRef{SecretName: secret}, Key: "edge", Name: "edge", URL: "https://edge"},
+			{Key: "plain", Name: "plain", URL: "https://plain"},
+		}, nil
+	})
+	h.scan()
+	for _, e := range h.expect("appeared edge", "appeared plain") {
+		c := e.(*events.ClusterAppeared).Cluster
+		want := h.src.Ref
+		if c.Key == "edge" {
+			want.SecretName = "edge-creds"
+		}
+		if c.Source != want {
+			t.Errorf("%s: source %+v, want %+v", c.Key, c.Source, want)
+		}
+	}
+	secret = "edge-creds-2"
+	h.scan()
+	h.expect("updated edge secret")
+}

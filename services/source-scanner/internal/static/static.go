@@ -25,10 +25,6 @@ const DefaultConfigMap = "enforcement-static-clusters"
 // DataKey is the ConfigMap key that holds the cluster list.
 const DataKey = "clusters.yaml"
 
-// SecretNameAttribute is the attribute that carries an entry's credentials Secret reference (a
-// Secret name in the operator namespace, never its data) to argo-syncer.
-const SecretNameAttribute = "secretName"
-
 // Entry is one cluster of clusters.yaml.
 type Entry struct {
 	// Name is the cluster's name and its key in the source. Required, unique.
@@ -42,7 +38,10 @@ type Entry struct {
 	// State is the cluster's lifecycle state, "active" by default; as for Rancher, a cluster in
 	// state provisioning or waiting is listed but not eligible for new installs.
 	State string `json:"state,omitempty"`
-	// SecretName names a Secret in the operator namespace with the cluster's credentials.
+	// SecretName names a Secret in the operator namespace with the cluster's credentials (keys
+	// token, optional caCert and insecure, as argo-syncer reads them). It travels as the cluster's
+	// Source.SecretName; without it the cluster uses the static source's Secret (spec.source.secretName,
+	// default "static").
 	SecretName string `json:"secretName,omitempty"`
 }
 
@@ -75,18 +74,18 @@ func Parse(data []byte) ([]events.Cluster, error) {
 		if state == "" {
 			state = "active"
 		}
-		attrs := make(map[string]any, len(e.Attributes)+1)
+		attrs := make(map[string]any, len(e.Attributes))
 		for k, v := range e.Attributes {
 			attrs[k] = v
-		}
-		if e.SecretName != "" {
-			attrs[SecretNameAttribute] = e.SecretName
 		}
 		labels := e.Labels
 		if labels == nil {
 			labels = map[string]string{}
 		}
 		out = append(out, events.Cluster{
+			// The scanner fills in the rest of the source; the Secret name set here is the
+			// cluster's credentials reference (argo-syncer reads token/caCert/insecure from it).
+			Source:     events.SourceRef{SecretName: e.SecretName},
 			Key:        e.Name,
 			Name:       e.Name,
 			URL:        e.URL,

@@ -30,7 +30,7 @@ func TestParse(t *testing.T) {
 		t.Errorf("edge-1 = %+v", e)
 	}
 	if e.Labels["region"] != "br" || e.Attributes["zone"] != "a" || e.Attributes["nodes"] != float64(3) ||
-		e.Attributes[static.SecretNameAttribute] != "edge-1-credentials" {
+		e.Source.SecretName != "edge-1-credentials" {
 		t.Errorf("edge-1 labels/attributes = %v %v", e.Labels, e.Attributes)
 	}
 	if got[1].Eligible || got[1].State != "provisioning" {
