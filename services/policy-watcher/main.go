@@ -83,6 +83,11 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 	if err != nil {
 		return errors.Join(err, stopHTTP())
 	}
+	// client-go's default limit (5 requests/s, burst 10) would delay the claim read of an
+	// evaluation behind the poll's own reads with sub-second poll intervals, and so delay the
+	// write the debounce timer asks for. The service's steady load is one list and one get per
+	// poll; this only lifts the cap.
+	kubeCfg.QPS, kubeCfg.Burst = 50, 100
 	kubeCheck, err := service.KubeReachable(kubeCfg)
 	if err != nil {
 		return errors.Join(err, stopHTTP())

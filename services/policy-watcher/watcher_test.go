@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 )
@@ -140,6 +143,14 @@ func TestPutBackAndNoWriteWhenRight(t *testing.T) {
 		t.Logf("hand edit to %q put back after %s", v, at.Sub(start).Round(time.Millisecond))
 	}
 	c.holdClaim(claim, events.Compliant, time.Second, true)
+
+	// Deleted: created again, with the value it must hold.
+	if err := c.dyn.Resource(claimsGVR).Delete(context.Background(), claim, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, at := c.waitClaim(claim, events.Compliant, 3*time.Second)
+	t.Logf("deleted claim created again after %s", at.Sub(start).Round(time.Millisecond))
 }
 
 // The debounce clock survives a restart: stopped halfway through the stable duration, the
@@ -207,6 +218,25 @@ func TestRunReadyAndShutdown(t *testing.T) {
 	}
 	if code, _ := httpGet(t, "http://"+s.health+"/readyz"); code != 0 {
 		t.Errorf("/readyz still served after shutdown")
+	}
+}
+
+// With NATS unreachable the service is not ready (its claim writer is not bound), and
+// cancelling it while it waits for NATS still returns nil promptly.
+func TestRunNotReadyWithoutNATS(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, "no-nats")
+	env := directEnv(c, "no-nats-claim", "30", "120")
+	env["NATS_URL"] = "nats://" + freeAddr(t)
+	s := startService(t, env)
+	s.waitLog("NATS not reachable yet", 10*time.Second)
+	if code, body := httpGet(t, "http://"+s.health+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "consumer") {
+		t.Fatalf("/readyz without NATS: %d %s, want 503 naming the consumer", code, body)
+	}
+	start := time.Now()
+	s.stop()
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("shutdown while waiting for NATS took %s", d)
 	}
 }
 
