@@ -57,7 +57,7 @@ func customValues(chartName string) map[string]any {
 		vals["rbac"] = map[string]any{"managedClusters": true}
 	case "rule-engine":
 		vals["config"] = map[string]any{"operatorNamespace": "enf-system", "watchNamespaces": []any{"team-a", "team-b"},
-			"templateHTTPAllow": []any{"api.example.com", "cmdb.example.com"}, "templateHTTPTimeout": "3s", "sourceDegradedTTL": "5m"}
+			"templateHTTPAllow": []any{"api.example.com", "cmdb.example.com"}, "templateHTTPTimeout": "3s", "sourceDegradedTTL": "5m", "statusInterval": "2s"}
 	case "argo-syncer":
 		vals["config"] = map[string]any{"operatorNamespace": "enf-system", "argocdNamespace": "gitops", "syncConcurrency": 4,
 			"kubeQPS": 50, "kubeBurst": 80, "projectSourceRepos": "*", "projectClusterResources": "none",
@@ -87,7 +87,8 @@ var wantEnv = map[string]struct{ defaults, custom map[string]string }{
 	"rule-engine": {
 		defaults: map[string]string{"OPERATOR_NAMESPACE": "enforcement"},
 		custom: map[string]string{"OPERATOR_NAMESPACE": "enf-system", "WATCH_NAMESPACES": "team-a,team-b",
-			"TEMPLATE_HTTP_ALLOW": "api.example.com,cmdb.example.com", "TEMPLATE_HTTP_TIMEOUT": "3s", "SOURCE_DEGRADED_TTL": "5m"},
+			"TEMPLATE_HTTP_ALLOW": "api.example.com,cmdb.example.com", "TEMPLATE_HTTP_TIMEOUT": "3s", "SOURCE_DEGRADED_TTL": "5m",
+			"STATUS_INTERVAL": "2s"},
 	},
 	"argo-syncer": {
 		defaults: map[string]string{"OPERATOR_NAMESPACE": "enforcement", "ARGOCD_NAMESPACE": "argocd"},
@@ -301,22 +302,21 @@ func TestSingleReplicaServices(t *testing.T) {
 }
 
 // TestChartEnvIsReadByService guards against typos and renamed variables: every variable a
-// chart sets must be one its service reads (found in the service's non-test Go source), or one
-// pkg/service reads for every service. The reverse (a variable the service reads but the chart
-// has no value for) is only logged: extraEnv covers it, and services add variables while the
-// charts follow.
+// chart sets must be named in its service's non-test Go source, or be one pkg/service reads for
+// every service. The reverse (a variable the service reads but the chart has no value for) is
+// only logged: extraEnv covers it, and services add variables while the charts follow.
 func TestChartEnvIsReadByService(t *testing.T) {
 	common := []string{"NATS_URL", "NATS_CREDS", "METRICS_ADDR", "HEALTH_ADDR", "LOG_LEVEL", "KUBECONFIG"}
 	for _, name := range serviceCharts {
 		t.Run(name, func(t *testing.T) {
-			read := serviceEnv(t, filepath.Join("..", "..", "services", name))
-			if len(read) == 0 {
+			named, read := serviceEnv(t, filepath.Join("..", "..", "services", name))
+			if len(named) == 0 {
 				t.Skipf("no Go source of %s found", name)
 			}
 			set := envMap(t, deployment(t, mustRender(t, name, defaultRelease, customValues(name))).Spec.Template.Spec.Containers[0])
 			delete(set, "GOMEMLIMIT") // extraEnv of the custom values
 			for v := range set {
-				if !read[v] && !slices.Contains(common, v) {
+				if !named[v] && !slices.Contains(common, v) {
 					t.Errorf("chart sets %s, which %s does not read", v, name)
 				}
 			}
@@ -329,14 +329,20 @@ func TestChartEnvIsReadByService(t *testing.T) {
 	}
 }
 
-// envNameRE matches an environment variable name passed to getenv or to the pkg/service
-// parsers (service.Duration(getenv, "SCAN_INTERVAL", ...)).
-var envNameRE = regexp.MustCompile(`(?:getenv\(|getenv, )"([A-Z][A-Z0-9_]+)"`)
+var (
+	// upperLiteralRE matches a Go string literal that could be a variable name.
+	upperLiteralRE = regexp.MustCompile(`"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)"`)
+	// envReadRE matches a name passed to getenv or a config parser:
+	// getenv("X"), service.Duration(getenv, "X", ...), duration(&c.F, "X", ...).
+	envReadRE = regexp.MustCompile(`(?:getenv\(|getenv, |\(&[A-Za-z.]+, )"([A-Z][A-Z0-9_]+)"`)
+)
 
-// serviceEnv returns the variable names the Go files under dir (tests excluded) read.
-func serviceEnv(t *testing.T, dir string) map[string]bool {
+// serviceEnv scans the Go files under dir (tests excluded). named holds every upper-case string
+// literal with an underscore (a superset of the variables read); read holds the names seen in
+// a recognised read.
+func serviceEnv(t *testing.T, dir string) (named, read map[string]bool) {
 	t.Helper()
-	names := map[string]bool{}
+	named, read = map[string]bool{}, map[string]bool{}
 	_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return nil
@@ -345,16 +351,19 @@ func serviceEnv(t *testing.T, dir string) map[string]bool {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range envNameRE.FindAllStringSubmatch(string(data), -1) {
-			names[m[1]] = true
+		for _, m := range upperLiteralRE.FindAllStringSubmatch(string(data), -1) {
+			named[m[1]] = true
+		}
+		for _, m := range envReadRE.FindAllStringSubmatch(string(data), -1) {
+			read[m[1]] = true
 		}
 		return nil
 	})
 	// The original's Argo CD API mode variables are refused by argo-syncer (not built yet).
 	for _, v := range []string{"ARGO_URL", "ARGO_USERNAME", "ARGO_PASSWORD", "ARGO_TOKEN"} {
-		delete(names, v)
+		delete(read, v)
 	}
-	return names
+	return named, read
 }
 
 // checkCommon checks what every service chart promises whatever the values: standard labels on

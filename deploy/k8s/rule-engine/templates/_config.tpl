@@ -10,7 +10,8 @@
   "WATCH_NAMESPACES" (join "," .Values.config.watchNamespaces)
   "TEMPLATE_HTTP_ALLOW" (join "," .Values.config.templateHTTPAllow)
   "TEMPLATE_HTTP_TIMEOUT" .Values.config.templateHTTPTimeout
-  "SOURCE_DEGRADED_TTL" .Values.config.sourceDegradedTTL) }}
+  "SOURCE_DEGRADED_TTL" .Values.config.sourceDegradedTTL
+  "STATUS_INTERVAL" .Values.config.statusInterval) }}
 {{- end }}
 
 {{/* Refuses values the engine cannot run with. */}}
