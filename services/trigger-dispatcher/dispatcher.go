@@ -84,6 +84,11 @@ func (d *dispatcher) handlerTimeout() time.Duration {
 // their outcome events are stored; any error makes the consumer retry the event, which is safe
 // because a final record is never delivered again.
 func (d *dispatcher) handle(ctx context.Context, e events.Event, m events.Meta) error {
+	select {
+	case <-d.stopCh: // shutting down: leave the event to the next instance
+		return errShuttingDown
+	default:
+	}
 	switch ev := e.(type) {
 	case *events.InstallIntent:
 		return d.onIntent(ctx, ev, m)
