@@ -273,3 +273,27 @@ func (e *env) waitReady(name, reason string, check func(st v1beta1.ClusterRuleSt
 	})
 	return cr
 }
+
+// waitIntentSet is waitIntents ignoring order (pairs of different clusters are evaluated in no
+// particular order; the order of one pair's intents is checked where it matters).
+func (e *env) waitIntentSet(want ...string) []events.Event {
+	e.t.Helper()
+	var got []events.Event
+	eventually(e.t, 20*time.Second, func() error {
+		got = e.intents()
+		count := map[string]int{}
+		for _, w := range want {
+			count[w]++
+		}
+		for _, ev := range got {
+			count[intentSummary(ev)]--
+		}
+		for k, v := range count {
+			if v != 0 {
+				return fmt.Errorf("intent %q: %+d", k, -v)
+			}
+		}
+		return nil
+	})
+	return got
+}

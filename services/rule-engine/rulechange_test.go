@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
+	"github.com/enforcement-io/enforcement/pkg/events"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// TestRuleChangesAndDeletionWhileDown covers a spec the schema accepts but the engine cannot use
+// (InvalidSpec, nothing touched), a rule moving to another source (its old clusters are let go),
+// and a rule deleted while the engine is down (the finalizer holds it; the uninstalls follow on
+// start).
+func TestRuleChangesAndDeletionWhileDown(t *testing.T) {
+	e := newEnv(t)
+	stop := e.start()
+	gkeSource := events.SourceRef{Kind: "rancher", ID: SourceID("rancher", "enforcement", "rancher", map[string]string{"driver": "gke"}),
+		SecretNamespace: "enforcement", SecretName: "rancher"}
+	a := testCluster("a", nil, true)
+	b := testCluster("b", nil, true)
+	b.Source = gkeSource
+	e.publish(appeared(a, 1), appeared(b, 2))
+
+	e.createRule("bad", v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[:1],
+		Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{},
+			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "env", Operator: "Near", Values: []string{"x"}}}}})
+	e.waitReady("bad", v1beta1.ReasonInvalidSpec, func(v1beta1.ClusterRuleStatus) error {
+		if msg := e.rule("bad").Status.Conditions[0].Message; !strings.Contains(msg, "matchExpressions") {
+			return fmt.Errorf("message %q", msg)
+		}
+		return nil
+	})
+
+	e.createRule("moving", v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[:1],
+		Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{}}})
+	e.waitIntents("install a guestbook")
+	e.updateRule("moving", func(cr *v1beta1.ClusterRule) {
+		cr.Spec.Source.Rancher.Filters = map[string]string{"driver": "gke"}
+	})
+	for _, ev := range e.waitIntentSet("install a guestbook", "uninstall a guestbook NoLongerMatches", "install b guestbook") {
+		if in, ok := ev.(*events.InstallIntent); ok && in.Cluster.Name == "b" && (in.Cluster.Source != gkeSource || in.Rule.Generation != 2) {
+			t.Errorf("install on the new source: %+v", in)
+		}
+	}
+
+	stop()
+	if err := e.c.Delete(context.Background(), e.rule("moving")); err != nil {
+		t.Fatal(err)
+	}
+	if cr := e.rule("moving"); cr.DeletionTimestamp.IsZero() {
+		t.Fatal("rule gone without the engine: finalizer missing")
+	}
+	e.start()
+	e.waitIntentSet("install a guestbook", "uninstall a guestbook NoLongerMatches", "install b guestbook",
+		"uninstall b guestbook RuleDeleted")
+	eventually(t, 20*time.Second, func() error {
+		err := e.c.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: "moving"}, &v1beta1.ClusterRule{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("rule still there (err %v)", err)
+		}
+		return nil
+	})
+}
