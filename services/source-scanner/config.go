@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/enforcement-io/enforcement/pkg/service"
@@ -25,6 +26,9 @@ type config struct {
 	// ListTimeout bounds one listing of one source (LIST_TIMEOUT, default 60s); a listing that
 	// takes longer is degraded.
 	ListTimeout time.Duration
+	// RancherIgnoreFields are top-level Rancher cluster fields left out of the attributes besides
+	// the built-in volatile ones (RANCHER_IGNORE_FIELDS, comma-separated, default none).
+	RancherIgnoreFields []string
 }
 
 // loadConfig reads and validates the configuration; errors name the variable.
@@ -50,6 +54,11 @@ func loadConfig(getenv service.Getenv) (config, error) {
 		errs = append(errs, err)
 	} else if c.ListTimeout == 0 {
 		errs = append(errs, fmt.Errorf("LIST_TIMEOUT=%q: must be greater than zero", getenv("LIST_TIMEOUT")))
+	}
+	for _, f := range strings.Split(getenv("RANCHER_IGNORE_FIELDS"), ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			c.RancherIgnoreFields = append(c.RancherIgnoreFields, f)
+		}
 	}
 	return c, errors.Join(errs...)
 }

@@ -188,7 +188,7 @@ func (l *scanLoop) pass(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			src := scanner.Source{Ref: spec.Ref, Lister: spec.lister(l.kube), ReleaseThrough: spec.ReleaseThrough}
+			src := scanner.Source{Ref: spec.Ref, Lister: spec.lister(l.kube, l.cfg), ReleaseThrough: spec.ReleaseThrough}
 			if _, err := l.scanner.ScanOnce(ctx, src); err != nil && ctx.Err() == nil {
 				l.logger.Error("Scan failed; retrying next interval", "source", spec.Ref.ID, "kind", spec.Ref.Kind, "error", err)
 			}

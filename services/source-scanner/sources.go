@@ -112,7 +112,7 @@ func sourcesFromRules(rules []v1beta1.ClusterRule, operatorNamespace string, log
 
 // lister returns the Lister of a source: it reads the source's Secret or ConfigMap at every scan,
 // so a fixed Secret takes effect on the next scan without a restart.
-func (s *sourceSpec) lister(kube client.Reader) scanner.Lister {
+func (s *sourceSpec) lister(kube client.Reader, cfg config) scanner.Lister {
 	switch s.Ref.Kind {
 	case rancher.Kind:
 		return scanner.ListerFunc(func(ctx context.Context) ([]events.Cluster, error) {
@@ -120,7 +120,7 @@ func (s *sourceSpec) lister(kube client.Reader) scanner.Lister {
 			if err != nil {
 				return nil, err
 			}
-			l := &rancher.Lister{Creds: creds, Filters: s.Filters}
+			l := &rancher.Lister{Creds: creds, Filters: s.Filters, IgnoreFields: cfg.RancherIgnoreFields}
 			return l.List(ctx)
 		})
 	default:

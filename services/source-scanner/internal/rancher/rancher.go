@@ -102,6 +102,9 @@ func ParseSecret(data map[string][]byte) (Credentials, error) {
 type Lister struct {
 	Creds   Credentials
 	Filters map[string]string
+	// IgnoreFields are further top-level fields left out of the attributes (RANCHER_IGNORE_FIELDS),
+	// for installations whose cluster objects carry other fields that change on every scan.
+	IgnoreFields []string
 }
 
 // List fetches every page of /v3/clusters. Errors are scanner.DegradedErrors: Unauthorized for
@@ -246,6 +249,18 @@ func (l *Lister) cluster(raw json.RawMessage) (events.Cluster, error) {
 	for _, f := range VolatileFields {
 		delete(obj, f)
 	}
+	for _, f := range l.IgnoreFields {
+		delete(obj, f)
+	}
+	for k, v := range obj {
+		switch {
+		case k == "labels" || k == "annotations" || k == "id" || k == "name":
+		case Sensitive(k):
+			delete(obj, k)
+		default:
+			obj[k] = scrub(v)
+		}
+	}
 	return events.Cluster{
 		Key:        id,
 		Name:       name,
@@ -255,6 +270,43 @@ func (l *Lister) cluster(raw json.RawMessage) (events.Cluster, error) {
 		Eligible:   Eligible(state),
 		Attributes: obj,
 	}, nil
+}
+
+// scrub removes, at any depth, the object keys that name credentials (see Sensitive), so that no
+// secret a Rancher object may carry (RKE private registry passwords, cloud provider client
+// secrets, ...) reaches an event or a template variable. It changes maps in place.
+func scrub(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if Sensitive(k) {
+				delete(v, k)
+				continue
+			}
+			v[k] = scrub(x)
+		}
+	case []any:
+		for i := range v {
+			v[i] = scrub(v[i])
+		}
+	}
+	return v
+}
+
+// sensitiveWords are the fragments of a field name that mark a credential.
+var sensitiveWords = []string{"password", "passwd", "secret", "token", "privatekey", "clientkey", "sshkey", "apikey", "credential"}
+
+// Sensitive reports whether a field name names a credential ("password", "aadClientSecret",
+// "private_key", "bearerToken", ...): compared without case, "-" and "_". Such fields are dropped
+// from attributes at any depth (labels and annotations excepted, whose keys are names, not values).
+func Sensitive(field string) bool {
+	f := strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(field))
+	for _, w := range sensitiveWords {
+		if strings.Contains(f, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // Eligible is the original operator's rule: a Rancher cluster may receive new installs in any

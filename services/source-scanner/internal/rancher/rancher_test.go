@@ -2,6 +2,7 @@ package rancher_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -212,5 +213,50 @@ func TestListTimeoutIsDeadline(t *testing.T) {
 	_, err := lister(t, srv, nil).List(ctx)
 	if !errors.Is(err, context.DeadlineExceeded) || scanner.ReasonOf(err) != events.DegradedListFailed {
 		t.Fatalf("err = %v, want a ListFailed deadline error", err)
+	}
+}
+
+// TestAttributesNeverCarryCredentials lists a cluster object with credentials nested the way RKE
+// configurations carry them and checks none reaches the attributes.
+func TestAttributesNeverCarryCredentials(t *testing.T) {
+	srv := rancherfake.New(t, "tok-5e6f", 10)
+	c := rancherfake.Cluster("c-1", "a", "active", map[string]string{"team": "x"})
+	c["rancherKubernetesEngineConfig"] = map[string]any{
+		"privateRegistries": []any{map[string]any{"url": "registry.example", "user": "bot", "password": "hunter2"}},
+		"cloudProvider":     map[string]any{"azureCloudProvider": map[string]any{"aadClientId": "id", "aadClientSecret": "s3cr3t-azure"}},
+		"bastionHost":       map[string]any{"ssh_key": "-----BEGIN ssh", "sshAgentAuth": false, "private-key": "-----BEGIN"},
+	}
+	c["mgmtBearerToken"] = "bearer-xyz"
+	srv.SetClusters(c)
+	l := lister(t, srv, nil)
+	l.IgnoreFields = []string{"uuid"}
+	got, err := l.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(got[0])
+	for _, secret := range []string{"hunter2", "s3cr3t-azure", "-----BEGIN", "bearer-xyz", "tok-5e6f"} {
+		if strings.Contains(string(body), secret) {
+			t.Errorf("cluster carries %q: %s", secret, body)
+		}
+	}
+	for _, kept := range []string{"registry.example", "aadClientId", "sshAgentAuth"} {
+		if !strings.Contains(string(body), kept) {
+			t.Errorf("scrubbing removed %q too", kept)
+		}
+	}
+	if _, ok := got[0].Attributes["uuid"]; ok {
+		t.Error("an ignored field is still in the attributes")
+	}
+}
+
+func TestSensitive(t *testing.T) {
+	for field, want := range map[string]bool{
+		"password": true, "aadClientSecret": true, "private_key": true, "bearerToken": true, "apiKey": true,
+		"credentials": true, "caCert": false, "name": false, "sshAgentAuth": false, "keyPath": false,
+	} {
+		if got := rancher.Sensitive(field); got != want {
+			t.Errorf("Sensitive(%q) = %t, want %t", field, got, want)
+		}
 	}
 }
