@@ -380,7 +380,7 @@ func TestRestartDoesNotReannounce(t *testing.T) {
 	h.scan()
 	h.expect("appeared c-0", "appeared c-1", "appeared c-2")
 	h.rancher.SetClusters(cs[0], cs[1])
-	h.scan() // c-2 missing since now
+	before := h.scan() // c-2 missing since now
 
 	// The process and the NATS server restart; the inventory is in the KV bucket's file store.
 	h.nats.Restart(t)
@@ -389,6 +389,10 @@ func TestRestartDoesNotReannounce(t *testing.T) {
 	h.expect()
 	if res.Known != 3 {
 		t.Fatalf("known after restart = %d", res.Known)
+	}
+	// Scan numbers keep counting, so source degraded ids (source, scan, reason) stay unique.
+	if res.Scan != before.Scan+1 {
+		t.Fatalf("scan after restart = %d, want %d", res.Scan, before.Scan+1)
 	}
 	// The absence clock survived the restart too.
 	h.clock.Add(grace)
