@@ -41,5 +41,15 @@ func ReasonOf(err error) string {
 	return events.DegradedListFailed
 }
 
+// messageOf is the human part of a listing error: the cause of a DegradedError (its reason
+// travels separately), else the error itself.
+func messageOf(err error) string {
+	var d *DegradedError
+	if errors.As(err, &d) && d.Err != nil {
+		return d.Err.Error()
+	}
+	return err.Error()
+}
+
 // isTimeout reports whether err comes from the listing deadline rather than the source.
 func isTimeout(err error) bool { return errors.Is(err, context.DeadlineExceeded) }

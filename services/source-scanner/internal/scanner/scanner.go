@@ -217,7 +217,7 @@ func (s *Scanner) scan(ctx context.Context, src Source) (Result, error) {
 			// Shutting down: an interrupted listing says nothing about the source.
 			return Result{}, ctx.Err()
 		}
-		res.Reason, res.Message = ReasonOf(err), err.Error()
+		res.Reason, res.Message = ReasonOf(err), messageOf(err)
 		if isTimeout(err) {
 			res.Message = fmt.Sprintf("listing timed out after %s: %v", s.cfg.ListTimeout, err)
 		}
