@@ -45,6 +45,7 @@ type claimStore struct {
 	name   string
 }
 
+// newClaimStore returns the store of the cluster-scoped ClusterClaim name.
 func newClaimStore(dyn dynamic.Interface, name string) *claimStore {
 	return &claimStore{client: dyn.Resource(claimsGVR), name: name}
 }
@@ -116,6 +117,7 @@ func (s *claimStore) apply(ctx context.Context, ch claimChange) (claimState, err
 	return s.create(ctx, ch, body)
 }
 
+// patch sends a merge patch; a 404 comes back as an error for apierrors.IsNotFound.
 func (s *claimStore) patch(ctx context.Context, body []byte) (claimState, error) {
 	obj, err := s.client.Patch(ctx, s.name, types.MergePatchType, body, metav1.PatchOptions{})
 	if err != nil {

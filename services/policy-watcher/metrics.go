@@ -21,6 +21,8 @@ type metrics struct {
 	published   *prometheus.CounterVec
 }
 
+// newMetrics registers the service's series on reg, with every claim value's series present
+// from the start (at 0), so that dashboards and alerts see them before the first write.
 func newMetrics(reg prometheus.Registerer) *metrics {
 	const p = "enforcement_policy_watcher_"
 	m := &metrics{

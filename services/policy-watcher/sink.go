@@ -17,10 +17,12 @@ import (
 // With NATS the watcher only publishes "compliance changed"; the claim writer (writer.go),
 // consuming its cluster's durable consumer, writes the value. The watcher still writes the clock
 // annotation itself, since the clock is its own state. It publishes when the claim does not hold
-// the decided value, unless it already published that value and the claim has not been written
-// since (same resourceVersion): the event is then still on its way to the writer, and a writer
-// that is down gets one event, not one per poll. A claim written by anyone after that (the writer
-// with another value, or a person) gets a new event, so a hand edit is put back in this mode too.
+// the decided value, unless that value is already on its way: it was the last one published and
+// since then the claim was either not written at all (same resourceVersion; a writer that is
+// down gets one event, not one per poll) or written only by the claim writer applying an earlier
+// event of the same backlog (the applied-event annotation names one of them and the value is
+// that event's). Any other write (a person, another tool) gets a new event, so a hand edit is
+// put back in this mode too.
 
 // directSink writes the claim from the watcher.
 type directSink struct {
@@ -51,6 +53,10 @@ func (s *directSink) apply(ctx context.Context, d decision, _ observation, claim
 	return written, nil
 }
 
+// maxPending bounds the backlog the event sink remembers; a writer further behind than this
+// only costs a redundant event.
+const maxPending = 16
+
 // eventSink publishes decisions for the claim writer.
 type eventSink struct {
 	cfg       config
@@ -60,13 +66,31 @@ type eventSink struct {
 	logger    *slog.Logger
 	now       func() time.Time
 
-	// pending is the last value published and the claim's resourceVersion at that moment.
-	pending *pendingEvent
+	// pending lists the events published since the claim last held the decided value, oldest
+	// first; rv is the claim's resourceVersion when the last of them was published.
+	pending []pendingEvent
+	rv      string
 }
 
 type pendingEvent struct {
+	id    string
 	value string
-	rv    string
+}
+
+// inFlight reports whether value is already on its way to the claim writer (see above).
+func (s *eventSink) inFlight(value string, claim claimState) bool {
+	if len(s.pending) == 0 || s.pending[len(s.pending)-1].value != value {
+		return false
+	}
+	if claim.ResourceVersion == s.rv {
+		return true
+	}
+	for _, p := range s.pending[:len(s.pending)-1] {
+		if p.id == claim.AppliedEvent && p.value == claim.Value {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *eventSink) apply(ctx context.Context, d decision, obs observation, claim claimState) (claimState, error) {
@@ -78,9 +102,9 @@ func (s *eventSink) apply(ctx context.Context, d decision, obs observation, clai
 		}
 		s.metrics.clockWrites.Inc()
 		if written.Exists {
-			// Our own write does not mean the writer acted on the pending event.
-			if s.pending != nil && s.pending.rv == claim.ResourceVersion {
-				s.pending.rv = written.ResourceVersion
+			// Our own write does not mean the writer acted on the pending events.
+			if s.rv == claim.ResourceVersion {
+				s.rv = written.ResourceVersion
 			}
 			claim = written
 		}
@@ -89,7 +113,7 @@ func (s *eventSink) apply(ctx context.Context, d decision, obs observation, clai
 		s.pending = nil
 		return claim, nil
 	}
-	if p := s.pending; p != nil && p.value == d.Value && p.rv == claim.ResourceVersion {
+	if s.inFlight(d.Value, claim) {
 		return claim, nil
 	}
 	ev := &events.ComplianceChanged{
@@ -107,7 +131,11 @@ func (s *eventSink) apply(ctx context.Context, d decision, obs observation, clai
 		return claim, err
 	}
 	s.metrics.published.WithLabelValues(ev.Type()).Inc()
-	s.pending = &pendingEvent{value: d.Value, rv: claim.ResourceVersion}
+	s.pending = append(s.pending, pendingEvent{id: ev.ID(), value: d.Value})
+	if len(s.pending) > maxPending {
+		s.pending = s.pending[len(s.pending)-maxPending:]
+	}
+	s.rv = claim.ResourceVersion
 	s.logger.Info("Published compliance changed", "id", ev.ID(), "value", ev.Value, "previous", ev.Previous,
 		"sequence", res.Sequence, "duplicate", res.Duplicate)
 	return claim, nil

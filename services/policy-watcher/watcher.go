@@ -56,6 +56,7 @@ type watcher struct {
 	lastSeen string    // the last observed value, to log changes only
 }
 
+// newWatcher returns a watcher that polls until startWatches finds it may watch; run starts it.
 func newWatcher(cfg config, dyn dynamic.Interface, authz authorizationclient.SelfSubjectAccessReviewInterface,
 	claims *claimStore, sink claimSink, m *metrics, logger *slog.Logger) *watcher {
 	return &watcher{
@@ -127,7 +128,8 @@ func (w *watcher) trigger() {
 	}
 }
 
-// evaluate runs one fold → decide → apply round.
+// evaluate runs one fold → decide → apply round. Each failure is counted (api_errors_total by
+// operation, evaluations_total{result="error"}) and returned for the loop to log and retry.
 func (w *watcher) evaluate(ctx context.Context) (decision, error) {
 	policies, err := w.listPolicies(ctx)
 	if err != nil {
@@ -154,7 +156,6 @@ func (w *watcher) evaluate(ctx context.Context) (decision, error) {
 	}
 	d := decide(obs.Value, w.since, claim, w.now(), w.cfg.StableDuration)
 	w.since = d.Since
-	w.metrics.evaluations.WithLabelValues(obs.Value).Inc()
 	if obs.Value != w.lastSeen {
 		w.lastSeen = obs.Value
 		attrs := []any{"namespace", w.cfg.Namespace, "value", obs.Value, "policies", obs.Policies}
@@ -172,6 +173,7 @@ func (w *watcher) evaluate(ctx context.Context) (decision, error) {
 		return d, err
 	}
 	w.metrics.setClaim(claim)
+	w.metrics.evaluations.WithLabelValues(obs.Value).Inc()
 	return d, nil
 }
 
