@@ -335,11 +335,11 @@ func (e *engine) deleteRule(ctx context.Context, key string, ref events.RuleRef,
 	return nil
 }
 
-// hasPairs reports whether the engine still holds install records for the rule.
-func (e *engine) hasPairs(key string) bool {
+// ruleKeysWithPairs lists the rules the engine holds install records for.
+func (e *engine) ruleKeysWithPairs() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.pairs[key]) > 0
+	return sortedKeys(e.pairs)
 }
 
 // ---- clusters ----

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -219,7 +220,7 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 	// Every rule is evaluated once before cluster events are consumed, so that a rule whose last
 	// evaluation was cut short (intents published, records not yet written) is finished before a
 	// cluster event relies on its records.
-	if err := evaluateAllRules(ctx, mgr, eng, cfg.OperatorNamespace, logger); err != nil {
+	if err := evaluateAllRules(ctx, mgr, eng, cfg.OperatorNamespace, cfg.WatchNamespaces, logger); err != nil {
 		stopMgr()
 		<-mgrErr
 		if ctx.Err() != nil {
@@ -284,7 +285,8 @@ func eventHandler(eng *engine) events.Handler {
 
 // evaluateAllRules waits for the rule cache and evaluates every rule that is not being deleted,
 // retrying one that fails (NATS or KV briefly unavailable) until ctx ends.
-func evaluateAllRules(ctx context.Context, mgr ctrl.Manager, eng *engine, secretNamespace string, logger *slog.Logger) error {
+func evaluateAllRules(ctx context.Context, mgr ctrl.Manager, eng *engine, secretNamespace string, watchNamespaces []string, logger *slog.Logger) error {
+	watched := func(ns string) bool { return len(watchNamespaces) == 0 || slices.Contains(watchNamespaces, ns) }
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		return errors.New("ClusterRule cache did not sync")
 	}
@@ -308,6 +310,22 @@ func evaluateAllRules(ctx context.Context, mgr ctrl.Manager, eng *engine, secret
 				return ctx.Err()
 			case <-time.After(time.Second):
 			}
+		}
+	}
+	// Rules deleted while the engine was down with their finalizer removed by hand: their
+	// records remain, so their uninstalls are still owed. Only watched namespaces count, so that
+	// narrowing WATCH_NAMESPACES never uninstalls anything.
+	exists := map[string]bool{}
+	for i := range list.Items {
+		exists[list.Items[i].Namespace+"/"+list.Items[i].Name] = true
+	}
+	for _, key := range eng.ruleKeysWithPairs() {
+		if exists[key] || !watched(splitKey(key).Namespace) {
+			continue
+		}
+		logger.Info("Rule gone while stopped; uninstalling what it had", "rule", key)
+		if err := eng.deleteRule(ctx, key, events.RuleRef{}, ""); err != nil {
+			return err
 		}
 	}
 	logger.Info("Evaluated rules", "rules", len(list.Items))

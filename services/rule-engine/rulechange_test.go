@@ -16,8 +16,8 @@ import (
 
 // TestRuleChangesAndDeletionWhileDown covers a spec the schema accepts but the engine cannot use
 // (InvalidSpec, nothing touched), a rule moving to another source (its old clusters are let go),
-// and a rule deleted while the engine is down (the finalizer holds it; the uninstalls follow on
-// start).
+// and rules deleted while the engine is down (the finalizer holds one; the other lost its
+// finalizer by hand): the uninstalls follow on start.
 func TestRuleChangesAndDeletionWhileDown(t *testing.T) {
 	e := newEnv(t)
 	stop := e.start()
@@ -50,8 +50,18 @@ func TestRuleChangesAndDeletionWhileDown(t *testing.T) {
 		}
 	}
 
+	e.createRule("manual", v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[1:],
+		Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{}}})
+	e.waitIntentSet("install a guestbook", "uninstall a guestbook NoLongerMatches", "install b guestbook", "install a helm-guestbook")
+	e.waitReady("manual", v1beta1.ReasonProgressing, nil)
+
 	stop()
 	if err := e.c.Delete(context.Background(), e.rule("moving")); err != nil {
+		t.Fatal(err)
+	}
+	// manual loses its finalizer by hand and is gone before the engine is back.
+	e.updateRule("manual", func(cr *v1beta1.ClusterRule) { cr.Finalizers = nil })
+	if err := e.c.Delete(context.Background(), e.rule("manual")); err != nil {
 		t.Fatal(err)
 	}
 	if cr := e.rule("moving"); cr.DeletionTimestamp.IsZero() {
@@ -59,7 +69,7 @@ func TestRuleChangesAndDeletionWhileDown(t *testing.T) {
 	}
 	e.start()
 	e.waitIntentSet("install a guestbook", "uninstall a guestbook NoLongerMatches", "install b guestbook",
-		"uninstall b guestbook RuleDeleted")
+		"install a helm-guestbook", "uninstall b guestbook RuleDeleted", "uninstall a helm-guestbook RuleDeleted")
 	eventually(t, 20*time.Second, func() error {
 		err := e.c.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: "moving"}, &v1beta1.ClusterRule{})
 		if !apierrors.IsNotFound(err) {
