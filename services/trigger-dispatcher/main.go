@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"sync/atomic"
@@ -157,8 +158,13 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 		logger:    logger,
 	})
 	consumer, err := events.Consume(ctx, js, d.handle, events.ConsumerOptions{
-		Name:           events.ConsumerTriggerDispatcher,
-		Backoff:        events.ExponentialBackoff(cfg.ConsumerBackoffBase, 30*time.Second),
+		Name:    events.ConsumerTriggerDispatcher,
+		Backoff: events.ExponentialBackoff(cfg.ConsumerBackoffBase, 30*time.Second),
+		// A handler fails (retryably) only when NATS or Kubernetes do; dead-lettering the event
+		// then would skip a delivery that argo-syncer waits for, so it is retried until they are
+		// back. Webhook failures are outcomes, not handler errors, and invalid events are
+		// dead-lettered at once.
+		MaxAttempts:    math.MaxInt32,
 		HandlerTimeout: d.handlerTimeout(),
 		// Deliveries mostly wait on receivers; a few slow webhooks must not hold up the rest.
 		Concurrency: 64,

@@ -36,6 +36,8 @@ const (
 	outcomeSkipped   = "skipped_update" // beforeInstall not sent: the Application already exists
 )
 
+// newMetrics registers the dispatcher's metrics on reg (a non-global registry; registering twice
+// panics, as prometheus.MustRegister does).
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -60,6 +62,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
+// attempt counts one webhook attempt and its duration. A nil *metrics records nothing, so unit
+// tests can build a webhookClient without a registry.
 func (m *metrics) attempt(phase, result string, d time.Duration) {
 	if m == nil {
 		return
@@ -68,6 +72,7 @@ func (m *metrics) attempt(phase, result string, d time.Duration) {
 	m.attemptDur.WithLabelValues(phase).Observe(d.Seconds())
 }
 
+// delivery counts one final outcome (or a beforeInstall skipped because of an update).
 func (m *metrics) delivery(phase, outcome string) {
 	if m == nil {
 		return

@@ -19,6 +19,7 @@ type payload struct {
 	DeliveryID  string             `json:"deliveryId"`
 }
 
+// payloadCluster is the original's "cluster" object: the template variables name, id and url.
 type payloadCluster struct {
 	Name string `json:"name"`
 	// ID is the cluster's id in its source (the Rancher cluster id, EKS ARN, ...).
@@ -37,10 +38,12 @@ type payloadEnforcement struct {
 	Labels         map[string]string `json:"labels,omitempty"`
 }
 
+// payloadHelm holds the rendered Helm parameters as the ClusterRule writes them: name → value.
 type payloadHelm struct {
 	Parameters map[string]string `json:"parameters"`
 }
 
+// payloadRule names the ClusterRule the delivery belongs to (an addition to the original body).
 type payloadRule struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`

@@ -162,6 +162,7 @@ type attemptResult struct {
 	err        error
 }
 
+// message is the attempt's failure as a short text for the outcome event.
 func (a attemptResult) message() string {
 	if a.err != nil {
 		return a.result + ": " + a.err.Error()
@@ -177,16 +178,20 @@ func (c *webhookClient) attempt(ctx context.Context, req webhookRequest) attempt
 	return a
 }
 
+// do sends the POST and classifies the outcome: 2xx success; 429 and 5xx retryable (with the
+// Retry-After of a 429 or 503); 3xx and other 4xx final; a refused address, an invalid URL and
+// the caller's own cancellation final; a timeout or connection error retryable. The endpoint is
+// never put in an error message, since its query or userinfo may hold a token.
 func (c *webhookClient) do(ctx context.Context, req webhookRequest) attemptResult {
 	u, err := url.Parse(req.Endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return attemptResult{result: resultInvalid, err: fmt.Errorf("endpoint %q is not an http(s) URL", req.Endpoint)}
+		return attemptResult{result: resultInvalid, err: errors.New("the endpoint is not an absolute http or https URL")}
 	}
 	actx, cancel := context.WithTimeout(ctx, req.Timeout)
 	defer cancel()
 	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, req.Endpoint, bytes.NewReader(req.Body))
 	if err != nil {
-		return attemptResult{result: resultInvalid, err: err}
+		return attemptResult{result: resultInvalid, err: trimURLError(err)}
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("User-Agent", "enforcement-trigger-dispatcher")
@@ -286,6 +291,7 @@ func trimURLError(err error) error {
 	return err
 }
 
+// errString is err's text, or "" for nil (for log attributes).
 func errString(err error) string {
 	if err == nil {
 		return ""

@@ -389,3 +389,18 @@ func TestSigningKey(t *testing.T) {
 		}
 	}
 }
+
+// An endpoint that is not an absolute http(s) URL fails at once, and the message does not echo
+// the endpoint (which may carry a token).
+func TestDeliverInvalidEndpoint(t *testing.T) {
+	c := testWebhookClient(netPolicy{})
+	for _, endpoint := range []string{"ftp://hooks.example.com/?token=s3cret", "/relative?token=s3cret", "http://%zz?token=s3cret"} {
+		res, err := c.deliver(context.Background(), webhookRequest{ID: "dlv_bad", Phase: "afterInstall", Endpoint: endpoint, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Delivered || res.Attempts != 1 || !strings.Contains(res.Message, "invalid") || strings.Contains(res.Message, "s3cret") {
+			t.Errorf("%s: result = %+v, want one invalid attempt without the token", endpoint, res)
+		}
+	}
+}
