@@ -579,7 +579,7 @@ func (l *Lister) listRegion(ctx context.Context, region, roleARN string) (cluste
 		}
 	}
 	if len(errs) > 0 {
-		return nil, false, errors.Join(errs...)
+		return nil, false, joinFirst(errs, 3)
 	}
 	// Forget the region's clusters that are no longer listed.
 	listed := make(map[string]bool, len(names))
@@ -603,6 +603,15 @@ func (l *Lister) listRegion(ctx context.Context, region, roleARN string) (cluste
 		clusters = append(clusters, cloneCluster(e.cluster))
 	}
 	return clusters, false, nil
+}
+
+// joinFirst joins the first n errors and counts the rest, so that a fleet-wide failure makes a
+// readable status message rather than one line per cluster.
+func joinFirst(errs []error, n int) error {
+	if len(errs) <= n {
+		return errors.Join(errs...)
+	}
+	return fmt.Errorf("%w\n(and %d more failures)", errors.Join(errs[:n]...), len(errs)-n)
 }
 
 // dueAfter is how old an ACTIVE cluster's description may get: between 90% and 100% of

@@ -410,6 +410,7 @@ func TestFailures(t *testing.T) {
 			if clusters != nil {
 				t.Errorf("List returned clusters with its error")
 			}
+			t.Logf("error: %v", err)
 			if got := scanner.ReasonOf(err); got != tt.wantReason {
 				t.Errorf("reason = %s, want %s (%v)", got, tt.wantReason, err)
 			}
