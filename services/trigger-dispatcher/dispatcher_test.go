@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -244,7 +245,7 @@ func bodyOf(t testing.TB, c receivedCall) payload {
 // for the existing Application (an update) calls neither hook.
 func TestChoreographyBeforeAndAfterInstall(t *testing.T) {
 	h := newHarness(t)
-	startService(t, h.env())
+	svc := startService(t, h.env())
 	before, beforeSaw := h.appCheckingReceiver("prod-eu")
 	after, afterSaw := h.appCheckingReceiver("prod-eu")
 
@@ -300,6 +301,34 @@ func TestChoreographyBeforeAndAfterInstall(t *testing.T) {
 	if b, a := len(before.Calls()), len(after.Calls()); b != 1 || a != 1 {
 		t.Errorf("after an update: beforeInstall called %d times, afterInstall %d; want 1 and 1", b, a)
 	}
+
+	// Every attempt and outcome is counted.
+	metrics := scrape(t, svc.metrics)
+	for _, want := range []string{
+		`enforcement_trigger_dispatcher_attempts_total{phase="beforeInstall",result="success"} 1`,
+		`enforcement_trigger_dispatcher_attempts_total{phase="afterInstall",result="success"} 1`,
+		`enforcement_trigger_dispatcher_deliveries_total{outcome="delivered",phase="beforeInstall"} 1`,
+		`enforcement_trigger_dispatcher_deliveries_total{outcome="skipped_update",phase="beforeInstall"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// scrape returns the text of /metrics at addr.
+func scrape(t testing.TB, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // A redelivered intent or InstallSucceeded whose delivery is final calls no webhook again, and
