@@ -557,6 +557,8 @@ type credentialCache struct {
 	ttl     time.Duration
 	mu      sync.Mutex
 	entries map[string]credentialEntry
+	// fetching makes concurrent misses of one Secret wait for a single read.
+	fetching keyedMutex
 }
 
 type credentialEntry struct {
@@ -566,11 +568,13 @@ type credentialEntry struct {
 
 func (c *credentialCache) get(ctx context.Context, ref secretRef) (argov1.ClusterConfig, error) {
 	key := ref.namespace + "/" + ref.name
-	c.mu.Lock()
-	e, ok := c.entries[key]
-	c.mu.Unlock()
-	if ok && time.Since(e.fetched) < c.ttl {
-		return e.cfg, nil
+	if cfg, ok := c.cached(key); ok {
+		return cfg, nil
+	}
+	unlock := c.fetching.lock(key)
+	defer unlock()
+	if cfg, ok := c.cached(key); ok {
+		return cfg, nil
 	}
 	sec, err := c.kube.CoreV1().Secrets(ref.namespace).Get(ctx, ref.name, metav1.GetOptions{})
 	if err != nil {
@@ -584,6 +588,13 @@ func (c *credentialCache) get(ctx context.Context, ref secretRef) (argov1.Cluste
 	c.entries[key] = credentialEntry{cfg: cfg, fetched: time.Now()}
 	c.mu.Unlock()
 	return cfg, nil
+}
+
+func (c *credentialCache) cached(key string) (argov1.ClusterConfig, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key]
+	return e.cfg, ok && time.Since(e.fetched) < c.ttl
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,350 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
+	argoclient "github.com/argoproj/argo-cd/v2/pkg/client/clientset/versioned"
+	"github.com/go-logr/logr"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
+)
+
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard()) // envtest's CRD installer logs through controller-runtime
+	os.Exit(testenv.RunWithSharedKube(m))
+}
+
+// request is one API request seen by the counting transport.
+type request struct {
+	Method, Path string
+	Watch        bool
+}
+
+// requestLog wraps a rest.Config's transport and records every request, so tests can count the
+// API requests a batch of intents costs and check the order of deletes.
+type requestLog struct {
+	mu   sync.Mutex
+	reqs []request
+}
+
+func (l *requestLog) wrap(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = -1, 0 // no client-side rate limit in tests
+	// Argo CD's finalizer name is not domain-qualified; the API server warns on every write.
+	cfg.WarningHandler = rest.NoWarnings{}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			l.mu.Lock()
+			l.reqs = append(l.reqs, request{Method: r.Method, Path: r.URL.Path, Watch: r.URL.Query().Get("watch") == "true"})
+			l.mu.Unlock()
+			return rt.RoundTrip(r)
+		})
+	})
+	return cfg
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// mark returns the current position; since returns the requests after it.
+func (l *requestLog) mark() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.reqs)
+}
+
+func (l *requestLog) since(mark int) []request {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]request(nil), l.reqs[mark:]...)
+}
+
+// writes filters the requests that change something.
+func writes(reqs []request) []request {
+	var out []request
+	for _, r := range reqs {
+		if r.Method != http.MethodGet {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// harness runs a Syncer and its consumer against real NATS and the shared real API server, in
+// a namespace of its own.
+type harness struct {
+	t        *testing.T
+	ns, opNS string
+	kube     kubernetes.Interface
+	argo     argoclient.Interface
+	log      *requestLog
+	syncer   *Syncer
+	handler  *Handler
+	js       jetstream.JetStream
+	pub      *events.Publisher
+	outcomes chan events.Event
+	seen     []events.Event
+}
+
+var nsCounter atomic.Int64
+
+type harnessOption func(*SyncerOptions)
+
+func newHarness(t *testing.T, opts ...harnessOption) *harness {
+	t.Helper()
+	k := testenv.SharedKube(t)
+	k.InstallCRDs(t, testenv.ArgoCDCRDs()...)
+	id := nsCounter.Add(1)
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	h := &harness{t: t, log: &requestLog{}, outcomes: make(chan events.Event, 10000)}
+	h.ns = k.Namespace(t, fmt.Sprintf("argocd-%d-%s", id, strings.Trim(name, "-")))
+	h.opNS = k.Namespace(t, fmt.Sprintf("op-%d", id))
+	cfg := h.log.wrap(k.Config)
+	h.kube = kubernetes.NewForConfigOrDie(cfg)
+	h.argo = argoclient.NewForConfigOrDie(cfg)
+
+	// The rancher source Secret the intents reference.
+	_, err := h.kube.CoreV1().Secrets(h.opNS).Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "rancher", Namespace: h.opNS},
+		Data:       map[string][]byte{"url": []byte("https://rancher.example"), "token": []byte("token-s3cr3t"), "caCert": []byte("-----BEGIN CERTIFICATE-----")},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	so := SyncerOptions{
+		ArgoCDNamespace: h.ns, OperatorNamespace: h.opNS,
+		Project:         ProjectSettings{ClusterResources: true},
+		SourceSecretTTL: time.Minute,
+		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	for _, o := range opts {
+		o(&so)
+	}
+	h.syncer = NewSyncer(h.kube, h.argo, so)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	go func() { _ = h.syncer.Run(ctx, ready); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-ready:
+	case <-time.After(30 * time.Second):
+		t.Fatal("caches did not sync")
+	}
+
+	srv := testenv.StartNATS(t)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	h.js, _ = jetstream.New(nc)
+	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(context.Background(), h.js); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := nc.Subscribe("enforcement.>", func(m *nats.Msg) {
+		if strings.HasPrefix(m.Subject, "enforcement.install.") || strings.HasPrefix(m.Subject, "enforcement.uninstall.") {
+			if ev, _, err := events.Decode(m.Subject, m.Header, m.Data); err == nil {
+				h.outcomes <- ev
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	h.pub = events.NewPublisher(h.js, "/enforcement/test")
+	h.handler = &Handler{syncer: h.syncer, pub: events.NewPublisher(h.js, "/enforcement/argo-syncer"), js: h.js,
+		stream: events.StreamName, logger: so.Logger}
+	return h
+}
+
+// consume starts the argo-syncer consumer with fast retries.
+func (h *harness) consume() {
+	h.t.Helper()
+	c, err := events.Consume(context.Background(), h.js, h.handler.Handle, events.ConsumerOptions{
+		Name: events.ConsumerArgoSyncer, Concurrency: 16, MaxAttempts: 3,
+		Backoff: func(int) time.Duration { return 20 * time.Millisecond },
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Stop(ctx)
+	})
+}
+
+// publish publishes events and returns their stream sequences.
+func (h *harness) publish(evs ...events.Event) []uint64 {
+	h.t.Helper()
+	var seqs []uint64
+	for _, e := range evs {
+		r, err := h.pub.Publish(context.Background(), e)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		seqs = append(seqs, r.Sequence)
+	}
+	return seqs
+}
+
+// handle calls the handler directly, as a (re)delivery would.
+func (h *harness) handle(e events.Event) {
+	h.t.Helper()
+	if err := h.handler.Handle(context.Background(), e, events.Meta{}); err != nil {
+		h.t.Fatalf("handle %s: %v", e.ID(), err)
+	}
+}
+
+// outcome returns the first outcome event matching f, waiting up to 20 s for it. Events that
+// do not match are kept for later calls.
+func (h *harness) outcome(f func(events.Event) bool) events.Event {
+	h.t.Helper()
+	for i, e := range h.seen {
+		if f(e) {
+			h.seen = append(h.seen[:i:i], h.seen[i+1:]...)
+			return e
+		}
+	}
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case e := <-h.outcomes:
+			if f(e) {
+				return e
+			}
+			h.seen = append(h.seen, e)
+		case <-timeout:
+			h.t.Fatal("no matching outcome event within 20s")
+			return nil
+		}
+	}
+}
+
+// noOutcome asserts that no outcome matching f arrives within d.
+func (h *harness) noOutcome(d time.Duration, f func(events.Event) bool) {
+	h.t.Helper()
+	timeout := time.After(d)
+	for {
+		select {
+		case e := <-h.outcomes:
+			if f(e) {
+				h.t.Fatalf("unexpected outcome %s %s", e.Type(), e.ID())
+			}
+			h.seen = append(h.seen, e)
+		case <-timeout:
+			return
+		}
+	}
+}
+
+func succeeded(intentID string) func(events.Event) bool {
+	return func(e events.Event) bool {
+		s, ok := e.(*events.InstallSucceeded)
+		return ok && s.IntentID == intentID
+	}
+}
+
+func failed(intentID string) func(events.Event) bool {
+	return func(e events.Event) bool {
+		s, ok := e.(*events.InstallFailed)
+		return ok && s.IntentID == intentID
+	}
+}
+
+func uninstalled(intentID string) func(events.Event) bool {
+	return func(e events.Event) bool {
+		s, ok := e.(*events.UninstallDone)
+		return ok && s.IntentID == intentID
+	}
+}
+
+func (h *harness) app(name string) *argov1.Application {
+	h.t.Helper()
+	a, err := h.argo.ArgoprojV1alpha1().Applications(h.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return a
+}
+
+func (h *harness) project(name string) *argov1.AppProject {
+	h.t.Helper()
+	p, err := h.argo.ArgoprojV1alpha1().AppProjects(h.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return p
+}
+
+func (h *harness) secret(name string) *corev1.Secret {
+	h.t.Helper()
+	s, err := h.kube.CoreV1().Secrets(h.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return s
+}
+
+// eventually polls cond every 20 ms for up to 10 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// installIntent is an intent of rule ns/rule for cluster with the harness's source Secret.
+func (h *harness) installIntent(rule, cluster, enforcement string) *events.InstallIntent {
+	in := intent(cluster, enforcement)
+	in.Rule.Name = rule
+	in.Rule.UID = "uid-" + rule
+	in.Cluster.Source = events.SourceRef{Kind: "rancher", ID: "src1", SecretNamespace: h.opNS, SecretName: "rancher"}
+	return in
+}
+
+func uninstallIntent(in *events.InstallIntent, reason string) *events.UninstallIntent {
+	return &events.UninstallIntent{Rule: in.Rule, Cluster: in.Cluster, Enforcement: in.Enforcement.Name, Reason: reason,
+		DeletionPolicy: in.DeletionPolicy}
+}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+func intent(cluster, enforcement string) *events.InstallIntent {
+	return &events.InstallIntent{
+		Rule:    events.RuleRef{Namespace: "team", Name: "baseline", UID: "uid-1", Generation: 3},
+		Cluster: events.Target{Name: cluster, Key: "c-" + cluster, URL: "https://" + cluster + ".example:6443", Revision: 1},
+		Enforcement: events.Enforcement{
+			Name: enforcement, Repo: "https://git.example/" + enforcement, Path: "charts/" + enforcement,
+			Namespace: "monitoring", TargetRevision: "v1",
+			HelmParameters: []events.HelmParameter{{Name: "replicas", Value: "2"}, {Name: "cluster", Value: cluster}},
+		},
+		SpecHash: "h1",
+	}
+}
+
+func TestRenderApplication(t *testing.T) {
+	long := strings.Repeat("x", 70)
+	tests := []struct {
+		name       string
+		mutate     func(*events.InstallIntent)
+		wantName   string
+		wantLabels map[string]string
+		wantNS     string
+	}{
+		{
+			name:     "plain",
+			wantName: "prod-1-agent",
+			wantNS:   "monitoring",
+			wantLabels: map[string]string{
+				LabelManagedBy: ManagedByValue, LabelCluster: "prod-1", LabelRuleNamespace: "team",
+				LabelRuleName: "baseline", LabelEnforcement: "agent",
+			},
+		},
+		{
+			name: "default namespace and enforcement labels, ours win",
+			mutate: func(in *events.InstallIntent) {
+				in.Enforcement.Namespace = ""
+				in.Enforcement.Labels = map[string]string{"team": "sre", LabelManagedBy: "someone"}
+			},
+			wantName: "prod-1-agent",
+			wantNS:   "default",
+			wantLabels: map[string]string{
+				"team": "sre", LabelManagedBy: ManagedByValue, LabelCluster: "prod-1", LabelRuleNamespace: "team",
+				LabelRuleName: "baseline", LabelEnforcement: "agent",
+			},
+		},
+		{
+			name:     "rule name too long for a label keeps annotation only",
+			mutate:   func(in *events.InstallIntent) { in.Rule.Name = long },
+			wantName: "prod-1-agent",
+			wantNS:   "monitoring",
+			wantLabels: map[string]string{
+				LabelManagedBy: ManagedByValue, LabelCluster: "prod-1", LabelRuleNamespace: "team", LabelEnforcement: "agent",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := intent("prod-1", "agent")
+			if tt.mutate != nil {
+				tt.mutate(in)
+			}
+			o := RenderApplication("argocd", in)
+			if o.Metadata.Name != tt.wantName || o.Metadata.Namespace != "argocd" {
+				t.Fatalf("name %s/%s, want argocd/%s", o.Metadata.Namespace, o.Metadata.Name, tt.wantName)
+			}
+			if !equalMaps(o.Metadata.Labels, tt.wantLabels) {
+				t.Errorf("labels %v, want %v", o.Metadata.Labels, tt.wantLabels)
+			}
+			if got := o.Metadata.Annotations[AnnotationRule]; got != "team/"+in.Rule.Name {
+				t.Errorf("rule annotation %q", got)
+			}
+			spec := o.Spec.(argov1.ApplicationSpec)
+			if spec.Project != "prod-1" || spec.Destination.Name != "prod-1" || spec.Destination.Namespace != tt.wantNS || spec.Destination.Server != "" {
+				t.Errorf("project/destination %+v %+v", spec.Project, spec.Destination)
+			}
+			if spec.Source.RepoURL != "https://git.example/agent" || spec.Source.Path != "charts/agent" || spec.Source.TargetRevision != "v1" {
+				t.Errorf("source %+v", spec.Source)
+			}
+			if len(spec.Source.Helm.Parameters) != 2 || spec.Source.Helm.Parameters[1] != (argov1.HelmParameter{Name: "cluster", Value: "prod-1"}) {
+				t.Errorf("helm parameters %+v", spec.Source.Helm.Parameters)
+			}
+			if a := spec.SyncPolicy.Automated; !a.Prune || !a.SelfHeal || len(spec.SyncPolicy.SyncOptions) != 1 || spec.SyncPolicy.SyncOptions[0] != "CreateNamespace=true" {
+				t.Errorf("sync policy %+v", spec.SyncPolicy)
+			}
+		})
+	}
+}
+
+func TestSealIsStableAndSensitive(t *testing.T) {
+	a := RenderApplication("argocd", intent("c", "e"))
+	b := RenderApplication("argocd", intent("c", "e"))
+	a.seal()
+	b.seal()
+	if a.hash() == "" || a.hash() != b.hash() {
+		t.Fatalf("same intent, hashes %q and %q", a.hash(), b.hash())
+	}
+	a.seal() // sealing twice ignores the previous hash annotation
+	if a.hash() != b.hash() {
+		t.Fatal("sealing twice changed the hash")
+	}
+	in := intent("c", "e")
+	in.Enforcement.HelmParameters[0].Value = "3"
+	c := RenderApplication("argocd", in)
+	c.seal()
+	if c.hash() == a.hash() {
+		t.Fatal("changed helm parameter, same hash")
+	}
+}
+
+func TestRenderProject(t *testing.T) {
+	tests := []struct {
+		name      string
+		url       string
+		repos     []string
+		settings  ProjectSettings
+		wantRepos []string
+		wantDests int
+		wantWL    bool
+	}{
+		{"rules repos sorted and unique", "https://c:6443", []string{"b", "a", "b"}, ProjectSettings{ClusterResources: true}, []string{"a", "b"}, 2, true},
+		{"any repo", "https://c:6443", []string{"b"}, ProjectSettings{AnyRepo: true}, []string{"*"}, 2, false},
+		{"no url: name only", "", []string{"a"}, ProjectSettings{}, []string{"a"}, 1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := RenderProject("argocd", "c", tt.url, tt.repos, tt.settings)
+			spec := o.Spec.(argov1.AppProjectSpec)
+			if strings.Join(spec.SourceRepos, ",") != strings.Join(tt.wantRepos, ",") {
+				t.Errorf("repos %v, want %v", spec.SourceRepos, tt.wantRepos)
+			}
+			if len(spec.Destinations) != tt.wantDests {
+				t.Errorf("destinations %+v", spec.Destinations)
+			}
+			for _, d := range spec.Destinations {
+				if d.Namespace != "*" {
+					t.Errorf("destination %+v: want any namespace", d)
+				}
+			}
+			if got := len(spec.ClusterResourceWhitelist) == 1 && spec.ClusterResourceWhitelist[0].Group == "*" && spec.ClusterResourceWhitelist[0].Kind == "*"; got != tt.wantWL {
+				t.Errorf("cluster resource whitelist %+v, want all=%v", spec.ClusterResourceWhitelist, tt.wantWL)
+			}
+			if o.Metadata.Name != "c" || o.Metadata.Labels[LabelManagedBy] != ManagedByValue || o.Metadata.Labels[LabelCluster] != "c" {
+				t.Errorf("metadata %+v", o.Metadata)
+			}
+		})
+	}
+}
+
+func TestClusterConfigFromSecret(t *testing.T) {
+	tests := []struct {
+		name    string
+		data    map[string][]byte
+		want    argov1.ClusterConfig
+		wantErr bool
+	}{
+		{"token only", map[string][]byte{"url": []byte("https://rancher"), "token": []byte("s3cr3t\n")},
+			argov1.ClusterConfig{BearerToken: "s3cr3t"}, false},
+		{"ca and insecure", map[string][]byte{"token": []byte("tok"), "caCert": []byte("PEM"), "insecure": []byte("true")},
+			argov1.ClusterConfig{BearerToken: "tok", TLSClientConfig: argov1.TLSClientConfig{CAData: []byte("PEM"), Insecure: true}}, false},
+		{"no token", map[string][]byte{"url": []byte("https://rancher")}, argov1.ClusterConfig{}, true},
+		{"bad insecure", map[string][]byte{"token": []byte("s3cr3t"), "insecure": []byte("maybe")}, argov1.ClusterConfig{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ClusterConfigFromSecret("rancher", tt.data)
+			if tt.wantErr {
+				if !errors.Is(err, errCredentials) {
+					t.Fatalf("error %v, want errCredentials", err)
+				}
+				if strings.Contains(err.Error(), "s3cr3t") {
+					t.Fatalf("error %q leaks the token", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, _ := json.Marshal(got)
+			w, _ := json.Marshal(tt.want)
+			if string(g) != string(w) {
+				t.Errorf("config %s, want %s", g, w)
+			}
+		})
+	}
+}
+
+func TestObjectNamesNormalised(t *testing.T) {
+	for _, cluster := range []string{"Prod_Cluster.1", strings.Repeat("a", 80)} {
+		if got := ProjectName(cluster); got != events.ObjectName(cluster) || len(got) > 63 {
+			t.Errorf("project name of %q: %q", cluster, got)
+		}
+		if got := clusterLabel(cluster); len(got) > 63 || strings.ContainsAny(got, "_.") && len(cluster) > 63 {
+			t.Errorf("cluster label of %q: %q", cluster, got)
+		}
+	}
+	if got := clusterLabel("Prod_Cluster.1"); got != "Prod_Cluster.1" {
+		t.Errorf("a valid label value is kept: got %q", got)
+	}
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
