@@ -585,6 +585,14 @@ func TestTimeoutDefaultAndRefusedTarget(t *testing.T) {
 		t.Fatalf("outcome = %+v, want TriggerFailed after 2 timed-out attempts of 200ms", f)
 	}
 
+	// The trigger's own timeout wins over the default: 1 s lets a 500 ms receiver answer.
+	patient := newReceiver(t, sleepFor(500*time.Millisecond))
+	own := h.intent("patient", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: patient.URL(), TimeoutSeconds: 1}})
+	h.publish(own)
+	if d, ok := h.waitOutcome(events.PhaseBeforeInstall, own.ID()).(*events.TriggerDelivered); !ok || d.Attempts != 1 {
+		t.Fatalf("outcome with timeout 1s = %+v, want TriggerDelivered after 1 attempt", d)
+	}
+
 	meta := h.intent("metadata", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: "http://169.254.169.254/latest/meta-data/"}})
 	h.publish(meta)
 	r, ok := h.waitOutcome(events.PhaseBeforeInstall, meta.ID()).(*events.TriggerFailed)
@@ -744,5 +752,42 @@ func TestBlockedDeliverySupersededByNewerIntent(t *testing.T) {
 	}
 	if n := len(rc.Calls()); n != calls {
 		t.Errorf("receiver called %d more times after the delivery was superseded", n-calls)
+	}
+}
+
+// The dispatcher rides out a restart of the NATS server: deliveries resume afterwards and the
+// service is ready again.
+func TestNATSRestart(t *testing.T) {
+	h := newHarness(t)
+	svc := startService(t, h.env())
+	rc := newReceiver(t)
+	first := h.intent("nats-a", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL()}})
+	h.publish(first)
+	h.waitOutcome(events.PhaseBeforeInstall, first.ID())
+
+	h.nats.Restart(t)
+	second := h.intent("nats-b", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL()}})
+	deadline := time.Now().Add(15 * time.Second)
+	for { // the test's own connection reconnects too
+		if _, err := h.pub.Publish(context.Background(), second); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("publish after the NATS restart: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, ok := h.waitOutcome(events.PhaseBeforeInstall, second.ID()).(*events.TriggerDelivered); !ok {
+		t.Fatal("no TriggerDelivered after the NATS restart")
+	}
+	resp, err := http.Get("http://" + svc.health + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/readyz = %d after the NATS restart, want 200", resp.StatusCode)
+	}
+	if n := len(rc.Calls()); n != 2 {
+		t.Errorf("receiver called %d times, want 2", n)
 	}
 }
