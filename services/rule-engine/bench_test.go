@@ -115,3 +115,18 @@ func BenchmarkClusterEvent(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRenderDynamicRule renders the README's dynamic rule for one cluster: the cost of one
+// cache miss.
+func BenchmarkRenderDynamicRule(b *testing.B) {
+	compiled := compile(loadExampleRule(b, "readme-02-dynamic-rule-jinja.yaml").Spec.Enforcements)
+	r := newRenderer(nil, time.Second)
+	c := cluster("cluster1", nil)
+	vars := templateVars(&c)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := r.render(compiled, vars); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

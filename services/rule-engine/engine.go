@@ -491,6 +491,9 @@ func (e *engine) evalPairVars(ctx context.Context, r *ruleState, rule, cid strin
 	delete(r.templateErrors, cid)
 
 	target := targetOf(rec)
+	// The rule's own reference to its source Secret: the ids are equal, and the rule is where
+	// the Secret name and namespace are defined.
+	target.Source = r.sel.source
 	next := &pairState{Rule: r.ref, Cluster: target, RenderKey: renderKey, DeletionPolicy: r.deletionPolicy,
 		Enforcements: make(map[string]*enfState, len(enfs))}
 	for i := range enfs {

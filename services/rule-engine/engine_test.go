@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// TestClusterEventTouchesOnlyItsSourceRules checks the index: an event of one source renders the
+// templated rules of that source only, and a re-sent event with the same variables renders
+// nothing (the pair's render key is unchanged).
+func TestClusterEventTouchesOnlyItsSourceRules(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	pub := &countingPublisher{}
+	e := newEngine(slog.New(slog.NewTextHandler(io.Discard, nil)), newMemStore(), pub, newRenderer(nil, time.Second), newMetrics(reg), time.Minute)
+	ctx := context.Background()
+	dynamic := loadExampleRule(t, "readme-02-dynamic-rule-jinja.yaml").Spec.Enforcements
+	for i, filters := range []map[string]string{nil, {"driver": "gke"}, {"driver": "gke"}} {
+		cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: string(rune('a' + i)), UID: types.UID(rune('a' + i)), Generation: 1},
+			Spec: v1beta1.ClusterRuleSpec{Enforcements: dynamic, Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: filters}}}}
+		if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	misses := func() float64 { return testutil.ToFloat64(e.metrics.renders.WithLabelValues("miss")) }
+
+	gke := testCluster("g", nil, true)
+	gke.Source.ID = SourceID("rancher", "enforcement", "rancher", map[string]string{"driver": "gke"})
+	if err := e.applyCluster(ctx, gke, 1); err != nil {
+		t.Fatal(err)
+	}
+	if misses() != 2 || pub.n != 2 {
+		t.Errorf("gke cluster: %v renders, %d intents; want 2 and 2 (rules b and c only)", misses(), pub.n)
+	}
+	if err := e.applyCluster(ctx, gke, 2); err != nil {
+		t.Fatal(err)
+	}
+	if misses() != 2 || pub.n != 2 {
+		t.Errorf("same variables again: %v renders, %d intents; want no new ones", misses(), pub.n)
+	}
+	other := testCluster("o", nil, true)
+	if err := e.applyCluster(ctx, other, 3); err != nil {
+		t.Fatal(err)
+	}
+	if misses() != 3 || pub.n != 3 {
+		t.Errorf("default-source cluster: %v renders, %d intents; want 3 and 3 (rule a only)", misses(), pub.n)
+	}
+	if st, _ := e.status("ns/b", 1); st.MatchedClusters != 1 || st.Clusters[0].Name != "g" {
+		t.Errorf("rule b status: %+v", st)
+	}
+}
