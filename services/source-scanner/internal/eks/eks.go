@@ -6,8 +6,8 @@
 // change or a status change would be invisible; describing every cluster at every scan would cost
 // N calls per scan and runs into EKS's API throttling on large fleets. The Lister therefore keeps
 // the described clusters in memory, keyed by ARN: a new name is described at once, a cluster in
-// a transitional status (CREATING, UPDATING, DELETING, PENDING, FAILED) at every scan so that
-// becoming ACTIVE is seen promptly, and an ACTIVE cluster again only after RedescribeInterval. A
+// a transitional status (CREATING, UPDATING, DELETING, PENDING) at every scan so that becoming
+// ACTIVE is seen promptly, and an ACTIVE or FAILED cluster again only after RedescribeInterval. A
 // steady scan of N unchanged ACTIVE clusters costs one ListClusters page per 100 clusters and
 // region, and no DescribeCluster call. The cache is dropped when the credentials change (another
 // account may have clusters of the same names).
@@ -71,8 +71,8 @@ const (
 	KeyRoleARN         = "role_arn"
 )
 
-// DefaultRedescribeInterval is how long an ACTIVE cluster's description is trusted before it is
-// described again (to see tag, version and endpoint changes).
+// DefaultRedescribeInterval is how long an ACTIVE (or FAILED) cluster's description is trusted
+// before it is described again (to see tag, version and endpoint changes).
 const DefaultRedescribeInterval = 10 * time.Minute
 
 // EnvRedescribeInterval is the environment variable the service reads RedescribeInterval from
@@ -101,6 +101,17 @@ const (
 	StatusActive   = "ACTIVE"
 	StatusUpdating = "UPDATING"
 )
+
+// transitional reports whether a status is on its way to another (CREATING, UPDATING,
+// DELETING, PENDING): such clusters are described at every scan, so that becoming ACTIVE (or
+// going away) is seen at once. ACTIVE and FAILED clusters follow RedescribeInterval.
+func transitional(status string) bool {
+	switch status {
+	case "CREATING", StatusUpdating, "DELETING", "PENDING":
+		return true
+	}
+	return false
+}
 
 // Eligible reports whether a cluster in this status may receive new installs: ACTIVE or
 // UPDATING. CREATING waits; DELETING and FAILED keep what they have until they are gone.
@@ -201,7 +212,7 @@ type Options struct {
 	// effect without a restart). Its error is returned as is (wrap it in a DegradedError with
 	// reason SecretInvalid). Nil: the default chain.
 	Credentials func(ctx context.Context) (Credentials, error)
-	// RedescribeInterval is how long an ACTIVE cluster's description is trusted
+	// RedescribeInterval is how long an ACTIVE or FAILED cluster's description is trusted
 	// (EKS_REDESCRIBE_INTERVAL; default DefaultRedescribeInterval). Each cluster's next
 	// re-describe falls in the last tenth of the interval, spread by its ARN, so that a fleet
 	// described at once is not re-described in one burst.
@@ -520,7 +531,7 @@ func (l *Lister) listRegion(ctx context.Context, region, roleARN string) (cluste
 	var todo []string
 	for _, name := range names {
 		e := l.cache[l.byName[region+"/"+name]]
-		if e == nil || e.cluster.State != StatusActive || now.Sub(e.describedAt) >= l.dueAfter(e.cluster.Key) {
+		if e == nil || transitional(e.cluster.State) || now.Sub(e.describedAt) >= l.dueAfter(e.cluster.Key) {
 			todo = append(todo, name)
 		}
 	}

@@ -227,6 +227,7 @@ func TestSteadyStateDescribes(t *testing.T) {
 		f.add("eu-west-1", fmt.Sprintf("c%02d", i), "ACTIVE", map[string]string{"env": "prod"})
 	}
 	f.add("eu-west-1", "new", "CREATING", nil)
+	f.add("eu-west-1", "broken", "FAILED", nil) // terminal: follows the slow interval
 	l, _, clk := newTestLister(f, []string{"eu-west-1"}, nil)
 
 	scan := func(wantDescribes int) []events.Cluster {
@@ -241,7 +242,7 @@ func TestSteadyStateDescribes(t *testing.T) {
 		}
 		return clusters
 	}
-	scan(n + 1)
+	scan(n + 2)
 	for range 5 {
 		clk.Add(time.Minute)
 		scan(1) // only the CREATING cluster
@@ -261,7 +262,7 @@ func TestSteadyStateDescribes(t *testing.T) {
 		t.Fatalf("c00 labels changed before re-describe: %v", c.Labels)
 	}
 	clk.Add(10 * time.Minute)
-	if c := find(scan(n+1), "c00"); c.Labels["env"] != "staging" {
+	if c := find(scan(n+2), "c00"); c.Labels["env"] != "staging" {
 		t.Fatalf("c00 labels after re-describe = %v", c.Labels)
 	}
 
@@ -270,7 +271,7 @@ func TestSteadyStateDescribes(t *testing.T) {
 	f.remove("eu-west-1", "c01")
 	clk.Add(time.Minute)
 	clusters := scan(1)
-	if find(clusters, "later") == nil || find(clusters, "c01") != nil || len(clusters) != n+1 {
+	if find(clusters, "later") == nil || find(clusters, "c01") != nil || len(clusters) != n+2 {
 		t.Fatalf("after add/remove: %d clusters, later %v, c01 %v", len(clusters), find(clusters, "later") != nil, find(clusters, "c01") != nil)
 	}
 }
