@@ -205,7 +205,7 @@ func TestNATSModeRestartMidDebounce(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(time.Second)
+	time.Sleep(2 * time.Second) // half the stable duration
 	first.stop()
 	n.Restart(t)
 

@@ -79,13 +79,13 @@ func TestDebounceTimeline(t *testing.T) {
 	c.waitClaim(claim, events.NonCompliant, 10*time.Second)
 	s.waitLog(`"msg":"Watching Policies"`, 10*time.Second)
 
-	// Flapping: compliant for 1 s, then noncompliant, then compliant for 1 s, then empty.
+	// Flapping: compliant for 0.7 s, then noncompliant, then compliant for 0.7 s, then empty.
 	c.setPolicy("p", "Compliant")
-	c.holdClaim(claim, events.NonCompliant, time.Second, false)
+	c.holdClaim(claim, events.NonCompliant, 700*time.Millisecond, false)
 	c.setPolicy("p", "NonCompliant")
 	c.holdClaim(claim, events.NonCompliant, 300*time.Millisecond, false)
 	c.setPolicy("p", "Compliant")
-	c.holdClaim(claim, events.NonCompliant, time.Second, false)
+	c.holdClaim(claim, events.NonCompliant, 700*time.Millisecond, false)
 	c.deletePolicy("p")
 	start := time.Now()
 	_, at := c.waitClaim(claim, events.Empty, 2*time.Second)
@@ -180,7 +180,7 @@ func TestRestartKeepsDebounceClock(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(2 * time.Second) // half the stable duration
 	first.stop()
 	got, _ := c.claim(claim)
 	if got.Value != events.NonCompliant || !got.HasSince {
