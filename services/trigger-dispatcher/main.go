@@ -38,6 +38,9 @@ const serviceName = "trigger-dispatcher"
 // its trigger's timeout), waiting retries are handed back to the server.
 const shutdownTimeout = 30 * time.Second
 
+// natsDrainTimeout bounds the drain of the NATS connection at shutdown.
+const natsDrainTimeout = 5 * time.Second
+
 // kubeQPS and kubeBurst bound the dispatcher's Kubernetes API requests (Application reads and
 // signing Secret reads).
 const (
@@ -130,23 +133,25 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 		return errors.Join(err, stopHTTP())
 	}
 	conn.Store(nc)
-	closeNATS := func() error {
-		if err := nc.Drain(); err != nil {
-			nc.Close()
-			return fmt.Errorf("drain NATS: %w", err)
+	closeNATS := func() error { return drainNATS(nc) }
+	// fail ends a start-up that could not complete; a cancelled ctx makes it a normal shutdown.
+	fail := func(err error) error {
+		cleanup := errors.Join(closeNATS(), stopHTTP())
+		if ctx.Err() != nil {
+			return cleanup
 		}
-		return nil
+		return errors.Join(err, cleanup)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return errors.Join(fmt.Errorf("jetstream: %w", err), closeNATS(), stopHTTP())
+		return fail(fmt.Errorf("jetstream: %w", err))
 	}
 	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
-		return errors.Join(fmt.Errorf("apply topology: %w", err), closeNATS(), stopHTTP())
+		return fail(fmt.Errorf("apply topology: %w", err))
 	}
 	kv, err := js.KeyValue(ctx, events.BucketTriggers)
 	if err != nil {
-		return errors.Join(fmt.Errorf("open bucket %s: %w", events.BucketTriggers, err), closeNATS(), stopHTTP())
+		return fail(fmt.Errorf("open bucket %s: %w", events.BucketTriggers, err))
 	}
 
 	d := newDispatcher(cfg, dispatcherDeps{
@@ -172,7 +177,7 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 		Logger:      logger,
 	})
 	if err != nil {
-		return errors.Join(err, closeNATS(), stopHTTP())
+		return fail(err)
 	}
 	bound.Store(true)
 	logger.Info("Started trigger dispatcher", "metrics", metricsSrv.Addr, "health", healthSrv.Addr,
@@ -197,6 +202,24 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 		return err
 	}
 	logger.Info("Stopped")
+	return nil
+}
+
+// drainNATS drains the connection (pending publishes are flushed, subscriptions finish) and
+// waits for it to close, at most natsDrainTimeout; Drain alone returns before that.
+func drainNATS(nc *nats.Conn) error {
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		return fmt.Errorf("drain NATS: %w", err)
+	}
+	deadline := time.Now().Add(natsDrainTimeout)
+	for !nc.IsClosed() {
+		if time.Now().After(deadline) {
+			nc.Close()
+			return fmt.Errorf("drain NATS: not closed within %s", natsDrainTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	return nil
 }
 
