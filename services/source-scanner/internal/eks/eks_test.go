@@ -544,6 +544,19 @@ func TestDefaultChain(t *testing.T) {
 		t.Fatalf("clusters = %+v", clusters)
 	}
 
+	// No credentials anywhere in the chain: Unauthorized.
+	t.Setenv("AWS_ACCESS_KEY_ID", "")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
+	t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", "")
+	t.Setenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "")
+	t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", "")
+	l, _, _ = newTestLister(f, nil, func(o *Options) { o.Credentials = nil })
+	if _, err := l.List(context.Background()); scanner.ReasonOf(err) != events.DegradedUnauthorized {
+		t.Fatalf("no credentials: err = %v, want Unauthorized", err)
+	} else {
+		t.Logf("no credentials: %v", err)
+	}
+
 	t.Setenv("AWS_REGION", "")
 	t.Setenv("AWS_DEFAULT_REGION", "")
 	l, _, _ = newTestLister(f, nil, func(o *Options) { o.Credentials = nil })
