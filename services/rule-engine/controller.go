@@ -86,6 +86,8 @@ func (rc *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 		rc.log.Info("Deleted ClusterRule; uninstall intents published", "rule", key)
 		return ctrl.Result{}, nil
 	}
+	// The finalizer goes on before the first intent, so no rule can vanish with installs it
+	// never uninstalled.
 	if !controllerutil.ContainsFinalizer(&cr, Finalizer) {
 		patch := client.MergeFrom(cr.DeepCopy())
 		controllerutil.AddFinalizer(&cr, Finalizer)
@@ -96,6 +98,8 @@ func (rc *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 	if err := rc.engine.applyRule(ctx, ruleFromSpec(&cr, rc.secretNamespace)); err != nil {
 		return ctrl.Result{}, err
 	}
+	// The status is computed from the engine's state, not accumulated in the object, so any
+	// number of notices collapse into one write of the current truth.
 	status, requeue := rc.engine.status(key, cr.Generation)
 	conds := append([]metav1.Condition(nil), cr.Status.Conditions...)
 	for _, c := range status.Conditions {

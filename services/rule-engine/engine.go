@@ -266,6 +266,8 @@ func (e *engine) applyRule(ctx context.Context, r *ruleState) error {
 	if old := e.rules[r.key]; old != nil && old.ref.UID == r.ref.UID && old.ref.Generation == r.ref.Generation {
 		return nil
 	}
+	// The rule's clusters are those of its source, plus those it holds pairs for (which may be
+	// of the source it had before this change).
 	if r.invalid != nil {
 		e.log.Warn("Rule spec is invalid; its clusters keep what they have", "rule", r.key, "error", r.invalid)
 		e.indexRule(r)
@@ -353,6 +355,8 @@ func (e *engine) applyCluster(ctx context.Context, c events.Cluster, revision ui
 	if old := e.clusters[cid]; old != nil && old.Revision > revision {
 		return nil
 	}
+	// Rules of the cluster's source decide whether it matches; rules of another source that
+	// still hold a pair for it (their source changed) let it go.
 	rec := &clusterRecord{Cluster: c, Revision: revision}
 	ch := &change{}
 	cv := &clusterVars{}
@@ -433,13 +437,23 @@ func (cv *clusterVars) get(c *events.Cluster) (map[string]any, string) {
 	return cv.vars, cv.hash
 }
 
-// evalPairVars is evalPair with the cluster's variables shared across rules.
+// evalPairVars is evalPair with the cluster's variables shared across rules. The decision table,
+// in order:
+//
+//	cluster gone (or unknown)          -> uninstall all (ClusterGone, orphan) and drop the pair
+//	rule unknown or invalid            -> keep the pair as it is
+//	rule no longer selects the cluster -> uninstall all (NoLongerMatches, rule's policy), drop
+//	cluster present but not eligible   -> keep the pair as it is (eligibility never removes)
+//	same render key and URL as before  -> nothing to do
+//	template error                     -> keep the pair, record the error for the status
+//	otherwise                          -> install what is new or changed, uninstall what the
+//	                                      render no longer has (EnforcementRemoved)
 func (e *engine) evalPairVars(ctx context.Context, r *ruleState, rule, cid string, rec *clusterRecord, goneRevision uint64, ch *change, cv *clusterVars) {
 	old := e.pairs[rule][cid]
 	switch {
 	case rec == nil:
 		if old == nil {
-			return
+			return // nothing was installed here
 		}
 		target := old.Cluster
 		target.Gone, target.Revision = true, max(goneRevision, target.Revision)
@@ -496,10 +510,14 @@ func (e *engine) evalPairVars(ctx context.Context, r *ruleState, rule, cid strin
 	target.Source = r.sel.source
 	next := &pairState{Rule: r.ref, Cluster: target, RenderKey: renderKey, DeletionPolicy: r.deletionPolicy,
 		Enforcements: make(map[string]*enfState, len(enfs))}
+	// Enforcements are identified by their rendered name (the Application is named after it), so
+	// a template that renames an enforcement is an install of the new name and an uninstall of
+	// the old one.
 	for i := range enfs {
 		en := &enfs[i]
 		hash := specHash(en, rec.Cluster.URL)
 		if prev := oldEnf(old, en.Name); prev != nil && prev.SpecHash == hash {
+			// Unchanged: keep its intent id and outcomes; the new generation needs no intent.
 			cp := *prev
 			next.Enforcements[en.Name] = &cp
 			continue
@@ -534,6 +552,8 @@ func (e *engine) renderPair(ctx context.Context, r *ruleState, key string, vars 
 	if !r.compiled.templated {
 		return r.static, r.staticErr
 	}
+	// A cache read error is not fatal: rendering again is correct, only maybe not identical for
+	// a non-deterministic template.
 	if enfs, ok, err := e.store.getRender(ctx, key); err == nil && ok {
 		e.metrics.renders.WithLabelValues("hit").Inc()
 		return enfs, nil
@@ -638,8 +658,9 @@ func (e *engine) applyOutcome(ctx context.Context, ev events.Event, meta events.
 	p := e.pairs[key][cid]
 	st := p.Enforcements[name]
 	if st == nil || st.LastOutcome == id {
-		return nil
+		return nil // not ours any more, or a redelivery already counted
 	}
+	// Copy on write: memory changes only after the record is stored.
 	next := p.clone()
 	nst := next.Enforcements[name]
 	if !apply(nst) {
@@ -679,6 +700,8 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 		st.Conditions = append(st.Conditions, cond)
 		return st, 0
 	}
+	// Matched clusters are counted from the view (present and selected, eligible or not); the
+	// listed ones are the first MaxStatusEntries by name, so the list is stable between writes.
 	var names []v1beta1.ClusterStatus
 	for cid := range e.bySource[r.sel.source.ID] {
 		if c := &e.clusters[cid].Cluster; r.sel.selects(c) {
@@ -689,6 +712,7 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 	st.MatchedClusters = int32(len(names))
 	st.Clusters = names[:min(len(names), v1beta1.MaxStatusEntries)]
 
+	// Per enforcement: installed (confirmed by argo-syncer), failed (last outcome), or pending.
 	var pending, blocked int
 	var blockedMsg string
 	var installErrors []v1beta1.InstallError
@@ -724,6 +748,7 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 			deg = nil
 		}
 	}
+	// The most important reason wins, in the order of conditions.go.
 	cond.Status = "False"
 	switch {
 	case len(r.templateErrors) > 0:

@@ -119,6 +119,9 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 	if err != nil {
 		return err
 	}
+	// Readiness: NATS connected, the consumer bound (which happens only after every rule was
+	// evaluated once), and the Kubernetes API reachable. The health server starts first so a
+	// probe sees which dependency is missing while the service waits for it.
 	var natsUp func(context.Context) error
 	var consumerBound atomic.Bool
 	health := service.NewHealth()
@@ -166,6 +169,7 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
 		return err
 	}
+	// The engine's memory comes back from its KV bucket before anything can change it.
 	st, err := openKVStore(ctx, js, 1)
 	if err != nil {
 		return err
@@ -183,6 +187,9 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 	if err := v1beta1.AddToScheme(scheme); err != nil {
 		return err
 	}
+	// The controller-runtime manager only serves the ClusterRule controller: its own metrics
+	// and probe servers are off (ours serve the registry and the readiness checks), and its
+	// cache covers WATCH_NAMESPACES when set.
 	cacheOpts := cache.Options{}
 	if len(cfg.WatchNamespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
@@ -203,6 +210,8 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 	if err != nil {
 		return fmt.Errorf("controller manager: %w", err)
 	}
+	// The manager gets its own context so that it stops after the consumer: a status notice from
+	// an in-flight handler still finds the controller.
 	mgrCtx, stopMgr := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopMgr()
 	notify, err := setupController(mgrCtx, mgr, &reconciler{client: mgr.GetClient(), engine: eng,

@@ -53,6 +53,7 @@ func twoEnforcements() []v1beta1.Enforcement {
 // cluster gone, install outcomes in the status, and rule deletion through the finalizer.
 func TestMatchingIntentsAndStatus(t *testing.T) {
 	e := newEnv(t)
+	e.vars["SOURCE_DEGRADED_TTL"] = "3s"
 	e.start()
 	e.createRule("dev", v1beta1.ClusterRuleSpec{
 		Enforcements: twoEnforcements(),
@@ -124,6 +125,8 @@ func TestMatchingIntentsAndStatus(t *testing.T) {
 	e.waitReady("dev", v1beta1.ReasonSourceDegraded, nil)
 	e.publish(&events.SourceDegraded{Source: rancherSource(), Scan: 8, Reason: events.DegradedRemovalsHeld, Message: "3 of 5", HeldRemovals: []string{"x", "y", "z"}})
 	e.waitReady("dev", v1beta1.ReasonRemovalsHeld, nil)
+	// With no further degraded event the condition expires after SOURCE_DEGRADED_TTL.
+	e.waitReady("dev", v1beta1.ReasonInstalled, nil)
 
 	want := []string{"install a guestbook", "install a helm-guestbook"}
 	// An ineligible cluster that becomes eligible gets its installs; going back keeps them.

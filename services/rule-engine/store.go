@@ -130,6 +130,7 @@ func (s *kvStore) putJSON(ctx context.Context, kv jetstream.KeyValue, key string
 	return nil
 }
 
+// del purges a key (no history is kept: History is 1 and the value is gone for good).
 func (s *kvStore) del(ctx context.Context, key string) error {
 	if err := s.state.Purge(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("delete %s: %w", key, err)
@@ -203,6 +204,8 @@ func (s *kvStore) getRender(ctx context.Context, key string) ([]events.Enforceme
 	if err != nil {
 		return nil, false, fmt.Errorf("get render %s: %w", key, err)
 	}
+	// Entries are JSON of []events.Enforcement; the key carries the rule uid, generation and
+	// variables hash, so an entry never needs invalidating: a new generation reads new keys.
 	var enfs []events.Enforcement
 	if err := json.Unmarshal(entry.Value(), &enfs); err != nil {
 		return nil, false, nil // a damaged entry is re-rendered and overwritten
