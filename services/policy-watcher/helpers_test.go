@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.RunWithSharedKube(m)) }
 var (
 	crdsOnce      sync.Mutex
 	crdsInstalled bool
+	clusterSeq    atomic.Int64
 )
 
 // cluster is the shared API server seen by one test.
@@ -42,6 +44,8 @@ type cluster struct {
 	kube *testenv.Kube
 	dyn  dynamic.Interface
 	ns   string
+
+	suffix string
 }
 
 // newCluster returns the shared API server with the OCM CRDs and a fresh namespace for t.
@@ -58,8 +62,13 @@ func newCluster(t *testing.T, ns string) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cluster{t: t, kube: k, dyn: dyn, ns: k.Namespace(t, ns)}
+	suffix := fmt.Sprintf("-%d", clusterSeq.Add(1))
+	return &cluster{t: t, kube: k, dyn: dyn, ns: k.Namespace(t, ns+suffix), suffix: suffix}
 }
+
+// name makes a cluster-scoped name (a ClusterClaim's) unique to this test run, as the
+// namespace is: the API server outlives a test, and -count=N runs each test N times.
+func (c *cluster) name(base string) string { return base + c.suffix }
 
 // createPolicy creates a valid OCM Policy and sets its status.compliant ("" leaves no status).
 func (c *cluster) createPolicy(name, state string) {

@@ -79,7 +79,7 @@ func TestNATSModeEndToEnd(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "nats-mode")
 	n := testenv.StartNATS(t)
-	const claim, cluster = "nats-claim", "east.cluster-1"
+	claim, cluster := c.name("nats-claim"), "east.cluster-1"
 	c.createPolicy("p", "NonCompliant")
 	env := directEnv(c, claim, "60", "1")
 	env["NATS_URL"] = n.URL()
@@ -186,7 +186,7 @@ func TestNATSModeRestartMidDebounce(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "nats-restart")
 	n := testenv.StartNATS(t)
-	const claim, cluster = "nats-restart-claim", "west"
+	claim, cluster := c.name("nats-restart-claim"), "west"
 	const stable = 4 * time.Second
 	c.createPolicy("p", "NonCompliant")
 	env := directEnv(c, claim, "60", "4")

@@ -81,7 +81,7 @@ func (p *tcpProxy) cut() {
 func TestAPIServerOutageNotFatal(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "outage")
-	const claim = "outage-claim"
+	claim := c.name("outage-claim")
 	u, err := url.Parse(c.kube.Config.Host)
 	if err != nil {
 		t.Fatal(err)

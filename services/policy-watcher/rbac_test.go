@@ -54,7 +54,7 @@ func applyManifest(t *testing.T, c *cluster, path string) {
 func TestOriginalRBACOnly(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "rbac")
-	const claim = "policy-watcher-claim-rbac"
+	claim := c.name("policy-watcher-claim-rbac")
 	c.kube.Namespace(t, "dynamic-scoring")
 	applyManifest(t, c, "testdata/original-rbac.yaml")
 	kubeconfig := writeKubeconfig(t, c.kube, "", "system:serviceaccount:dynamic-scoring:policy-watcher-sa",

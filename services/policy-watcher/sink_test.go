@@ -35,7 +35,7 @@ func TestEventSinkPublishesOncePerTransition(t *testing.T) {
 	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
 		t.Fatal(err)
 	}
-	const claim = "sink-claim"
+	claim := c.name("sink-claim")
 	c.createClaim(claim, events.Compliant)
 	m := newMetrics(prometheus.NewRegistry())
 	store := newClaimStore(c.dyn, claim)

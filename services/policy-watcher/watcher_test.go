@@ -29,7 +29,7 @@ func directEnv(c *cluster, claim string, poll, stable string) map[string]string 
 func TestAggregationCases(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "fold")
-	const claim = "fold-claim"
+	claim := c.name("fold-claim")
 	s := startService(t, directEnv(c, claim, "60", "0"))
 	s.waitReady(10 * time.Second)
 
@@ -72,7 +72,7 @@ func TestAggregationCases(t *testing.T) {
 func TestDebounceTimeline(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "debounce")
-	const claim = "debounce-claim"
+	claim := c.name("debounce-claim")
 	const stable = 2 * time.Second
 	c.createPolicy("p", "NonCompliant")
 	s := startService(t, directEnv(c, claim, "60", "2"))
@@ -123,7 +123,7 @@ func TestDebounceTimeline(t *testing.T) {
 func TestPutBackAndNoWriteWhenRight(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "putback")
-	const claim = "putback-claim"
+	claim := c.name("putback-claim")
 	c.createPolicy("p", "Compliant")
 	s := startService(t, directEnv(c, claim, "300ms", "1"))
 	c.waitClaim(claim, events.Compliant, 10*time.Second)
@@ -159,7 +159,7 @@ func TestPutBackAndNoWriteWhenRight(t *testing.T) {
 func TestRestartKeepsDebounceClock(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "restart")
-	const claim = "restart-claim"
+	claim := c.name("restart-claim")
 	const stable = 4 * time.Second
 	c.createPolicy("p", "NonCompliant")
 	env := directEnv(c, claim, "60", "4")
@@ -206,7 +206,7 @@ func TestRestartKeepsDebounceClock(t *testing.T) {
 func TestRunReadyAndShutdown(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "ready")
-	s := startService(t, directEnv(c, "ready-claim", "30", "120"))
+	s := startService(t, directEnv(c, c.name("ready-claim"), "30", "120"))
 	s.waitReady(10 * time.Second)
 	if code, body := httpGet(t, "http://"+s.health+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz: %d %s", code, body)
@@ -226,7 +226,7 @@ func TestRunReadyAndShutdown(t *testing.T) {
 func TestRunNotReadyWithoutNATS(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "no-nats")
-	env := directEnv(c, "no-nats-claim", "30", "120")
+	env := directEnv(c, c.name("no-nats-claim"), "30", "120")
 	env["NATS_URL"] = "nats://" + freeAddr(t)
 	s := startService(t, env)
 	s.waitLog("NATS not reachable yet", 10*time.Second)
