@@ -182,16 +182,8 @@ func (e *engine) commit(ctx context.Context, ch *change) error {
 			return err
 		}
 	}
-	for _, u := range ch.pairs {
-		var err error
-		if u.next == nil {
-			err = e.store.deletePair(ctx, u.rule, u.cid)
-		} else {
-			err = e.store.putPair(ctx, u.rule, u.cid, u.next)
-		}
-		if err != nil {
-			return err
-		}
+	if err := e.persist(ctx, ch.pairs); err != nil {
+		return err
 	}
 	for _, ev := range ch.intents {
 		switch i := ev.(type) {
@@ -206,6 +198,41 @@ func (e *engine) commit(ctx context.Context, ch *change) error {
 	}
 	return nil
 }
+
+// persist stores the pair records, up to persistParallel at a time: a rule over thousands of
+// clusters would otherwise wait for thousands of sequential KV round trips. Records of different
+// pairs are independent, so their order does not matter.
+func (e *engine) persist(ctx context.Context, updates []pairUpdate) error {
+	sem := make(chan struct{}, persistParallel)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, u := range updates {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			var err error
+			if u.next == nil {
+				err = e.store.deletePair(ctx, u.rule, u.cid)
+			} else {
+				err = e.store.putPair(ctx, u.rule, u.cid, u.next)
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// persistParallel bounds concurrent KV writes of one commit.
+const persistParallel = 32
 
 // commitTimeout bounds one commit.
 const commitTimeout = 2 * time.Minute

@@ -28,6 +28,14 @@ func TestRuleChangesAndDeletionWhileDown(t *testing.T) {
 	b.Source = gkeSource
 	e.publish(appeared(a, 1), appeared(b, 2))
 
+	// A rule outside WATCH_NAMESPACES is not ours: no finalizer, no status, no intents (the
+	// intent sets checked below would show them).
+	other := e.kube.Namespace(t, e.ns+"-unwatched")
+	if err := e.c.Create(context.Background(), &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "elsewhere"},
+		Spec: v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements(), Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{}}}}); err != nil {
+		t.Fatal(err)
+	}
+
 	e.createRule("bad", v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[:1],
 		Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{},
 			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "env", Operator: "Near", Values: []string{"x"}}}}})
@@ -68,6 +76,11 @@ func TestRuleChangesAndDeletionWhileDown(t *testing.T) {
 		t.Fatal("rule gone without the engine: finalizer missing")
 	}
 	e.start()
+	var elsewhere v1beta1.ClusterRule
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: other, Name: "elsewhere"}, &elsewhere); err != nil ||
+		len(elsewhere.Finalizers) != 0 || len(elsewhere.Status.Conditions) != 0 {
+		t.Errorf("unwatched rule touched: %+v (%v)", elsewhere.ObjectMeta, err)
+	}
 	e.waitIntentSet("install a guestbook", "uninstall a guestbook NoLongerMatches", "install b guestbook",
 		"install a helm-guestbook", "uninstall b guestbook RuleDeleted", "uninstall a helm-guestbook RuleDeleted")
 	eventually(t, 20*time.Second, func() error {
