@@ -725,14 +725,15 @@ func Convert(region string, c *ekstypes.Cluster, roleARN string) (events.Cluster
 }
 
 // lowerCamel renames the keys of a JSON value from the SDK's Go field names to the API's
-// member names (Arn → arn, ResourcesVpcConfig → resourcesVpcConfig) and drops nulls. The keys
+// member names (Arn → arn, ResourcesVpcConfig → resourcesVpcConfig) and drops nulls and empty
+// strings (the SDK's enum fields are plain strings, "" when the API did not send them). The keys
 // of tags maps are values, not field names, and are kept as they are.
 func lowerCamel(v any) any {
 	switch t := v.(type) {
 	case map[string]any:
 		out := make(map[string]any, len(t))
 		for k, val := range t {
-			if val == nil {
+			if val == nil || val == "" {
 				continue
 			}
 			nk := k

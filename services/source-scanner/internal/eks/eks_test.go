@@ -206,6 +206,11 @@ func TestListPagingAndShape(t *testing.T) {
 	if ca, _ := a[AttrArgoCDCAData].(string); !strings.HasPrefix(ca, "LS0tLS1CRUdJTi") {
 		t.Errorf("attribute %s = %q, want the base64 PEM", AttrArgoCDCAData, ca)
 	}
+	if vpc, _ := a["resourcesVpcConfig"].(map[string]any); vpc != nil {
+		if _, ok := vpc["controlPlaneEgressMode"]; ok {
+			t.Errorf("an enum the API did not send is an attribute: %#v", vpc)
+		}
+	}
 	for _, k := range []string{"certificateAuthority", "clientRequestToken", AttrArgoCDRoleARN} {
 		if _, ok := a[k]; ok {
 			t.Errorf("attribute %s should not be set", k)
