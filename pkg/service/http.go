@@ -41,10 +41,11 @@ func (h *Health) AddCheck(name string, c Check) {
 func (h *Health) Ready(ctx context.Context) error {
 	h.mu.RLock()
 	names := make([]string, 0, len(h.checks))
-	for n := range h.checks {
+	checks := make(map[string]Check, len(h.checks))
+	for n, c := range h.checks {
 		names = append(names, n)
+		checks[n] = c
 	}
-	checks := h.checks
 	h.mu.RUnlock()
 	sort.Strings(names)
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -119,4 +120,20 @@ func TestRegistryLints(t *testing.T) {
 	if err != nil || len(problems) > 0 {
 		t.Fatalf("lint: %v %v", err, problems)
 	}
+}
+
+// Checks may be added while /readyz is being served (a consumer bound after start-up).
+func TestAddCheckWhileServing(t *testing.T) {
+	h := NewHealth()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 200; i++ {
+			_ = h.Ready(context.Background())
+		}
+	}()
+	for i := 0; i < 200; i++ {
+		h.AddCheck(fmt.Sprint("c", i%7), func(context.Context) error { return nil })
+	}
+	<-done
 }
