@@ -96,3 +96,26 @@ func TestMetricsLint(t *testing.T) {
 		t.Errorf("metric %s: %s", p.Metric, p.Text)
 	}
 }
+
+// TestNATSRestart restarts the NATS server under a running engine: it reconnects, its consumer
+// resumes, and the cluster view and records (in the KV bucket) are intact.
+func TestNATSRestart(t *testing.T) {
+	e := newEnv(t)
+	e.start()
+	e.createRule("r", v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[:1],
+		Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{}}})
+	e.publish(appeared(testCluster("before", nil, true), 1))
+	e.waitIntents("install before guestbook")
+
+	e.nats.Restart(t)
+	eventually(t, 20*time.Second, func() error {
+		if !e.nc.IsConnected() {
+			return fmt.Errorf("test client not reconnected")
+		}
+		return nil
+	})
+	e.publish(appeared(testCluster("after", nil, true), 2))
+	e.waitIntents("install before guestbook", "install after guestbook")
+	e.publish(&events.ClusterGone{Source: rancherSource(), Key: "c-before", Name: "before", Revision: 3, LastSeen: time.Now()})
+	e.waitIntents("install before guestbook", "install after guestbook", "uninstall before guestbook ClusterGone")
+}
