@@ -120,3 +120,34 @@ func TestAPIServerOutageNotFatal(t *testing.T) {
 	t.Logf("caught up %s after the API server came back", at.Sub(start).Round(time.Millisecond))
 	s.waitReady(5 * time.Second)
 }
+
+// An API server that is not reachable when the service starts is not fatal either: the service
+// starts, is not ready, and does its work once the server answers.
+func TestAPIServerUnavailableAtStart(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, "outage-start")
+	claim := c.name("outage-start-claim")
+	u, err := url.Parse(c.kube.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, u.Host)
+	p.cut()
+	env := directEnv(c, claim, "300ms", "0")
+	env["KUBECONFIG"] = writeKubeconfig(t, c.kube, "https://"+p.addr, "")
+	c.createPolicy("p", "NonCompliant")
+	s := startService(t, env)
+	s.waitLog("Evaluation failed; retrying", 5*time.Second)
+	if code, _ := httpGet(t, "http://"+s.health+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz with the API server unreachable: %d, want 503", code)
+	}
+	time.Sleep(time.Second)
+	if done, err := s.exited(); done {
+		t.Fatalf("service stopped: %v", err)
+	}
+
+	p.restore()
+	c.waitClaim(claim, events.NonCompliant, 15*time.Second)
+	s.waitReady(5 * time.Second)
+	s.waitLog(`"msg":"Watching Policies"`, 10*time.Second) // the access review was retried too
+}
