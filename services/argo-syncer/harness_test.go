@@ -94,7 +94,7 @@ func writes(reqs []request) []request {
 // harness runs a Syncer and its consumer against real NATS and the shared real API server, in
 // a namespace of its own.
 type harness struct {
-	t        *testing.T
+	t        testing.TB
 	ns, opNS string
 	kube     kubernetes.Interface
 	argo     argoclient.Interface
@@ -111,7 +111,7 @@ var nsCounter atomic.Int64
 
 type harnessOption func(*SyncerOptions)
 
-func newHarness(t *testing.T, opts ...harnessOption) *harness {
+func newHarness(t testing.TB, opts ...harnessOption) *harness {
 	t.Helper()
 	k := testenv.SharedKube(t)
 	k.InstallCRDs(t, testenv.ArgoCDCRDs()...)

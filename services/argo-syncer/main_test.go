@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
+)
+
+// freeAddr returns a 127.0.0.1 address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRunServesReadyInstallsAndStops starts the service as main does, with a map environment:
+// /readyz becomes 200, an intent published to NATS becomes an Application, the logs never show
+// the cluster token, and cancelling ctx returns nil promptly.
+func TestRunServesReadyInstallsAndStops(t *testing.T) {
+	k := testenv.SharedKube(t)
+	k.InstallCRDs(t, testenv.ArgoCDCRDs()...)
+	ns := k.Namespace(t, "argocd-run")
+	nats := testenv.StartNATS(t)
+	health, metrics := freeAddr(t), freeAddr(t)
+	envMap := map[string]string{
+		"NATS_URL": nats.URL(), "KUBECONFIG": k.Kubeconfig, "ARGOCD_NAMESPACE": ns,
+		"HEALTH_ADDR": health, "METRICS_ADDR": metrics,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, func(k string) string { return envMap[k] }, &logs, &logs) }()
+
+	eventually(t, "/readyz is 200", func() bool {
+		resp, err := http.Get("http://" + health + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+
+	// An install through the running service, with its source Secret in OPERATOR_NAMESPACE's
+	// default (enforcement) found by kind.
+	opNS := k.Namespace(t, "enforcement")
+	createSourceSecret(t, k, opNS)
+	in := intent("run-1", "agent")
+	in.Cluster.Source = events.SourceRef{Kind: "rancher", ID: "s"}
+	pubOnce(t, nats.URL(), in)
+	eventually(t, "Application created", func() bool {
+		_, err := argoClient(t, k).ArgoprojV1alpha1().Applications(ns).Get(context.Background(), "run-1-agent", getOpts)
+		return err == nil
+	})
+
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body bytes.Buffer
+	_, _ = body.ReadFrom(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(body.String(), `enforcement_argo_syncer_api_writes_total{kind="Application",result="ok",verb="apply"} 1`) {
+		t.Errorf("metrics do not count the Application write:\n%s", grepLines(body.String(), "enforcement_argo_syncer"))
+	}
+
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run returned %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("run did not return within 15s of cancel")
+	}
+	t.Logf("stopped in %s", time.Since(start))
+	if strings.Contains(logs.String(), "token-s3cr3t") {
+		t.Fatal("the logs contain the cluster token")
+	}
+	if !strings.Contains(logs.String(), `"msg":"Created Application"`) {
+		t.Errorf("no Created Application log line:\n%s", logs.String())
+	}
+}
+
+func TestRunRefusesAPIMode(t *testing.T) {
+	err := run(context.Background(), func(k string) string {
+		if k == "ARGO_URL" {
+			return "https://argocd.example"
+		}
+		return ""
+	}, &bytes.Buffer{}, &bytes.Buffer{})
+	if !errors.Is(err, errAPIMode) {
+		t.Fatalf("run in API mode: %v, want errAPIMode", err)
+	}
+}
+
+func TestMetricsLint(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	events.NewMetrics(reg, serviceName)
+	m.write("Application", "apply", nil)
+	m.intent("install", "installed")
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("metric %s: %s", p.Metric, p.Text)
+	}
+}
+
+func grepLines(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
