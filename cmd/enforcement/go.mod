@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/enforcement-io/enforcement/pkg/events v0.0.0
 	github.com/enforcement-io/enforcement/pkg/testenv v0.0.0
+	github.com/go-logr/logr v1.4.2
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.55.0
 	k8s.io/api v0.31.14
@@ -22,7 +23,6 @@ require (
 	github.com/emicklei/go-restful/v3 v3.11.0 // indirect
 	github.com/evanphx/json-patch/v5 v5.9.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.7.0 // indirect
-	github.com/go-logr/logr v1.4.2 // indirect
 	github.com/go-openapi/jsonpointer v0.19.6 // indirect
 	github.com/go-openapi/jsonreference v0.20.2 // indirect
 	github.com/go-openapi/swag v0.22.4 // indirect

@@ -28,15 +28,9 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
@@ -45,12 +39,6 @@ import (
 // hubServices are the services the local mode runs. policy-watcher runs on managed clusters,
 // not on the hub, so it is not among them.
 var hubServices = []string{"source-scanner", "rule-engine", "argo-syncer", "trigger-dispatcher"}
-
-// Namespaces of the local installation (the defaults of design.md).
-const (
-	localOperatorNamespace = "enforcement"
-	localArgoCDNamespace   = "argocd"
-)
 
 func runLocal(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) error {
 	say := func(format string, args ...any) {
@@ -104,7 +92,7 @@ func runLocal(ctx context.Context, getenv func(string) string, stdout, stderr io
 	if err := seedDemo(ctx, cfg); err != nil {
 		return fmt.Errorf("seed demo: %w", err)
 	}
-	say("Seeded the demo: ConfigMap %s/%s (3 clusters) and ClusterRule %s/demo", localOperatorNamespace, staticConfigMap, localOperatorNamespace)
+	say("Seeded the demo: ConfigMap %s/%s (3 clusters), Secret %s/%s and ClusterRule %s/demo", localOperatorNamespace, staticConfigMap, localOperatorNamespace, demoSecret, localOperatorNamespace)
 
 	bin := filepath.Join(work, "bin")
 	if prebuilt := getenv("ENFORCEMENT_BIN_DIR"); prebuilt != "" {
@@ -289,79 +277,6 @@ func valueOr(v, def string) string {
 		return v
 	}
 	return def
-}
-
-// staticConfigMap is the static source's default ConfigMap (see services/source-scanner).
-const staticConfigMap = "enforcement-static-clusters"
-
-// demoClusters is the static source of the demo: two production clusters and one that is still
-// provisioning (present, but not eligible for installs).
-const demoClusters = `- name: demo-eu-1
-  url: https://demo-eu-1.example.com
-  labels: {env: prod, region: eu}
-  attributes: {provider: demo, tier: gold}
-- name: demo-us-1
-  url: https://demo-us-1.example.com
-  labels: {env: prod, region: us}
-  attributes: {provider: demo, tier: silver}
-- name: demo-dev-1
-  url: https://demo-dev-1.example.com
-  labels: {env: dev, region: eu}
-  state: provisioning
-`
-
-// demoRule selects the production clusters and installs two packages, one of them templated
-// with the original's Jinja syntax.
-const demoRule = `apiVersion: enforcement.globo.com/v1beta1
-kind: ClusterRule
-metadata:
-  name: demo
-spec:
-  enforcements:
-    - name: guestbook
-      repo: https://github.com/argoproj/argocd-example-apps
-      path: guestbook
-    - name: helm-guestbook
-      repo: https://github.com/argoproj/argocd-example-apps
-      path: helm-guestbook
-      namespace: ${{ name }}
-      helm:
-        parameters:
-          replicaCount: ${% if tier == 'gold' %}3${% else %}1${% endif %}
-          clusterURL: ${{ url }}
-  source:
-    static:
-      labels:
-        env: prod
-`
-
-func seedDemo(ctx context.Context, cfg *rest.Config) error {
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		return err
-	}
-	for _, ns := range []string{localOperatorNamespace, localArgoCDNamespace} {
-		err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create namespace %s: %w", ns, err)
-		}
-	}
-	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: staticConfigMap, Namespace: localOperatorNamespace},
-		Data:       map[string]string{"clusters.yaml": demoClusters},
-	}
-	if err := c.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create ConfigMap: %w", err)
-	}
-	rule := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(demoRule), &rule.Object); err != nil {
-		return err
-	}
-	rule.SetNamespace(localOperatorNamespace)
-	if err := c.Create(ctx, rule); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create ClusterRule: %w", err)
-	}
-	return nil
 }
 
 // narrate turns one event into a line a person can follow; "" for events not worth a line.

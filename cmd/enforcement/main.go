@@ -3,6 +3,8 @@
 //	enforcement local                    run the whole system on this machine (see local.go)
 //	enforcement dead-letters [CONSUMER]  list the events a consumer gave up on, with the reason
 //	enforcement dead-letters replay SEQ  publish a dead letter's event again after fixing the cause
+//	enforcement watch                    narrate the events as they happen (see watch.go)
+//	enforcement compose-init pki|seed    prepare the docker compose demo (see composeinit.go)
 //
 // It reads NATS_URL (default nats://127.0.0.1:4222) and, for local, KUBECONFIG.
 package main
@@ -28,7 +30,9 @@ func main() {
 const usage = `usage:
   enforcement local                    run NATS, a local Kubernetes API, every hub service and a demo
   enforcement dead-letters [CONSUMER]  list dead letters (all consumers when none is named)
-  enforcement dead-letters replay SEQ  publish the event of dead letter SEQ again`
+  enforcement dead-letters replay SEQ  publish the event of dead letter SEQ again
+  enforcement watch                    print one line per event as it happens (NATS_URL)
+  enforcement compose-init pki|seed    prepare the docker compose demo (deploy/compose)`
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -39,6 +43,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runLocal(ctx, getenv, stdout, stderr)
 	case "dead-letters":
 		return runDeadLetters(ctx, args[1:], getenv, stdout)
+	case "watch":
+		return runWatch(ctx, getenv, stdout)
+	case "compose-init":
+		return runComposeInit(ctx, args[1:], getenv, stdout)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, usage)
 		return nil
