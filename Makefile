@@ -5,7 +5,7 @@
 MODULES := $(shell go list -m -f '{{.Dir}}')
 SHELL := /bin/bash
 
-.PHONY: test check tools fmt vet tidy generate bench build
+.PHONY: test check tools fmt vet tidy generate bench build images compose-check
 
 # test is the one command CI runs (.ci/run): tools, hygiene checks, then every module's tests
 # with the race detector against the real servers.
@@ -54,3 +54,13 @@ bench: tools
 build:
 	@mkdir -p bin
 	@for s in services/*/; do CGO_ENABLED=0 go build -o bin/ ./$$s || exit 1; done
+
+# images builds the static binaries and every container image FROM scratch (no registry needed),
+# tagged enforcement/<name>:dev and :<version>; the build contexts go to dist/ (ignored by git).
+images:
+	hack/images.sh
+
+# compose-check builds the images, brings deploy/compose up, waits for the demo's Applications
+# and proves that `down -v` leaves no container, volume or network behind.
+compose-check:
+	hack/compose-check.sh
