@@ -318,7 +318,26 @@ func (e *engine) applyRule(ctx context.Context, r *ruleState) error {
 	}
 	e.indexRule(r)
 	e.notify(r.key)
+	if r.compiled.templated {
+		e.purgeRendersLater(r.ref.UID, r.ref.Generation)
+	}
 	return nil
+}
+
+// purgeRendersLater drops the render cache entries of a rule's older generations (all of them
+// when generation is 0) in the background: they can never be read again, and the cache bucket
+// has no TTL. Failing only leaves garbage behind.
+func (e *engine) purgeRendersLater(uid string, generation int64) {
+	if uid == "" {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := e.store.purgeRenders(ctx, uid, generation); err != nil {
+			e.log.Warn("Old renders not purged", "uid", uid, "error", err)
+		}
+	}()
 }
 
 func (e *engine) indexRule(r *ruleState) {
@@ -341,7 +360,9 @@ func (e *engine) deleteRule(ctx context.Context, key string, ref events.RuleRef,
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ch := &change{}
+	uids := map[string]bool{}
 	for cid, p := range e.pairs[key] {
+		uids[p.Rule.UID] = true
 		rr, policy := ref, deletionPolicy
 		if rr.Name == "" {
 			rr, policy = p.Rule, p.DeletionPolicy
@@ -349,6 +370,7 @@ func (e *engine) deleteRule(ctx context.Context, key string, ref events.RuleRef,
 		target := p.Cluster
 		if rec := e.clusters[cid]; rec != nil {
 			target = targetOf(rec)
+			target.Source = p.Cluster.Source // the rule's Secret reference, as installed
 		}
 		ch.intents = append(ch.intents, uninstalls(rr, target, p, events.UninstallRuleDeleted, policy)...)
 		ch.pairs = append(ch.pairs, pairUpdate{rule: key, cid: cid})
@@ -356,8 +378,14 @@ func (e *engine) deleteRule(ctx context.Context, key string, ref events.RuleRef,
 	if err := e.commit(ctx, ch); err != nil {
 		return fmt.Errorf("rule %s: %w", key, err)
 	}
-	if old := e.rules[key]; old != nil && old.sel != nil {
-		delete(e.rulesBySource[old.sel.source.ID], key)
+	if old := e.rules[key]; old != nil {
+		uids[old.ref.UID] = true
+		if old.sel != nil {
+			delete(e.rulesBySource[old.sel.source.ID], key)
+		}
+	}
+	for uid := range uids {
+		e.purgeRendersLater(uid, 0)
 	}
 	delete(e.rules, key)
 	e.metrics.rules.Set(float64(len(e.rules)))

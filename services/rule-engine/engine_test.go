@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"github.com/enforcement-io/enforcement/pkg/events"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,4 +59,44 @@ func TestClusterEventTouchesOnlyItsSourceRules(t *testing.T) {
 	if st, _ := e.status("ns/b", 1); st.MatchedClusters != 1 || st.Clusters[0].Name != "g" {
 		t.Errorf("rule b status: %+v", st)
 	}
+}
+
+// TestOldRendersArePurged checks that the render cache keeps only the current generation of a
+// templated rule, and nothing once the rule is deleted.
+func TestOldRendersArePurged(t *testing.T) {
+	st := newMemStore()
+	e := newEngine(slog.New(slog.NewTextHandler(io.Discard, nil)), st, &countingPublisher{}, newRenderer(nil, time.Second), newMetrics(nil), time.Minute)
+	ctx := context.Background()
+	if err := e.applyCluster(ctx, testCluster("a", nil, true), 1); err != nil {
+		t.Fatal(err)
+	}
+	cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "u1", Generation: 1},
+		Spec: loadExampleRule(t, "readme-02-dynamic-rule-jinja.yaml").Spec}
+	keys := func() []string {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return sortedKeys(st.renders)
+	}
+	for gen := int64(1); gen <= 2; gen++ {
+		cr.Generation = gen
+		cr.Spec.Enforcements[0].Path = fmt.Sprintf("v%d", gen)
+		if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*time.Second, func() error {
+		if k := keys(); len(k) != 1 || !strings.HasPrefix(k[0], "u1.2.") {
+			return fmt.Errorf("render keys %v, want one of generation 2", k)
+		}
+		return nil
+	})
+	if err := e.deleteRule(ctx, "ns/r", events.RuleRef{}, ""); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() error {
+		if k := keys(); len(k) != 0 {
+			return fmt.Errorf("render keys %v after delete", k)
+		}
+		return nil
+	})
 }

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -87,6 +88,24 @@ type store interface {
 	load(ctx context.Context) (map[string]*clusterRecord, map[string]map[string]*pairState, error)
 	getRender(ctx context.Context, key string) ([]events.Enforcement, bool, error)
 	putRender(ctx context.Context, key string, enfs []events.Enforcement) error
+	// purgeRenders deletes the cached renders of rule uid for generations below generation
+	// (all of them when generation is 0).
+	purgeRenders(ctx context.Context, uid string, generation int64) error
+}
+
+// renderKeyGeneration reads the generation out of a render cache key "<uid>.<generation>.<hash>".
+func renderKeyGeneration(key string) (int64, bool) {
+	parts := strings.Split(key, ".")
+	if len(parts) != 3 {
+		return 0, false
+	}
+	g, err := strconv.ParseInt(parts[1], 10, 64)
+	return g, err == nil
+}
+
+func stale(key string, generation int64) bool {
+	g, ok := renderKeyGeneration(key)
+	return ok && (generation == 0 || g < generation)
 }
 
 // clusterID is a cluster's identity across sources, safe as a KV key token.
@@ -217,6 +236,22 @@ func (s *kvStore) putRender(ctx context.Context, key string, enfs []events.Enfor
 	return s.putJSON(ctx, s.render, key, enfs)
 }
 
+func (s *kvStore) purgeRenders(ctx context.Context, uid string, generation int64) error {
+	lister, err := s.render.ListKeysFiltered(ctx, uid+".>")
+	if err != nil {
+		return fmt.Errorf("list renders of %s: %w", uid, err)
+	}
+	var errs []error
+	for key := range lister.Keys() {
+		if stale(key, generation) {
+			if err := s.render.Purge(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // memStore is an in-memory store for unit tests and benchmarks.
 type memStore struct {
 	mu       sync.Mutex
@@ -283,5 +318,15 @@ func (s *memStore) putRender(_ context.Context, key string, enfs []events.Enforc
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.renders[key] = enfs
+	return nil
+}
+func (s *memStore) purgeRenders(_ context.Context, uid string, generation int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key := range s.renders {
+		if strings.HasPrefix(key, uid+".") && stale(key, generation) {
+			delete(s.renders, key)
+		}
+	}
 	return nil
 }
