@@ -50,6 +50,8 @@ type ruleState struct {
 	staticErr error
 	// templateErrors are the pairs whose render failed, by cluster id: cluster name and message.
 	templateErrors map[string][2]string
+	// runaway are the render keys whose render timed out: not tried again in this generation.
+	runaway map[string]bool
 }
 
 // degradation is the last "source degraded" event of a source.
@@ -249,6 +251,7 @@ func ruleFromSpec(cr *v1beta1.ClusterRule, secretNamespace string) *ruleState {
 		ref:            events.RuleRef{Namespace: cr.Namespace, Name: cr.Name, UID: string(cr.UID), Generation: cr.Generation},
 		deletionPolicy: cr.Spec.DeletionPolicy,
 		templateErrors: map[string][2]string{},
+		runaway:        map[string]bool{},
 	}
 	if r.deletionPolicy == "" {
 		r.deletionPolicy = events.DeletionOrphan
@@ -613,8 +616,14 @@ func (e *engine) renderPair(ctx context.Context, r *ruleState, key string, vars 
 		e.metrics.renders.WithLabelValues("hit").Inc()
 		return enfs, nil
 	}
+	if r.runaway[key] {
+		return nil, errRenderTimeout
+	}
 	e.metrics.renders.WithLabelValues("miss").Inc()
-	enfs, err := e.renderer.render(r.compiled, vars)
+	enfs, err := e.renderer.renderSafely(r.compiled, vars)
+	if errors.Is(err, errRenderTimeout) {
+		r.runaway[key] = true
+	}
 	if err != nil {
 		return nil, err
 	}

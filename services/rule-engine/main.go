@@ -58,6 +58,9 @@ type config struct {
 	TemplateHTTPAllow []string
 	// TemplateHTTPTimeout (TEMPLATE_HTTP_TIMEOUT, default 5s) bounds one requests.get.
 	TemplateHTTPTimeout time.Duration
+	// TemplateRenderTimeout (TEMPLATE_RENDER_TIMEOUT, default 10s) bounds one render of a
+	// rule for a cluster; past it the pair gets a TemplateError.
+	TemplateRenderTimeout time.Duration
 	// SourceDegradedTTL (SOURCE_DEGRADED_TTL, default 10m) is how long a "source degraded"
 	// event keeps the SourceDegraded / RemovalsHeld condition on the rules of that source.
 	SourceDegradedTTL time.Duration
@@ -85,6 +88,7 @@ func loadConfig(getenv service.Getenv) (config, error) {
 		*dst = d
 	}
 	duration(&c.TemplateHTTPTimeout, "TEMPLATE_HTTP_TIMEOUT", 5*time.Second, true)
+	duration(&c.TemplateRenderTimeout, "TEMPLATE_RENDER_TIMEOUT", 10*time.Second, true)
 	duration(&c.SourceDegradedTTL, "SOURCE_DEGRADED_TTL", 10*time.Minute, false)
 	duration(&c.StatusInterval, "STATUS_INTERVAL", time.Second, false)
 	return c, errors.Join(errs...)
@@ -174,8 +178,9 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 	if err != nil {
 		return err
 	}
-	eng := newEngine(logger, st, events.NewPublisher(js, "/enforcement/"+serviceName),
-		newRenderer(cfg.TemplateHTTPAllow, cfg.TemplateHTTPTimeout), m, cfg.SourceDegradedTTL)
+	renderer := newRenderer(cfg.TemplateHTTPAllow, cfg.TemplateHTTPTimeout)
+	renderer.limit = cfg.TemplateRenderTimeout
+	eng := newEngine(logger, st, events.NewPublisher(js, "/enforcement/"+serviceName), renderer, m, cfg.SourceDegradedTTL)
 	if err := eng.load(ctx); err != nil {
 		return err
 	}

@@ -48,6 +48,8 @@ const templateMarker = "${"
 // newRenderer.
 type Renderer struct {
 	http *templateHTTP // nil: requests.get fails with a clear error
+	// limit bounds one render (see renderSafely); 0 means no bound.
+	limit time.Duration
 }
 
 // newRenderer returns a renderer whose templates may fetch JSON from allowedHosts (host names,
@@ -259,6 +261,42 @@ func (r *Renderer) render(cr *compiledRule, vars map[string]any) ([]events.Enfor
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// errRenderTimeout is the template error of a render that did not finish in time.
+var errRenderTimeout = errors.New("template did not finish in time (TEMPLATE_RENDER_TIMEOUT); a loop too long?")
+
+// renderSafely is render with two guards a rule author cannot bypass: a panic inside the
+// template engine becomes a template error instead of a crash, and a render that outlives the
+// limit returns errRenderTimeout. gonja cannot be cancelled, so the runaway render goroutine
+// finishes on its own; the engine never retries the same render key (see ruleState.runaway).
+func (r *Renderer) renderSafely(cr *compiledRule, vars map[string]any) ([]events.Enforcement, error) {
+	type result struct {
+		enfs []events.Enforcement
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- result{err: fmt.Errorf("template engine failed: %v", p)}
+			}
+		}()
+		enfs, err := r.render(cr, vars)
+		done <- result{enfs, err}
+	}()
+	var timeout <-chan time.Time
+	if r.limit > 0 {
+		t := time.NewTimer(r.limit)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case res := <-done:
+		return res.enfs, res.err
+	case <-timeout:
+		return nil, errRenderTimeout
+	}
 }
 
 // specHash identifies a rendered enforcement on a cluster URL: a changed render, or a cluster

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -196,4 +197,19 @@ func mustJSON(t testing.TB, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+func TestRenderSafelyBoundsRunawayTemplates(t *testing.T) {
+	c := cluster("x", nil)
+	r := newRenderer(nil, time.Second)
+	r.limit = 20 * time.Millisecond
+	start := time.Now()
+	_, err := r.renderSafely(compile([]v1beta1.Enforcement{{Name: "a", Repo: "${% for i in range(2000000) %}${% endfor %}r"}}), templateVars(&c))
+	if !errors.Is(err, errRenderTimeout) || time.Since(start) > time.Second {
+		t.Errorf("runaway: error %v after %s", err, time.Since(start))
+	}
+	got, err := r.renderSafely(compile([]v1beta1.Enforcement{{Name: "${{ name }}", Repo: "r"}}), templateVars(&c))
+	if err != nil || got[0].Name != "x" {
+		t.Errorf("normal render: %v, %v", got, err)
+	}
 }
