@@ -145,7 +145,11 @@ func TestListDegradedReasons(t *testing.T) {
 			if tt.token != "" {
 				l.Creds.Token = tt.token
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			timeout := 10 * time.Second
+			if strings.HasPrefix(tt.name, "timeout") {
+				timeout = time.Second
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			got, err := l.List(ctx)
 			if err == nil {

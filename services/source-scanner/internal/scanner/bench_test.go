@@ -2,6 +2,7 @@ package scanner
 
 import (
 	"fmt"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -37,7 +38,8 @@ func BenchmarkDiff10k(b *testing.B) {
 	known := make(map[string]*record, n)
 	for i := range n {
 		c := benchCluster(i, "prod")
-		known[c.Key] = &record{Cluster: c, rev: uint64(i + 1)}
+		known[c.Key] = &record{Cluster: c, rev: uint64(i + 1), attrHash: hashAttributes(c.Attributes)}
+		known[c.Key].makeSlim()
 	}
 	listing := make([]events.Cluster, 0, n)
 	for i := 100; i < n+100; i++ {
@@ -60,6 +62,28 @@ func BenchmarkDiff10k(b *testing.B) {
 		_ = decideRemovals(known, p.Due, 0, 0.1)
 	}
 	reportCPU(b, start, iters)
+}
+
+// BenchmarkInventoryMemory10k reports the heap the in-memory inventory of a 10,000-cluster
+// source holds between scans (records are slim: attributes live in the KV bucket only), as the
+// metric inventory-MB.
+func BenchmarkInventoryMemory10k(b *testing.B) {
+	for b.Loop() {
+		var m0, m1 runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m0)
+		known := make(map[string]*record, 10000)
+		for i := range 10000 {
+			c := benchCluster(i, "prod")
+			r := &record{Cluster: c, attrHash: hashAttributes(c.Attributes)}
+			r.makeSlim()
+			known[c.Key] = r
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&m1)
+		b.ReportMetric(float64(m1.HeapAlloc-m0.HeapAlloc)/1e6, "inventory-MB")
+		runtime.KeepAlive(known)
+	}
 }
 
 // cpuTime is the process's user+system CPU time: on a shared machine wall time per operation

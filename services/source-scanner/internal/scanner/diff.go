@@ -1,9 +1,10 @@
 package scanner
 
 import (
+	"encoding/json"
+	"fmt"
 	"maps"
 	"math"
-	"reflect"
 	"sort"
 	"time"
 
@@ -39,6 +40,18 @@ type record struct {
 
 	// rev is the KV revision of the stored record (not serialised).
 	rev uint64
+	// attrHash is hashAttributes(Cluster.Attributes) (not serialised). The diff compares it,
+	// so that the scanner need not keep every cluster's attributes in memory.
+	attrHash uint64
+	// slim records have had Cluster.Attributes dropped from memory after their announcement
+	// reached the stream; the KV record still holds them.
+	slim bool
+}
+
+// makeSlim drops the attributes from memory, keeping their hash.
+func (r *record) makeSlim() {
+	r.Cluster.Attributes = nil
+	r.slim = true
 }
 
 // tombstone reports whether the record only remains to carry its gone event's revision.
@@ -77,7 +90,7 @@ func diff(known map[string]*record, listing []events.Cluster, now time.Time, gra
 			p.Appeared = append(p.Appeared, c)
 			continue
 		}
-		if changed := changedFields(old.Cluster, c); len(changed) > 0 {
+		if changed := changedFields(old, c, hashAttributes(c.Attributes)); len(changed) > 0 {
 			p.Updated = append(p.Updated, updateChange{Cluster: c, Changed: changed})
 			continue
 		}
@@ -110,7 +123,8 @@ func diff(known map[string]*record, listing []events.Cluster, now time.Time, gra
 // changedFields names the announced fields that differ between two states of a cluster, in the
 // vocabulary of events.ClusterUpdated.Changed, plus "name" and "secret" (the credentials Secret
 // reference, which the static source sets per cluster).
-func changedFields(old, cur events.Cluster) []string {
+func changedFields(known *record, cur events.Cluster, curAttrHash uint64) []string {
+	old := known.Cluster
 	var changed []string
 	if old.Name != cur.Name {
 		changed = append(changed, "name")
@@ -127,7 +141,7 @@ func changedFields(old, cur events.Cluster) []string {
 	if old.Eligible != cur.Eligible {
 		changed = append(changed, "eligible")
 	}
-	if !attributesEqual(old.Attributes, cur.Attributes) {
+	if known.attrHash != curAttrHash {
 		changed = append(changed, "attributes")
 	}
 	if old.Source.SecretNamespace != cur.Source.SecretNamespace || old.Source.SecretName != cur.Source.SecretName {
@@ -136,58 +150,90 @@ func changedFields(old, cur events.Cluster) []string {
 	return changed
 }
 
-// attributesEqual compares two attribute maps decoded from JSON (or YAML through JSON), where
-// an empty and a missing map mean the same.
-func attributesEqual(a, b map[string]any) bool {
-	if len(a) == 0 && len(b) == 0 {
-		return true
+// hashAttributes hashes attribute values of the shapes encoding/json (and YAML through JSON)
+// decode into (nil, bool, float64, string, []any, map[string]any), so that equal attributes hash
+// equal wherever they were decoded; any other type is hashed through its JSON encoding. An empty
+// or missing map hashes to 0.
+//
+// Hand-written (FNV-1a 64 over a tagged walk of the value) because it runs on every listed
+// cluster at every scan and must not allocate: hash/fnv behind hash.Hash allocates for every
+// string written, and sorting map keys allocates per map. Map entries are hashed one by one and
+// summed, which is independent of iteration order without sorting. A collision could only hide
+// one attribute change of one cluster, with odds of about 2^-64.
+func hashAttributes(m map[string]any) uint64 {
+	if len(m) == 0 {
+		return 0
 	}
-	return jsonEqual(a, b)
+	return hashValue(m)
 }
 
-// jsonEqual compares two values of the shapes encoding/json decodes into `any` (nil, bool,
-// float64, string, []any, map[string]any) without allocating; other types fall back to
-// reflect.DeepEqual. Hand-written because reflect.DeepEqual allocates for every map entry,
-// which made the 10,000-cluster diff about ten times slower (see BenchmarkDiff10k).
-func jsonEqual(a, b any) bool {
-	switch a := a.(type) {
-	case nil:
-		return b == nil
-	case string:
-		bs, ok := b.(string)
-		return ok && a == bs
-	case float64:
-		bf, ok := b.(float64)
-		return ok && a == bf
-	case bool:
-		bb, ok := b.(bool)
-		return ok && a == bb
-	case map[string]any:
-		bm, ok := b.(map[string]any)
-		if !ok || len(a) != len(bm) {
-			return false
-		}
-		for k, av := range a {
-			bv, ok := bm[k]
-			if !ok || !jsonEqual(av, bv) {
-				return false
-			}
-		}
-		return true
-	case []any:
-		bl, ok := b.([]any)
-		if !ok || len(a) != len(bl) {
-			return false
-		}
-		for i := range a {
-			if !jsonEqual(a[i], bl[i]) {
-				return false
-			}
-		}
-		return true
-	default:
-		return reflect.DeepEqual(a, b)
+// fnvOffset is the FNV-1a 64-bit offset basis.
+const fnvOffset fnv64 = 14695981039346656037
+
+// fnv64 is an FNV-1a 64-bit hash state.
+type fnv64 uint64
+
+func (h *fnv64) byte(b byte) {
+	*h = (*h ^ fnv64(b)) * 1099511628211
+}
+
+func (h *fnv64) uint(v uint64) {
+	for range 8 {
+		h.byte(byte(v))
+		v >>= 8
 	}
+}
+
+// string writes a tagged, length-prefixed string, so ("ab","c") and ("a","bc") differ.
+func (h *fnv64) string(tag byte, s string) {
+	h.byte(tag)
+	h.uint(uint64(len(s)))
+	for i := 0; i < len(s); i++ {
+		h.byte(s[i])
+	}
+}
+
+func hashValue(v any) uint64 {
+	h := fnvOffset
+	switch v := v.(type) {
+	case nil:
+		h.byte('n')
+	case bool:
+		if v {
+			h.byte('t')
+		} else {
+			h.byte('f')
+		}
+	case float64:
+		h.byte('d')
+		h.uint(math.Float64bits(v))
+	case string:
+		h.string('s', v)
+	case []any:
+		h.byte('a')
+		h.uint(uint64(len(v)))
+		for _, x := range v {
+			h.uint(hashValue(x))
+		}
+	case map[string]any:
+		var sum uint64
+		for k, x := range v {
+			e := fnvOffset
+			e.string('k', k)
+			e.uint(hashValue(x))
+			sum += uint64(e)
+		}
+		h.byte('m')
+		h.uint(uint64(len(v)))
+		h.uint(sum)
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			b = fmt.Appendf(nil, "%#v", v)
+		}
+		h.string('j', string(b))
+	}
+	return uint64(h)
 }
 
 // removalCap is the removal breaker's limit for one scan: max(1, fraction × known), rounded

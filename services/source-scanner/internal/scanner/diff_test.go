@@ -54,6 +54,9 @@ func TestDiff(t *testing.T) {
 		"due":       {Cluster: cluster("due", nil), MissingSince: now.Add(-grace)},
 		"tomb":      {Cluster: cluster("tomb", nil), Event: eventGone},
 	}
+	for _, r := range known {
+		r.attrHash = hashAttributes(r.Cluster.Attributes)
+	}
 	ineligible := cluster("returning", nil)
 	ineligible.State, ineligible.Eligible = "provisioning", false
 	listing := []events.Cluster{
@@ -106,7 +109,8 @@ func TestChangedFields(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b := cluster("k", map[string]string{"x": "1"})
 			tt.mutate(&b)
-			if got := changedFields(a, b); !reflect.DeepEqual(got, tt.want) {
+			known := &record{Cluster: a, attrHash: hashAttributes(a.Attributes)}
+			if got := changedFields(known, b, hashAttributes(b.Attributes)); !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("changed = %v, want %v", got, tt.want)
 			}
 		})
@@ -148,5 +152,29 @@ func TestDecideRemovals(t *testing.T) {
 	d = decideRemovals(known, []string{"1", "2", "3", "4", "5"}, 7, 0.1)
 	if !reflect.DeepEqual(d.Remove, []string{"1", "2", "4", "5"}) || d.Tripped {
 		t.Errorf("release 7: %+v", d)
+	}
+}
+
+func TestHashAttributes(t *testing.T) {
+	base := map[string]any{"a": "x", "n": float64(3), "l": []any{"p", true, nil}, "m": map[string]any{"k": "v"}}
+	same := map[string]any{"m": map[string]any{"k": "v"}, "l": []any{"p", true, nil}, "n": float64(3), "a": "x"}
+	if hashAttributes(base) != hashAttributes(same) {
+		t.Fatal("key order changed the hash")
+	}
+	if hashAttributes(nil) != hashAttributes(map[string]any{}) {
+		t.Fatal("nil and empty attributes differ")
+	}
+	for name, other := range map[string]map[string]any{
+		"value":      {"a": "y", "n": float64(3), "l": []any{"p", true, nil}, "m": map[string]any{"k": "v"}},
+		"number":     {"a": "x", "n": float64(4), "l": []any{"p", true, nil}, "m": map[string]any{"k": "v"}},
+		"list":       {"a": "x", "n": float64(3), "l": []any{"p", false, nil}, "m": map[string]any{"k": "v"}},
+		"nested":     {"a": "x", "n": float64(3), "l": []any{"p", true, nil}, "m": map[string]any{"k": "w"}},
+		"type":       {"a": "x", "n": "3", "l": []any{"p", true, nil}, "m": map[string]any{"k": "v"}},
+		"extra key":  {"a": "x", "n": float64(3), "l": []any{"p", true, nil}, "m": map[string]any{"k": "v"}, "z": nil},
+		"boundaries": {"a": "xn", "l": []any{"p", true, nil}, "m": map[string]any{"k": "v"}},
+	} {
+		if hashAttributes(other) == hashAttributes(base) {
+			t.Errorf("%s: different attributes, same hash", name)
+		}
 	}
 }

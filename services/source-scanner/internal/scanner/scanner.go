@@ -313,20 +313,20 @@ func (s *Scanner) apply(ctx context.Context, st *sourceState, src Source, listin
 		s.log.Warn("Removal breaker tripped", "source", src.Ref.ID, "kind", src.Ref.Kind, "scan", st.meta.Scan,
 			"due", len(d.Hold), "cap", removalCap(live(st.clusters), s.cfg.MaxRemovalFraction))
 	}
-	var writes []*record
+	var writes []write
 	for _, c := range p.Appeared {
-		writes = append(writes, &record{Cluster: c, Event: eventAppeared})
+		writes = append(writes, write{key: c.Key, rec: &record{Cluster: c, Event: eventAppeared}})
 	}
 	for _, u := range p.Updated {
-		writes = append(writes, &record{Cluster: u.Cluster, Event: eventUpdated, Changed: u.Changed})
+		writes = append(writes, write{key: u.Cluster.Key, rec: &record{Cluster: u.Cluster, Event: eventUpdated, Changed: u.Changed}})
 	}
 	// Bookkeeping writes announce nothing, so they clear Event: a record above the watermark
 	// with an Event is one that still has to reach the stream.
 	quiet := func(key string, change func(r *record)) {
-		r := *st.clusters[key]
-		r.Event, r.Changed = "", nil
-		change(&r)
-		writes = append(writes, &r)
+		writes = append(writes, write{key: key, change: func(r *record) {
+			r.Event, r.Changed = "", nil
+			change(r)
+		}})
 	}
 	for _, key := range p.Returned {
 		quiet(key, func(r *record) { r.MissingSince, r.LastSeen, r.HeldAt = time.Time{}, time.Time{}, 0 })
@@ -335,19 +335,19 @@ func (s *Scanner) apply(ctx context.Context, st *sourceState, src Source, listin
 	for _, key := range p.Missing {
 		quiet(key, func(r *record) { r.MissingSince, r.LastSeen = now, lastSeen })
 	}
+	scan := st.meta.Scan
 	for _, key := range d.Hold {
-		quiet(key, func(r *record) { r.HeldAt = st.meta.Scan })
+		quiet(key, func(r *record) { r.HeldAt = scan })
 	}
 	for _, key := range d.Remove {
-		r := *st.clusters[key]
-		r.Event, r.Changed = eventGone, nil
-		writes = append(writes, &r)
+		writes = append(writes, write{key: key, change: func(r *record) { r.Event, r.Changed = eventGone, nil }})
 	}
-	if err := s.putRecords(ctx, st, writes); err != nil {
+	written, err := s.putRecords(ctx, st, writes)
+	if err != nil {
 		return err
 	}
 	var evs []events.Event
-	for _, r := range writes {
+	for _, r := range written {
 		switch r.Event {
 		case eventAppeared:
 			res.Appeared++
@@ -362,6 +362,9 @@ func (s *Scanner) apply(ctx context.Context, st *sourceState, src Source, listin
 	}
 	if err := s.publish(ctx, src.Ref.Kind, evs); err != nil {
 		return err
+	}
+	for _, r := range written {
+		r.makeSlim()
 	}
 	st.meta.Published = maxRev(st)
 	st.meta.LastComplete = now
@@ -391,6 +394,9 @@ func (s *Scanner) recover(ctx context.Context, st *sourceState) error {
 		}
 		if err := s.publish(ctx, st.meta.Source.Kind, evs); err != nil {
 			return err
+		}
+		for _, r := range pending {
+			r.makeSlim()
 		}
 		s.log.Info("Republished events of an interrupted scan", "source", st.meta.Source.ID, "events", len(evs))
 	}
@@ -531,6 +537,11 @@ func (s *Scanner) load(ctx context.Context, ref events.SourceRef) (*sourceState,
 				return nil, fmt.Errorf("read inventory record %s: %w", e.Key(), err)
 			}
 			r.rev = e.Revision()
+			r.attrHash = hashAttributes(r.Cluster.Attributes)
+			if r.Event == "" || r.rev <= st.meta.Published {
+				// Announced: only a pending record needs its attributes, to be republished.
+				r.makeSlim()
+			}
 			st.clusters[r.Cluster.Key] = r
 		}
 	}
@@ -541,36 +552,85 @@ func (s *Scanner) load(ctx context.Context, ref events.SourceRef) (*sourceState,
 // would otherwise take one round trip per cluster.
 const writeConcurrency = 32
 
-// putRecords writes cluster records concurrently, each with compare-and-set on the revision the
-// scanner last saw (or create-if-absent), and then records their new revisions in memory. Their
-// order does not matter: nothing is published before all of them are stored. On error some
-// writes may have happened; the caller drops the in-memory state and reloads it from the bucket.
-func (s *Scanner) putRecords(ctx context.Context, st *sourceState, writes []*record) error {
-	prev := make([]uint64, len(writes))
-	for i, r := range writes {
-		if old, ok := st.clusters[r.Cluster.Key]; ok {
-			prev[i] = old.rev
-		}
+// write is one record write of a scan: either a new record (rec, for an appeared or updated
+// cluster), or a change applied to the full stored record of a known cluster (change).
+type write struct {
+	key    string
+	rec    *record
+	change func(r *record)
+}
+
+// putRecords performs a scan's record writes concurrently, each with compare-and-set on the
+// revision the scanner last saw (or create-if-absent), and then records the new revisions in
+// memory; it returns the written records in the order of writes. A change to a slim record first
+// reads the full record back from the bucket. The order of the writes does not matter: nothing is
+// published before all of them are stored. On error some writes may have happened; the caller
+// drops the in-memory state and reloads it from the bucket.
+func (s *Scanner) putRecords(ctx context.Context, st *sourceState, writes []write) ([]*record, error) {
+	known := make([]*record, len(writes))
+	for i, w := range writes {
+		known[i] = st.clusters[w.key]
 	}
+	out := make([]*record, len(writes))
 	errs := make([]error, len(writes))
 	sem := make(chan struct{}, writeConcurrency)
 	var wg sync.WaitGroup
-	for i, r := range writes {
+	for i, w := range writes {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			errs[i] = s.putRecord(ctx, st.meta.Source.ID, r, prev[i])
+			var prev uint64
+			if known[i] != nil {
+				prev = known[i].rev
+			}
+			r := w.rec
+			if r != nil {
+				r.attrHash = hashAttributes(r.Cluster.Attributes)
+			} else {
+				full, err := s.fullRecord(ctx, st.meta.Source.ID, known[i])
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				w.change(full)
+				r = full
+			}
+			errs[i] = s.putRecord(ctx, st.meta.Source.ID, r, prev)
+			out[i] = r
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return err
+		return nil, err
 	}
-	for _, r := range writes {
+	for _, r := range out {
 		st.clusters[r.Cluster.Key] = r
 	}
-	return nil
+	return out, nil
+}
+
+// fullRecord returns a copy of a known record with its attributes, reading a slim record back
+// from the bucket. A stored revision other than the one in memory means another writer.
+func (s *Scanner) fullRecord(ctx context.Context, sourceID string, known *record) (*record, error) {
+	if !known.slim {
+		c := *known
+		return &c, nil
+	}
+	key := known.Cluster.Key
+	e, err := s.kv.Get(ctx, clusterKVKey(sourceID, key))
+	if err != nil {
+		return nil, fmt.Errorf("read inventory record of cluster %s: %w", key, err)
+	}
+	if e.Revision() != known.rev {
+		return nil, fmt.Errorf("read inventory record of cluster %s: revision %d, expected %d: another scanner writes this inventory", key, e.Revision(), known.rev)
+	}
+	full := &record{}
+	if err := json.Unmarshal(e.Value(), full); err != nil {
+		return nil, fmt.Errorf("read inventory record of cluster %s: %w", key, err)
+	}
+	full.rev, full.attrHash = known.rev, known.attrHash
+	return full, nil
 }
 
 // putRecord writes one cluster record: an update of revision prev, or a create when prev is 0.

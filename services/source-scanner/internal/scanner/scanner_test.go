@@ -60,7 +60,7 @@ const grace = 10 * time.Minute
 func newHarness(t *testing.T, pageSize int) *harness {
 	t.Helper()
 	h := &harness{t: t, nats: testenv.StartNATS(t), clock: &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
-	h.cfg = scanner.Config{GracePeriod: grace, MaxRemovalFraction: 0.1, ListTimeout: 300 * time.Millisecond, Now: h.clock.Now}
+	h.cfg = scanner.Config{GracePeriod: grace, MaxRemovalFraction: 0.1, ListTimeout: 10 * time.Second, Now: h.clock.Now}
 	h.connect()
 	h.rancher = rancherfake.New(t, "tok-3a9c", pageSize)
 	creds, err := rancher.ParseSecret(map[string][]byte{"url": []byte(h.rancher.URL), "token": []byte(h.rancher.Token), "caCert": h.rancher.CACertPEM()})
@@ -103,6 +103,13 @@ func (h *harness) restart(pub scanner.Publisher) {
 	h.reg = prometheus.NewRegistry()
 	h.metrics = scanner.NewMetrics(h.reg)
 	h.sc = scanner.New(h.kv, pub, h.cfg, h.metrics, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// listTimeout restarts the scanner with another listing timeout (short for the tests of hanging
+// sources; long otherwise, so that a loaded machine does not time listings out).
+func (h *harness) listTimeout(d time.Duration) {
+	h.cfg.ListTimeout = d
+	h.restart(events.NewPublisher(h.js, "/enforcement/source-scanner"))
 }
 
 func (h *harness) scan() scanner.Result {
@@ -266,8 +273,8 @@ func TestDegradedRemovesNothing(t *testing.T) {
 		{"503 on page 2", func(h *harness) { h.rancher.FailPage(2, 503) }, events.DegradedPartial},
 		{"garbage", func(h *harness) { h.rancher.BreakPage(1, rancherfake.FailGarbage) }, events.DegradedListFailed},
 		{"partial", func(h *harness) { h.rancher.BreakPage(1, rancherfake.FailPartial) }, events.DegradedPartial},
-		{"timeout", func(h *harness) { h.rancher.BreakPage(1, rancherfake.FailHang) }, events.DegradedListFailed},
-		{"timeout on page 2", func(h *harness) { h.rancher.BreakPage(2, rancherfake.FailHang) }, events.DegradedPartial},
+		{"timeout", func(h *harness) { h.rancher.BreakPage(1, rancherfake.FailHang); h.listTimeout(300 * time.Millisecond) }, events.DegradedListFailed},
+		{"timeout on page 2", func(h *harness) { h.rancher.BreakPage(2, rancherfake.FailHang); h.listTimeout(time.Second) }, events.DegradedPartial},
 		{"empty", func(h *harness) { h.rancher.SetClusters() }, events.DegradedEmpty},
 		{"secret invalid", func(h *harness) {
 			h.src.Lister = scanner.ListerFunc(func(context.Context) ([]events.Cluster, error) {
@@ -305,6 +312,7 @@ func TestDegradedRemovesNothing(t *testing.T) {
 
 			// Healed: the first complete listing starts the absence clock.
 			h.rancher.Heal()
+			h.listTimeout(10 * time.Second)
 			h.rancher.Token = "tok-3a9c"
 			h.rancher.SetClusters(cs[:18]...)
 			h.src.Lister = good
