@@ -637,16 +637,33 @@ func (l *Lister) dueAfter(arn string) time.Duration {
 // cloneCluster copies the maps of a cached cluster, so that the scanner may keep what List
 // returns while the cache changes.
 func cloneCluster(c events.Cluster) events.Cluster {
-	b, _ := json.Marshal(c.Attributes)
-	var attrs map[string]any
-	_ = json.Unmarshal(b, &attrs)
-	c.Attributes = attrs
+	c.Attributes, _ = deepCopy(c.Attributes).(map[string]any)
 	labels := make(map[string]string, len(c.Labels))
 	for k, v := range c.Labels {
 		labels[k] = v
 	}
 	c.Labels = labels
 	return c
+}
+
+// deepCopy copies a decoded JSON value (maps, slices and scalars).
+func deepCopy(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, val := range t {
+			out[k] = deepCopy(val)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, val := range t {
+			out[i] = deepCopy(val)
+		}
+		return out
+	default:
+		return v
+	}
 }
 
 // Convert turns a described cluster into the scanner's cluster. Name is the EKS name made a

@@ -22,7 +22,7 @@ import (
 // {"message": ...} body). It checks the SigV4 Authorization header of every EKS request and
 // routes it to the region named in its credential scope.
 type fakeEKS struct {
-	t   *testing.T
+	t   testing.TB
 	srv *httptest.Server
 
 	mu sync.Mutex
@@ -59,7 +59,7 @@ type fakeError struct {
 
 var sigV4 = regexp.MustCompile(`^AWS4-HMAC-SHA256 Credential=([A-Z0-9]+)/(\d{8})/([a-z0-9-]+)/(eks|sts)/aws4_request, SignedHeaders=([a-z0-9;-]+), Signature=[0-9a-f]{64}$`)
 
-func newFakeEKS(t *testing.T) *fakeEKS {
+func newFakeEKS(t testing.TB) *fakeEKS {
 	f := &fakeEKS{
 		t: t, keyID: "AKIDEXAMPLE",
 		clusters: map[string]map[string]map[string]any{},

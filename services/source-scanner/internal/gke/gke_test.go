@@ -32,7 +32,7 @@ import (
 // endpoint that accepts the JWT-bearer grant of a service-account key and issues a bearer token,
 // which the list API then requires.
 type fakeGKE struct {
-	t   *testing.T
+	t   testing.TB
 	srv *httptest.Server
 
 	mu sync.Mutex
@@ -64,7 +64,7 @@ type googleError struct {
 	msg    string
 }
 
-func newFakeGKE(t *testing.T) *fakeGKE {
+func newFakeGKE(t testing.TB) *fakeGKE {
 	f := &fakeGKE{
 		t: t, token: "ya29.test-token", email: "lister@proj-a.iam.gserviceaccount.com",
 		clusters: map[string][]map[string]any{}, missing: map[string][]string{},
@@ -217,7 +217,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // keyJSON makes a service-account key whose token_uri is the fake's token endpoint.
-func (f *fakeGKE) keyJSON(t *testing.T) []byte {
+func (f *fakeGKE) keyJSON(t testing.TB) []byte {
 	t.Helper()
 	der, err := testKey()
 	if err != nil {
@@ -245,7 +245,7 @@ var testKey = sync.OnceValues(func() ([]byte, error) {
 	return x509.MarshalPKCS8PrivateKey(pk)
 })
 
-func newTestLister(t *testing.T, f *fakeGKE, mod func(*Options)) (*Lister, *prometheus.CounterVec) {
+func newTestLister(t testing.TB, f *fakeGKE, mod func(*Options)) (*Lister, *prometheus.CounterVec) {
 	t.Helper()
 	creds, err := ParseSecret(map[string][]byte{KeyServiceAccount: f.keyJSON(t)})
 	if err != nil {
