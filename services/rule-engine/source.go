@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strings"
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
@@ -42,7 +43,8 @@ func SourceID(kind, secretNamespace, secretName string, filters map[string]strin
 // lookups only.
 type selection struct {
 	source   events.SourceRef
-	labels   map[string]string // the source's own exact-subset labels (or tags, or claims)
+	labels   map[string]string // the source's own exact-subset labels (or tags)
+	claims   map[string]string // ocm: ClusterClaims that must have these values
 	ignore   map[string]bool
 	selector labels.Selector // matchLabels + matchExpressions; nil when neither is set
 }
@@ -57,19 +59,30 @@ func compileSelection(src v1beta1.Source, secretNamespace string) (*selection, e
 		lbls    map[string]string
 		ignore  []string
 	)
+	var claims map[string]string
+	// The filters are what source-scanner puts into the identity too (its sourceOf and the
+	// eks/gke SourceFilters): two rules that list differently are two sources.
 	switch {
 	case src.Rancher != nil:
 		kind, filters, lbls, ignore = "rancher", src.Rancher.Filters, src.Rancher.Labels, src.Rancher.Ignore
 	case src.Static != nil:
 		kind, lbls, ignore = "static", src.Static.Labels, src.Static.Ignore
+		if cm := src.Static.ConfigMap; cm != "" && cm != defaultStaticConfigMap {
+			filters = map[string]string{"configMap": cm}
+		}
 	case src.EKS != nil:
 		kind, lbls, ignore = "eks", src.EKS.Tags, src.EKS.Ignore
+		if rs := normaliseList(src.EKS.Regions); len(rs) > 0 {
+			filters = map[string]string{"regions": strings.Join(rs, ",")}
+		}
 	case src.GKE != nil:
-		kind, filters, lbls, ignore = "gke", src.GKE.Filters, src.GKE.Tags, src.GKE.Ignore
+		kind, lbls, ignore = "gke", src.GKE.Tags, src.GKE.Ignore
+		filters = mergeMaps(src.GKE.Filters, nil)
+		if ps := normaliseList(src.GKE.Projects); len(ps) > 0 {
+			filters = mergeMaps(filters, map[string]string{"projects": strings.Join(ps, ",")})
+		}
 	case src.OCM != nil:
-		// Assumption shared with source-scanner: ManagedCluster labels and ClusterClaims both
-		// arrive as cluster labels, so claims select like labels.
-		kind, lbls, ignore = "ocm", mergeMaps(src.OCM.Labels, src.OCM.Claims), src.OCM.Ignore
+		kind, lbls, claims, ignore = "ocm", src.OCM.Labels, src.OCM.Claims, src.OCM.Ignore
 	default:
 		return nil, fmt.Errorf("source: no source kind set (want one of rancher, static, eks, gke, ocm)")
 	}
@@ -85,6 +98,7 @@ func compileSelection(src v1beta1.Source, secretNamespace string) (*selection, e
 			SecretName:      secretName,
 		},
 		labels: lbls,
+		claims: claims,
 		ignore: make(map[string]bool, len(ignore)),
 	}
 	for _, name := range ignore {
@@ -113,12 +127,50 @@ func (s *selection) selects(c *events.Cluster) bool {
 			return false
 		}
 	}
+	if len(s.claims) > 0 && !hasClaims(c, s.claims) {
+		return false
+	}
 	return s.selector == nil || s.selector.Matches(labels.Set(c.Labels))
 }
 
+// defaultStaticConfigMap is the ConfigMap a static source reads when the rule names none.
+const defaultStaticConfigMap = "enforcement-static-clusters"
+
+// ocmClaimsAttribute is where the OCM source publishes a cluster's ClusterClaims (name → value).
+const ocmClaimsAttribute = "clusterClaims"
+
+// hasClaims reports whether the cluster's ClusterClaims have every wanted value. The scanner also
+// merges claims into the labels (labels win on a clash), so without the attribute the labels
+// decide.
+func hasClaims(c *events.Cluster, want map[string]string) bool {
+	claims, ok := c.Attributes[ocmClaimsAttribute].(map[string]any)
+	for k, v := range want {
+		if ok {
+			if got, _ := claims[k].(string); got != v {
+				return false
+			}
+		} else if c.Labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// normaliseList trims, sorts and de-duplicates a list (regions, projects), dropping empties.
+func normaliseList(in []string) []string {
+	var out []string
+	for _, s := range in {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 func mergeMaps(a, b map[string]string) map[string]string {
-	if len(b) == 0 {
-		return a
+	if len(a)+len(b) == 0 {
+		return nil
 	}
 	out := make(map[string]string, len(a)+len(b))
 	for k, v := range a {

@@ -88,3 +88,60 @@ func TestSelection(t *testing.T) {
 		t.Error("no source kind accepted")
 	}
 }
+
+// TestSourceIdentityPerKind pins which part of each source kind is its identity, as
+// source-scanner derives it (sourceOf, eks.SourceFilters, gke.SourceFilters).
+func TestSourceIdentityPerKind(t *testing.T) {
+	id := func(kind, secret string, filters map[string]string) string {
+		return SourceID(kind, "enforcement", secret, filters)
+	}
+	tests := []struct {
+		name string
+		src  v1beta1.Source
+		want string
+	}{
+		{"rancher filters", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"driver": "gke"}}},
+			id("rancher", "rancher", map[string]string{"driver": "gke"})},
+		{"secretName", v1beta1.Source{SecretName: "rancher-secret", Rancher: &v1beta1.RancherSource{}}, id("rancher", "rancher-secret", nil)},
+		{"static default ConfigMap", v1beta1.Source{Static: &v1beta1.StaticSource{ConfigMap: "enforcement-static-clusters"}}, id("static", "static", nil)},
+		{"static other ConfigMap", v1beta1.Source{Static: &v1beta1.StaticSource{ConfigMap: "lab"}}, id("static", "static", map[string]string{"configMap": "lab"})},
+		{"eks regions sorted", v1beta1.Source{EKS: &v1beta1.EKSSource{Regions: []string{"us-east-1", " eu-west-1", "us-east-1"}}},
+			id("eks", "eks", map[string]string{"regions": "eu-west-1,us-east-1"})},
+		{"eks no regions", v1beta1.Source{EKS: &v1beta1.EKSSource{}}, id("eks", "eks", nil)},
+		{"gke projects and filters", v1beta1.Source{GKE: &v1beta1.GKESource{Projects: []string{"b", "a"}, Filters: map[string]string{"location": "europe-*"}}},
+			id("gke", "gke", map[string]string{"location": "europe-*", "projects": "a,b"})},
+		{"ocm", v1beta1.Source{OCM: &v1beta1.OCMSource{Claims: map[string]string{"x": "y"}}}, id("ocm", "ocm", nil)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sel, err := compileSelection(tt.src, "enforcement")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sel.source.ID != tt.want {
+				t.Errorf("id %s, want %s", sel.source.ID, tt.want)
+			}
+		})
+	}
+}
+
+func TestOCMClaims(t *testing.T) {
+	sel, err := compileSelection(v1beta1.Source{OCM: &v1beta1.OCMSource{Claims: map[string]string{"compliance": "compliant"}}}, "enforcement")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cluster("hub-1", map[string]string{"compliance": "compliant"})
+	c.Source = sel.source
+	c.Attributes = map[string]any{"clusterClaims": map[string]any{"compliance": "noncompliant"}}
+	if sel.selects(&c) {
+		t.Error("claim attribute says noncompliant, but a label said compliant: selected")
+	}
+	c.Attributes = map[string]any{"clusterClaims": map[string]any{"compliance": "compliant"}}
+	if !sel.selects(&c) {
+		t.Error("compliant claim not selected")
+	}
+	c.Attributes = nil
+	if !sel.selects(&c) {
+		t.Error("without the attribute the merged label should decide")
+	}
+}
