@@ -120,6 +120,10 @@ type Target struct {
 	Revision uint64 `json:"revision"`
 	// Gone is set on uninstall intents for a cluster its source no longer lists.
 	Gone bool `json:"gone,omitempty"`
+	// Registration carries the source's hints for the Argo CD cluster Secret: the cluster
+	// attributes whose names start with "argocd." (EKS awsAuthConfig, GKE execProviderConfig,
+	// the CA data). Never credentials: argo-syncer reads those from the source Secret itself.
+	Registration map[string]string `json:"registration,omitempty"`
 }
 
 // HelmParameter is one rendered `helm.parameters` entry.
