@@ -335,10 +335,11 @@ func (s *Syncer) ensureProject(ctx context.Context, t events.Target, repo string
 		return 0, &failure{reason: ReasonNotOwned, permanent: true,
 			err: fmt.Errorf("appproject %s exists and is not managed by Enforcement", name)}
 	}
+	// Repositories are only added: an AppProject never loses a repository while the cluster is
+	// registered (an adopted project keeps what the original operator allowed).
 	repos := []string{repo}
 	if exists {
 		repos = append(repos, existing.Spec.SourceRepos...)
-		repos = slices.DeleteFunc(repos, func(r string) bool { return r == "*" && !s.project.AnyRepo })
 	}
 	desired := RenderProject(s.ns, t.Name, t.URL, repos, s.project)
 	desired.seal()
@@ -479,6 +480,12 @@ func (s *Syncer) refetch(ctx context.Context, name string) (*argov1.Application,
 // instance just wrote. While some are still being deleted it marks the AppProject; the informer's
 // delete events bring the cluster back to finishUnregister.
 func (s *Syncer) unregister(ctx context.Context, cluster string) (bool, error) {
+	// The cache is enough to see that Applications remain (the common case of a shared cluster).
+	for _, a := range s.apps.list(indexCluster, clusterLabel(cluster)) {
+		if _, ok, terminating := s.apps.get(a.Name); ok && !terminating {
+			return false, nil
+		}
+	}
 	apps, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).List(ctx, metav1.ListOptions{LabelSelector: LabelCluster + "=" + clusterLabel(cluster)})
 	if err != nil {
 		return false, classify(err, "list applications of cluster "+cluster)
