@@ -39,6 +39,9 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 	if err != nil {
 		return err
 	}
+	// Start-up order: logger and probes first (so a failing start is visible), then the Argo CD
+	// caches (intents are only useful once argo-syncer can read what exists), then NATS and the
+	// consumer. /readyz turns green when the consumer is bound.
 	logger := service.NewLogger(stdout, serviceName, getenv)
 	reg := service.NewRegistry()
 	health := service.NewHealth()
@@ -48,6 +51,7 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 	if err != nil {
 		return err
 	}
+	// One rate limit shared by both clients: they talk to the same API server.
 	kubeCfg.QPS, kubeCfg.Burst = cfg.KubeQPS, cfg.KubeBurst
 	kubeCfg.UserAgent = serviceName
 	kube, err := kubernetes.NewForConfig(kubeCfg)
@@ -99,6 +103,8 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 		Logger:          logger,
 		Metrics:         metrics,
 	})
+	// The informers and the unregistration queue run until ctx ends; a failure to sync the caches
+	// ends start-up, since every decision reads them.
 	syncCtx, stopSync := context.WithCancel(ctx)
 	defer stopSync()
 	cachesReady := make(chan struct{})
@@ -129,6 +135,8 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
 		return err
 	}
+	// Outcomes are published with the deterministic ids of pkg/events, so a retried handler that
+	// publishes again is deduplicated by the stream.
 	h := &Handler{
 		syncer:  syncer,
 		pub:     events.NewPublisher(js, "/enforcement/"+serviceName),
@@ -149,6 +157,8 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 	close(consumerBound)
 	logger.Info("Started", "health", healthSrv.Addr, "metrics", metricsSrv.Addr)
 
+	// Shutdown: stop pulling and let in-flight handlers finish (Stop drains), then the deferred
+	// calls drain NATS and stop the HTTP servers.
 	select {
 	case <-ctx.Done():
 	case err := <-syncDone:

@@ -214,6 +214,8 @@ func (s *Syncer) Install(ctx context.Context, in *events.InstallIntent, gate boo
 	unlock := s.clusters.lock(cluster)
 	defer unlock()
 
+	// Decide from the cache (and argo-syncer's own recent writes) before writing anything: the
+	// common cases, a redelivery or an unchanged render, cost no request at all.
 	desired := RenderApplication(s.ns, in)
 	desired.seal()
 	res := InstallResult{Application: desired.Metadata.Name}
@@ -236,6 +238,8 @@ func (s *Syncer) Install(ctx context.Context, in *events.InstallIntent, gate boo
 		return res, nil
 	}
 
+	// Order matters for Argo CD: the cluster must be registered and the project must allow the
+	// repository before the Application is reconciled, or its first sync fails.
 	writes, err := s.ensureCluster(ctx, in.Cluster)
 	res.Writes += writes
 	if err != nil {
@@ -254,6 +258,8 @@ func (s *Syncer) Install(ctx context.Context, in *events.InstallIntent, gate boo
 	if err != nil {
 		return res, err
 	}
+	// Created is the afterInstall moment. The cache and the overlay saw no Application; the
+	// generation guards against one the cache missed whose spec was changed since its creation.
 	res.Created = !exists && app.Generation <= 1
 	switch {
 	case res.Created:
@@ -391,6 +397,8 @@ func (s *Syncer) Uninstall(ctx context.Context, in *events.UninstallIntent) (Uni
 	res := UninstallResult{Application: name}
 
 	app, exists, terminating := s.apps.get(name)
+	// Only Enforcement's own Application of this rule is deleted; a terminating one is already
+	// on its way (a cascade waiting for Argo CD).
 	if exists && !terminating && owned(app) && ruleOwns(app, in.Rule) {
 		cascade := in.DeletionPolicy == events.DeletionCascade && !in.Cluster.Gone
 		deleted, err := s.deleteApplication(ctx, app, cascade)
@@ -490,6 +498,8 @@ func (s *Syncer) unregister(ctx context.Context, cluster string) (bool, error) {
 	if err != nil {
 		return false, classify(err, "list applications of cluster "+cluster)
 	}
+	// Count from the API server's answer: terminating Applications (a cascade in progress) still
+	// need the cluster registered, or Argo CD could not delete their resources.
 	alive, terminating := 0, 0
 	for _, a := range apps.Items {
 		if a.DeletionTimestamp != nil {
@@ -518,6 +528,8 @@ func (s *Syncer) unregister(ctx context.Context, cluster string) (bool, error) {
 		}
 		return false, nil
 	}
+	// Applications are gone (above), then the AppProject that names the cluster, then the
+	// cluster Secret: each step removes only what nothing left depends on.
 	if exists && owned(project) {
 		err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &project.UID}})
 		s.metrics.write("AppProject", "delete", err)
