@@ -9,6 +9,7 @@
 package rancher
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -294,15 +295,29 @@ func scrub(v any) any {
 }
 
 // sensitiveWords are the fragments of a field name that mark a credential.
-var sensitiveWords = []string{"password", "passwd", "secret", "token", "privatekey", "clientkey", "sshkey", "apikey", "credential"}
+var sensitiveWords = [][]byte{[]byte("password"), []byte("passwd"), []byte("secret"), []byte("token"),
+	[]byte("privatekey"), []byte("clientkey"), []byte("sshkey"), []byte("apikey"), []byte("credential")}
 
 // Sensitive reports whether a field name names a credential ("password", "aadClientSecret",
 // "private_key", "bearerToken", ...): compared without case, "-" and "_". Such fields are dropped
 // from attributes at any depth (labels and annotations excepted, whose keys are names, not values).
+// It runs for every field of every listed cluster, so it normalises into a stack buffer instead
+// of allocating.
 func Sensitive(field string) bool {
-	f := strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(field))
+	var buf [64]byte
+	norm := buf[:0]
+	for i := 0; i < len(field); i++ {
+		c := field[i]
+		switch {
+		case c == '-' || c == '_':
+			continue
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		norm = append(norm, c)
+	}
 	for _, w := range sensitiveWords {
-		if strings.Contains(f, w) {
+		if bytes.Contains(norm, w) {
 			return true
 		}
 	}

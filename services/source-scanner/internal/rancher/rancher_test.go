@@ -57,7 +57,7 @@ func TestParseSecret(t *testing.T) {
 }
 
 // lister returns a lister for srv that trusts its certificate.
-func lister(t *testing.T, srv *rancherfake.Server, filters map[string]string) *rancher.Lister {
+func lister(t testing.TB, srv *rancherfake.Server, filters map[string]string) *rancher.Lister {
 	t.Helper()
 	creds, err := rancher.ParseSecret(map[string][]byte{"url": []byte(srv.URL), "token": []byte(srv.Token), "caCert": srv.CACertPEM()})
 	if err != nil {
@@ -264,3 +264,5 @@ func TestSensitive(t *testing.T) {
 		}
 	}
 }
+
+func benchLister(b *testing.B, srv *rancherfake.Server) *rancher.Lister { return lister(b, srv, nil) }
