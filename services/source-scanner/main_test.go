@@ -317,6 +317,23 @@ func TestRun(t *testing.T) {
 	must(k.Update(ctx, &edges))
 	s.waitFor("gone static edge-2", "gone static edge-4")
 
+	// A malformed ConfigMap, then a missing one, degrade the static source and remove nothing.
+	cm.Data["clusters.yaml"] = "- name: ["
+	must(k.Update(ctx, cm))
+	s.waitFor("degraded static ListFailed")
+	must(k.Delete(ctx, cm))
+	n := s.count("degraded static ListFailed")
+	deadline := time.Now().Add(10 * time.Second)
+	for s.count("degraded static ListFailed") < n+2 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond) // several scans, longer than the grace period
+	}
+	if s.count("degraded static ListFailed") < n+2 {
+		t.Fatal("the missing ConfigMap did not degrade the static source")
+	}
+	if s.count("gone static edge-1") != 0 {
+		t.Fatal("edge-1 gone while the static ConfigMap was malformed or missing")
+	}
+
 	// A Secret without a token degrades the Rancher source and removes nothing.
 	var secret corev1.Secret
 	must(k.Get(ctx, client.ObjectKey{Namespace: ns, Name: "rancher"}, &secret))
