@@ -23,6 +23,7 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/service"
 	"github.com/go-logr/logr"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -164,7 +165,7 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 		}
 		return err
 	}
-	defer func() { _ = nc.Drain() }()
+	defer drainNATS(nc, logger)
 	natsUp = service.NATSConnected(nc)
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -344,4 +345,21 @@ func evaluateAllRules(ctx context.Context, mgr ctrl.Manager, eng *engine, secret
 	}
 	logger.Info("Evaluated rules", "rules", len(list.Items))
 	return nil
+}
+
+// drainNATS drains the connection (pending acks and publishes are flushed) and waits for it to
+// close, so that the process does not exit with acknowledgements still in its buffers.
+func drainNATS(nc *nats.Conn, logger *slog.Logger) {
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		return
+	}
+	select {
+	case <-closed:
+	case <-time.After(shutdownTimeout):
+		logger.Warn("NATS drain did not finish; closing")
+		nc.Close()
+	}
 }
