@@ -656,6 +656,10 @@ func (e *engine) applyOutcome(ctx context.Context, ev events.Event, meta events.
 		if at.IsZero() {
 			at = e.now()
 		}
+		if prev := e.degraded[d.Source.ID]; prev != nil && prev.at.After(at) {
+			return nil // an older scan's report
+		}
+		// Kept in memory only: after a restart the condition clears, as it would after the TTL.
 		e.degraded[d.Source.ID] = &degradation{reason: d.Reason, message: d.Message, held: d.HeldRemovals, at: at}
 		for _, r := range e.rulesBySource[d.Source.ID] {
 			e.notify(r.key)
@@ -665,12 +669,12 @@ func (e *engine) applyOutcome(ctx context.Context, ev events.Event, meta events.
 	var (
 		rule          events.RuleRef
 		cluster, name string
-		intentID, id  = "", ev.ID()
+		id            = ev.ID()
 		apply         func(st *enfState) bool
 	)
 	switch o := ev.(type) {
 	case *events.InstallSucceeded:
-		rule, cluster, name, intentID = o.Rule, o.Cluster, o.Enforcement, o.IntentID
+		rule, cluster, name = o.Rule, o.Cluster, o.Enforcement
 		apply = func(st *enfState) bool {
 			if st.SpecHash != o.SpecHash && st.IntentID != o.IntentID {
 				return false
@@ -679,7 +683,7 @@ func (e *engine) applyOutcome(ctx context.Context, ev events.Event, meta events.
 			return true
 		}
 	case *events.InstallFailed:
-		rule, cluster, name, intentID = o.Rule, o.Cluster, o.Enforcement, o.IntentID
+		rule, cluster, name = o.Rule, o.Cluster, o.Enforcement
 		apply = func(st *enfState) bool {
 			if st.IntentID != o.IntentID {
 				return false
@@ -693,7 +697,7 @@ func (e *engine) applyOutcome(ctx context.Context, ev events.Event, meta events.
 			return true
 		}
 	case *events.TriggerFailed:
-		rule, cluster, name, intentID = o.Rule, o.Cluster, o.Enforcement, o.IntentID
+		rule, cluster, name = o.Rule, o.Cluster, o.Enforcement
 		apply = func(st *enfState) bool {
 			if st.IntentID != o.IntentID || o.FailurePolicy != "Fail" {
 				return false
@@ -702,7 +706,7 @@ func (e *engine) applyOutcome(ctx context.Context, ev events.Event, meta events.
 			return true
 		}
 	case *events.TriggerDelivered:
-		rule, cluster, name, intentID = o.Rule, o.Cluster, o.Enforcement, o.IntentID
+		rule, cluster, name = o.Rule, o.Cluster, o.Enforcement
 		apply = func(st *enfState) bool {
 			if st.IntentID != o.IntentID || st.TriggerBlocked == "" {
 				return false
@@ -713,7 +717,6 @@ func (e *engine) applyOutcome(ctx context.Context, ev events.Event, meta events.
 	default:
 		return nil // uninstall done and anything else: nothing to keep
 	}
-	_ = intentID
 	key := rule.Namespace + "/" + rule.Name
 	cid, ok := e.pairByName[key+"\x00"+cluster]
 	if !ok {

@@ -57,10 +57,19 @@ type Renderer struct {
 func newRenderer(allowedHosts []string, timeout time.Duration) *Renderer {
 	r := &Renderer{}
 	if len(allowedHosts) > 0 {
-		t := &templateHTTP{allowed: map[string]bool{}, client: &http.Client{Timeout: timeout}}
+		t := &templateHTTP{allowed: map[string]bool{}}
 		for _, h := range allowedHosts {
 			t.allowed[strings.ToLower(strings.TrimSpace(h))] = true
 		}
+		t.client = &http.Client{Timeout: timeout, CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if len(via) >= 5 {
+				return errors.New("too many redirects")
+			}
+			if !t.allowed[strings.ToLower(req.URL.Hostname())] {
+				return fmt.Errorf("redirect to host %q, which is not in TEMPLATE_HTTP_ALLOW", req.URL.Hostname())
+			}
+			return nil
+		}}
 		r.http = t
 	}
 	return r
@@ -74,6 +83,8 @@ type field struct {
 	err error
 }
 
+// compileField parses one field. what names it in errors ("enforcements[0].name"), so a rule
+// author reads where the template is. Parsing happens once per rule generation, not per cluster.
 func compileField(what, raw string) field {
 	if !strings.Contains(raw, templateMarker) {
 		return field{raw: raw}
@@ -90,6 +101,7 @@ func compileField(what, raw string) field {
 	return field{raw: raw, err: fmt.Errorf("%s: parse template: %w", what, err)}
 }
 
+// render evaluates the field with ctx (nil for literal-only rules).
 func (f field) render(what string, ctx *exec.Context) (string, error) {
 	if f.err != nil {
 		return "", f.err
@@ -105,6 +117,8 @@ func (f field) render(what string, ctx *exec.Context) (string, error) {
 	return strings.TrimSpace(out), nil
 }
 
+// fieldPair is one map entry whose key and value are both templates (helm parameters, labels):
+// the original rendered the whole YAML text, keys included.
 type fieldPair struct{ key, value field }
 
 // compiledEnforcement is one enforcement with every string field compiled.
@@ -206,6 +220,8 @@ func varsHash(vars map[string]any) string {
 // render renders every enforcement of the rule for one cluster. The first failing field fails
 // the whole (rule, cluster) pair, so a half-rendered rule never reaches a cluster.
 func (r *Renderer) render(cr *compiledRule, vars map[string]any) ([]events.Enforcement, error) {
+	// One context per render: gonja copies it into each field's evaluation, and requests is
+	// added here rather than in vars so that it never takes part in the cache key.
 	var ctx *exec.Context
 	if cr.templated {
 		data := make(map[string]any, len(vars)+1)
@@ -242,6 +258,7 @@ func (r *Renderer) render(cr *compiledRule, vars map[string]any) ([]events.Enfor
 				e.Labels[str(p.key, "label")] = str(p.value, "label")
 			}
 		}
+		// Every failing field is reported, not only the first, so one status read shows all.
 		if err := errors.Join(errs...); err != nil {
 			return nil, fmt.Errorf("enforcements[%d]: %w", ce.index, err)
 		}
@@ -254,6 +271,7 @@ func (r *Renderer) render(cr *compiledRule, vars map[string]any) ([]events.Enfor
 		case e.Repo == "":
 			return nil, fmt.Errorf("enforcements[%d]: repo renders empty", ce.index)
 		}
+		// Two enforcements with one rendered name would fight over one Application.
 		if j, dup := seen[e.Name]; dup {
 			return nil, fmt.Errorf("enforcements[%d] and [%d] both render the name %q", j, ce.index, e.Name)
 		}
@@ -325,6 +343,8 @@ func (t *templateHTTP) get(rawURL string) (map[string]any, error) {
 	if t == nil {
 		return nil, errors.New("requests.get is disabled: set TEMPLATE_HTTP_ALLOW to the hosts templates may call")
 	}
+	// The allow-list is checked on the URL's host name only (any port, either scheme), and again
+	// on every redirect (CheckRedirect), so an allowed host cannot send a template elsewhere.
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("requests.get(%q): not an http(s) URL", rawURL)

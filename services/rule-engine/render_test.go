@@ -147,8 +147,12 @@ func TestDuplicateRenderedNamesFail(t *testing.T) {
 
 func TestRequestsGetOnlyOnAllowedHosts(t *testing.T) {
 	var calls atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
+		if r.URL.Path == "/away" {
+			http.Redirect(w, r, "http://elsewhere.example/", http.StatusFound)
+			return
+		}
 		_, _ = w.Write([]byte(`{"uuid":"6a1c"}`))
 	}))
 	defer srv.Close()
@@ -168,8 +172,13 @@ func TestRequestsGetOnlyOnAllowedHosts(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not in TEMPLATE_HTTP_ALLOW") {
 		t.Errorf("disallowed host: error = %v", err)
 	}
-	if calls.Load() != 1 {
-		t.Errorf("server called %d times, want 1", calls.Load())
+	away := []v1beta1.Enforcement{{Name: "a", Repo: "${{ requests.get('" + srv.URL + "/away').text }}"}}
+	_, err = newRenderer([]string{u.Hostname()}, time.Second).render(compile(away), templateVars(&c))
+	if err == nil || !strings.Contains(err.Error(), `redirect to host "elsewhere.example"`) {
+		t.Errorf("redirect away: error = %v", err)
+	}
+	if calls.Load() != 2 {
+		t.Errorf("server called %d times, want 2", calls.Load())
 	}
 }
 
