@@ -76,6 +76,7 @@ require (
 
 require (
 	github.com/enforcement-io/enforcement/pkg/testenv v0.0.0
+	github.com/nats-io/nats.go v1.55.0
 	k8s.io/api v0.31.14
 	k8s.io/apimachinery v0.31.14
 	sigs.k8s.io/yaml v1.4.0

@@ -1,0 +1,320 @@
+package k8s
+
+// The strongest check of "least privilege is enough": the real services, built from this
+// repository, run with exactly the environment their charts render and as their charts'
+// ServiceAccounts (impersonated), against the real API server and NATS.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/enforcement-io/enforcement/pkg/testenv"
+)
+
+// Namespaces of TestServicesRunWithChartRBAC.
+const (
+	svcNS      = "svc-enf"
+	svcArgoNS  = "svc-argocd"
+	svcTeamNS  = "svc-team"
+	svcWatchNS = "svc-cluster1"
+)
+
+// serviceValues make the services quick (short intervals) and put every namespace-scoped
+// permission somewhere of its own.
+var serviceValues = map[string]map[string]any{
+	"source-scanner":     {"config": map[string]any{"scanInterval": "1s"}},
+	"rule-engine":        nil,
+	"argo-syncer":        {"config": map[string]any{"argocdNamespace": svcArgoNS}},
+	"trigger-dispatcher": {"config": map[string]any{"argocdNamespace": svcArgoNS}, "rbac": map[string]any{"signingSecretNamespaces": []any{svcTeamNS}}},
+	"policy-watcher":     {"config": map[string]any{"watchNamespace": svcWatchNS, "pollIntervalSec": "1", "stableDurationSec": "0"}},
+}
+
+// TestServicesRunWithChartRBAC starts all five services the way their charts configure them
+// and checks that each becomes ready, does its job where that is observable without other
+// services (rule-engine adds its finalizer and writes status; policy-watcher writes the
+// ClusterClaim; source-scanner reads the source Secret a rule names), never meets a "forbidden" answer, and
+// stops cleanly on SIGTERM. It builds the five binaries, which takes a while on a cold build
+// cache; -short skips it.
+func TestServicesRunWithChartRBAC(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the five services")
+	}
+	kube := kubeWithCRDs(t)
+	bus := testenv.StartNATS(t)
+	for _, ns := range []string{svcNS, svcArgoNS, svcTeamNS, svcWatchNS} {
+		kube.Namespace(t, ns)
+	}
+	bin := buildServices(t)
+	ctx := context.Background()
+
+	// The objects the services react to, created as an administrator would.
+	rule := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "enforcement.globo.com/v1beta1", "kind": "ClusterRule",
+		"metadata": map[string]any{"name": "dev-rules", "namespace": svcTeamNS},
+		"spec": map[string]any{
+			"enforcements": []any{map[string]any{"name": "guestbook", "repo": "https://github.com/argoproj/argocd-example-apps", "path": "guestbook"}},
+			"source":       map[string]any{"rancher": map[string]any{"filters": map[string]any{"driver": "googleKubernetesEngine"}}},
+		},
+	}}
+	if err := kube.Client.Create(ctx, rule); err != nil {
+		t.Fatalf("create ClusterRule: %v", err)
+	}
+	policy := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "policy.open-cluster-management.io/v1", "kind": "Policy",
+		"metadata": map[string]any{"name": "disable-mig", "namespace": svcWatchNS},
+		"spec":     map[string]any{"disabled": false, "remediationAction": "inform", "policy-templates": []any{}},
+	}}
+	if err := kube.Client.Create(ctx, policy); err != nil {
+		t.Fatalf("create Policy: %v", err)
+	}
+	policy.Object["status"] = map[string]any{"compliant": "NonCompliant"}
+	if err := kube.Client.Status().Update(ctx, policy); err != nil {
+		t.Fatalf("set Policy status: %v", err)
+	}
+
+	// source-scanner reports the rule's source as degraded, because the Rancher Secret does not
+	// exist: "not found" proves it could ask for it, where "forbidden" would not.
+	nc, err := nats.Connect(bus.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	degraded := make(chan *nats.Msg, 64)
+	if _, err := nc.ChanSubscribe("enforcement.source.degraded.>", degraded); err != nil {
+		t.Fatal(err)
+	}
+
+	procs := map[string]*serviceProcess{}
+	for _, name := range serviceCharts {
+		objs := mustRender(t, name, release{name: "svc", namespace: svcNS}, serviceValues[name])
+		var user string
+		for _, obj := range objs {
+			if !rbacKinds[obj.GetKind()] {
+				continue
+			}
+			if err := kube.Client.Create(ctx, obj); err != nil {
+				t.Fatalf("%s: create %s %s: %v", name, obj.GetKind(), obj.GetName(), err)
+			}
+			if obj.GetKind() == "ServiceAccount" {
+				user = "system:serviceaccount:" + obj.GetNamespace() + ":" + obj.GetName()
+			}
+		}
+		env := envMap(t, deployment(t, objs).Spec.Template.Spec.Containers[0])
+		env["METRICS_ADDR"], env["HEALTH_ADDR"] = freeAddr(t), freeAddr(t)
+		if env["NATS_URL"] != "" {
+			env["NATS_URL"] = bus.URL()
+		}
+		env["KUBECONFIG"] = impersonatingKubeconfig(t, kube, user, svcNS)
+		procs[name] = startService(t, filepath.Join(bin, name), env)
+	}
+
+	for _, name := range serviceCharts {
+		procs[name].waitReady(t, 90*time.Second)
+	}
+	eventually(t, 30*time.Second, "rule-engine adds its finalizer and writes the rule's status", func() bool {
+		var got unstructured.Unstructured
+		got.SetGroupVersionKind(rule.GroupVersionKind())
+		if kube.Client.Get(ctx, client.ObjectKeyFromObject(rule), &got) != nil {
+			return false
+		}
+		conditions, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+		return len(got.GetFinalizers()) > 0 && len(conditions) > 0
+	})
+	eventually(t, 30*time.Second, "policy-watcher writes noncompliant to its ClusterClaim", func() bool {
+		var claim unstructured.Unstructured
+		claim.SetAPIVersion("cluster.open-cluster-management.io/v1alpha1")
+		claim.SetKind("ClusterClaim")
+		if kube.Client.Get(ctx, types.NamespacedName{Name: "policy-watcher-claim"}, &claim) != nil {
+			return false
+		}
+		value, _, _ := unstructured.NestedString(claim.Object, "spec", "value")
+		return value == "noncompliant"
+	})
+	wantDegraded := "Secret " + svcNS + "/rancher not found"
+	eventually(t, 30*time.Second, "source-scanner reports "+wantDegraded, func() bool {
+		select {
+		case m := <-degraded:
+			return strings.Contains(string(m.Data), wantDegraded)
+		default:
+			return false
+		}
+	})
+
+	for _, name := range serviceCharts {
+		p := procs[name]
+		if err := p.stop(30 * time.Second); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if out := p.output(); strings.Contains(strings.ToLower(out), "forbidden") {
+			t.Errorf("%s was refused access with the chart's RBAC:\n%s", name, out)
+		} else if t.Failed() {
+			t.Logf("%s output:\n%s", name, out)
+		}
+	}
+}
+
+// buildServices compiles the five services from this repository into a temporary directory.
+func buildServices(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	args := []string{"build", "-o", dir + string(os.PathSeparator)}
+	for _, name := range serviceCharts {
+		args = append(args, "./services/"+name)
+	}
+	// The same command as cmd/enforcement's local mode, so the two share the build cache.
+	cmd := exec.CommandContext(t.Context(), "go", args...)
+	cmd.Dir = filepath.Join("..", "..")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build the services: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// impersonatingKubeconfig writes a copy of the test server's kubeconfig that acts as user with
+// the groups of a ServiceAccount in namespace.
+func impersonatingKubeconfig(t *testing.T, kube *testenv.Kube, user, namespace string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(kube.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range cfg.AuthInfos {
+		a.Impersonate = user
+		a.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// serviceProcess is one running service binary.
+type serviceProcess struct {
+	name   string
+	cmd    *exec.Cmd
+	health string
+	out    *syncBuffer
+	done   chan error
+}
+
+func startService(t *testing.T, path string, env map[string]string) *serviceProcess {
+	t.Helper()
+	p := &serviceProcess{name: filepath.Base(path), health: env["HEALTH_ADDR"], out: &syncBuffer{}, done: make(chan error, 1)}
+	p.cmd = exec.Command(path)
+	for k, v := range env {
+		p.cmd.Env = append(p.cmd.Env, k+"="+v)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", p.name, err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// waitReady waits until /readyz answers 200; it fails the test if the process exits first.
+func (p *serviceProcess) waitReady(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-p.done:
+			p.done <- err
+			t.Fatalf("%s exited before it was ready: %v\n%s", p.name, err, p.output())
+		default:
+		}
+		resp, err := http.Get("http://" + p.health + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s not ready after %s:\n%s", p.name, timeout, p.output())
+}
+
+// stop sends SIGTERM, as the kubelet does, and waits for a clean exit.
+func (p *serviceProcess) stop(timeout time.Duration) error {
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			return fmt.Errorf("exit after SIGTERM: %w\n%s", err, p.output())
+		}
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("still running %s after SIGTERM", timeout)
+	}
+}
+
+func (p *serviceProcess) output() string { return p.out.String() }
+
+// eventually polls cond every 100 ms until it holds; after timeout it marks the test failed
+// (and carries on, so that the services are still stopped and their output checked).
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Errorf("timed out after %s waiting until %s", timeout, what)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// syncBuffer collects a process's output; safe for concurrent writes and reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
