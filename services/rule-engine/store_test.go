@@ -2,7 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io"
+	"log/slog"
 	"testing"
+	"time"
+
+	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
@@ -63,5 +70,68 @@ func TestKVStore(t *testing.T) {
 		if err != nil || ok != want || (ok && got[0].Name != key) {
 			t.Errorf("render %s: %v %v %v, want present=%v", key, got, ok, err, want)
 		}
+	}
+}
+
+// failingStore fails the first putPair calls, as if the engine died after publishing and before
+// its records were written.
+type failingStore struct {
+	store
+	failures int
+}
+
+func (s *failingStore) putPair(ctx context.Context, rule, cid string, p *pairState) error {
+	if s.failures > 0 {
+		s.failures--
+		return errors.New("injected: KV unavailable")
+	}
+	return s.store.putPair(ctx, rule, cid, p)
+}
+
+// TestPublishThenPersistFailureIsRepublishedOnce checks the crash-safety order on real NATS: the
+// intents are published, the records fail to persist, the event is retried, and the stream
+// still holds each intent once (same deterministic ids, deduplicated by the server); a fresh
+// engine loading the state then has nothing left to send.
+func TestPublishThenPersistFailureIsRepublishedOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	kv, err := openKVStore(ctx, e.js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &failingStore{store: kv, failures: 1}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	eng := newEngine(logger, st, e.pub, newRenderer(nil, time.Second), newMetrics(nil), time.Minute)
+	cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "u", Generation: 1},
+		Spec: v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements(), Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{}}}}
+	if err := eng.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
+		t.Fatal(err)
+	}
+	c := testCluster("a", nil, true)
+	if err := eng.applyCluster(ctx, c, 1); err == nil {
+		t.Fatal("persist failure not reported")
+	}
+	if n := len(e.intents()); n != 2 {
+		t.Fatalf("%d intents after the failed attempt, want 2 (published before the persist)", n)
+	}
+	if err := eng.applyCluster(ctx, c, 1); err != nil { // the redelivery
+		t.Fatal(err)
+	}
+	if got := e.intents(); len(got) != 2 {
+		t.Fatalf("%d intents after the retry, want the same 2", len(got))
+	}
+
+	restarted := newEngine(logger, kv, e.pub, newRenderer(nil, time.Second), newMetrics(nil), time.Minute)
+	if err := restarted.load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := restarted.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
+		t.Fatal(err)
+	}
+	if err := restarted.applyCluster(ctx, c, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.intents()); n != 2 {
+		t.Errorf("%d intents after a restart, want still 2", n)
 	}
 }
