@@ -11,6 +11,7 @@ import (
 	"time"
 
 	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
+	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -132,6 +133,54 @@ func TestRedeliveryWritesNothing(t *testing.T) {
 	}
 	if r := h.log.since(mark); len(nonWatch(r)) != 0 {
 		t.Fatalf("redelivered intents sent %d requests: %+v", len(nonWatch(r)), nonWatch(r))
+	}
+}
+
+// TestStreamRedeliveryWritesOnce stores the same intent twice in the stream (as a publisher
+// retrying after the duplicate window would) and lets the consumer handle both: one set of
+// writes, and one stored InstallSucceeded.
+func TestStreamRedeliveryWritesOnce(t *testing.T) {
+	h := newHarness(t)
+	in := h.installIntent("baseline", "c1", "agent")
+	ctx := context.Background()
+	for i := range 2 {
+		m, err := events.Encode(in, "/enforcement/test", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Header.Set("Nats-Msg-Id", in.ID()+"-copy-"+itoa(i))
+		if _, err := h.js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mark := h.log.mark()
+	h.consume()
+	h.outcome(succeeded(in.ID()))
+	eventually(t, "both copies handled", func() bool {
+		info, err := h.js.Consumer(ctx, events.StreamName, events.ConsumerArgoSyncer)
+		if err != nil {
+			return false
+		}
+		ci, err := info.Info(ctx)
+		return err == nil && ci.AckFloor.Stream >= 2 && ci.NumAckPending == 0
+	})
+	if w := writes(h.log.since(mark)); len(w) != 3 {
+		t.Fatalf("%d writes for one intent delivered twice, want 3: %+v", len(w), w)
+	}
+	stream, err := h.js.Stream(ctx, events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, err := stream.Info(ctx, jetstream.WithSubjectFilter("enforcement.install.succeeded.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored uint64
+	for _, n := range si.State.Subjects {
+		stored += n
+	}
+	if stored != 1 {
+		t.Fatalf("%d InstallSucceeded stored, want 1 (%v)", stored, si.State.Subjects)
 	}
 }
 
@@ -626,4 +675,43 @@ func resourceOf(r request) string {
 		return parts[len(parts)-1]
 	}
 	return parts[len(parts)-2]
+}
+
+// TestTransientFailureIsRetried: the source Secret is missing, so the install fails with a
+// non-permanent InstallFailed and is retried in place; once the Secret exists it succeeds.
+// The token never appears in the published failure.
+func TestTransientFailureIsRetried(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	c, err := events.Consume(ctx, h.js, h.handler.Handle, events.ConsumerOptions{
+		Name: events.ConsumerArgoSyncer, MaxAttempts: 50,
+		Backoff: func(int) time.Duration { return 100 * time.Millisecond },
+		Logger:  h.handler.logger,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(ctx) })
+	in := h.installIntent("baseline", "c1", "agent")
+	in.Cluster.Source.SecretName = "rancher-late"
+	h.publish(in)
+	f := h.outcome(failed(in.ID())).(*events.InstallFailed)
+	if f.Permanent || f.Reason != ReasonSecretInvalid || !strings.Contains(f.Message, "rancher-late") {
+		t.Fatalf("install failed %+v", f)
+	}
+	if h.secret("cluster-c1") != nil || h.app("c1-agent") != nil {
+		t.Fatal("wrote objects without credentials")
+	}
+	src, err := h.kube.CoreV1().Secrets(h.opNS).Get(ctx, "rancher", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.ObjectMeta = metav1.ObjectMeta{Name: "rancher-late", Namespace: h.opNS}
+	if _, err := h.kube.CoreV1().Secrets(h.opNS).Create(ctx, src, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.outcome(succeeded(in.ID()))
+	if h.app("c1-agent") == nil || h.secret("cluster-c1") == nil {
+		t.Fatal("objects missing after the retry succeeded")
+	}
 }
