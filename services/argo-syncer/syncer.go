@@ -286,6 +286,19 @@ func (s *Syncer) applyApplication(ctx context.Context, o *applyObject) (*argov1.
 // ensureCluster registers the cluster in Argo CD unless a cluster Secret for its name or API URL
 // exists. Credentials are read from the source Secret the intent references.
 func (s *Syncer) ensureCluster(ctx context.Context, t events.Target) (int, error) {
+	// A cluster Secret of Enforcement's whose API URL changed (the source moved the cluster) is
+	// pointed at the new URL; credentials are not re-read.
+	if sec, ok, _ := s.secrets.get(ClusterSecretName(t.Name)); ok && owned(sec) && t.URL != "" && string(sec.Data["server"]) != t.URL {
+		patch, _ := json.Marshal(map[string]any{"data": map[string][]byte{"server": []byte(t.URL)}})
+		updated, err := s.kube.CoreV1().Secrets(s.ns).Patch(ctx, sec.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		s.metrics.write("Secret", "patch", err)
+		if err != nil {
+			return 1, classify(err, "update server of cluster secret "+sec.Name)
+		}
+		s.secrets.wrote(updated)
+		s.logger.Info("Updated cluster URL", "cluster", t.Name, "secret", sec.Name)
+		return 1, nil
+	}
 	if s.registered(t) {
 		return 0, nil
 	}

@@ -715,3 +715,35 @@ func TestTransientFailureIsRetried(t *testing.T) {
 		t.Fatal("objects missing after the retry succeeded")
 	}
 }
+
+// TestClusterURLChange: a new API URL for a registered cluster updates Enforcement's cluster
+// Secret and the AppProject's destination, without a second registration.
+func TestClusterURLChange(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	in := h.installIntent("baseline", "moved", "agent")
+	if _, err := h.syncer.Install(ctx, in, true); err != nil {
+		t.Fatal(err)
+	}
+	in.Cluster.URL = "https://new.example:6443"
+	in.Cluster.Revision = 2
+	if _, err := h.syncer.Install(ctx, in, true); err != nil {
+		t.Fatal(err)
+	}
+	sec := h.secret("cluster-moved")
+	if string(sec.Data["server"]) != "https://new.example:6443" || string(sec.Data["name"]) != "moved" {
+		t.Errorf("secret server %q name %q", sec.Data["server"], sec.Data["name"])
+	}
+	var cfg argov1.ClusterConfig
+	if err := json.Unmarshal(sec.Data["config"], &cfg); err != nil || cfg.BearerToken != "token-s3cr3t" {
+		t.Errorf("config lost: %v", err)
+	}
+	p := h.project("moved")
+	if p.Spec.Destinations[0].Server != "https://new.example:6443" {
+		t.Errorf("project destinations %+v", p.Spec.Destinations)
+	}
+	secrets, _ := h.kube.CoreV1().Secrets(h.ns).List(ctx, metav1.ListOptions{})
+	if len(secrets.Items) != 1 {
+		t.Errorf("%d secrets, want 1", len(secrets.Items))
+	}
+}
