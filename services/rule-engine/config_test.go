@@ -22,7 +22,7 @@ func TestLoadConfig(t *testing.T) {
 	if err != nil || strings.Join(c.WatchNamespaces, "|") != "team-a|team-b" || c.TemplateHTTPAllow[0] != "httpbin.org" {
 		t.Errorf("lists: %+v, %v", c, err)
 	}
-	for name, value := range map[string]string{"TEMPLATE_HTTP_TIMEOUT": "0s", "TEMPLATE_RENDER_TIMEOUT": "0", "SOURCE_DEGRADED_TTL": "ten minutes", "STATUS_INTERVAL": "-1s"} {
+	for name, value := range map[string]string{"LEADER_ELECTION": "maybe", "TEMPLATE_HTTP_TIMEOUT": "0s", "TEMPLATE_RENDER_TIMEOUT": "0", "SOURCE_DEGRADED_TTL": "ten minutes", "STATUS_INTERVAL": "-1s"} {
 		_, err := loadConfig(env(map[string]string{name: value}))
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s=%s: error %v does not name the variable", name, value, err)

@@ -60,6 +60,11 @@ func setupController(ctx context.Context, mgr ctrl.Manager, rc *reconciler, stat
 // Reconcile evaluates the rule (only when its generation changed), handles deletion through the
 // finalizer, and writes the status when it differs from what the API server has.
 func (rc *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	select { // the engine must know its state before it judges a rule
+	case <-rc.engine.loaded:
+	case <-ctx.Done():
+		return ctrl.Result{}, ctx.Err()
+	}
 	key := req.Namespace + "/" + req.Name
 	var cr v1beta1.ClusterRule
 	if err := rc.client.Get(ctx, req.NamespacedName, &cr); err != nil {

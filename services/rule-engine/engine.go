@@ -72,6 +72,8 @@ type engine struct {
 	now         func() time.Time
 	// notify tells the controller that a rule's status may have changed.
 	notify func(ruleKey string)
+	// loaded is closed once the state is loaded; reconciles wait for it.
+	loaded chan struct{}
 
 	mu            sync.Mutex
 	clusters      map[string]*clusterRecord        // by cluster id
@@ -88,6 +90,7 @@ func newEngine(log *slog.Logger, st store, pub intentPublisher, r *Renderer, m *
 		log: log, store: st, pub: pub, renderer: r, metrics: m, degradedTTL: degradedTTL,
 		now:           time.Now,
 		notify:        func(string) {},
+		loaded:        make(chan struct{}),
 		clusters:      map[string]*clusterRecord{},
 		bySource:      map[string]map[string]struct{}{},
 		rules:         map[string]*ruleState{},

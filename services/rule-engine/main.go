@@ -65,6 +65,11 @@ type config struct {
 	// SourceDegradedTTL (SOURCE_DEGRADED_TTL, default 10m) is how long a "source degraded"
 	// event keeps the SourceDegraded / RemovalsHeld condition on the rules of that source.
 	SourceDegradedTTL time.Duration
+	// LeaderElection (LEADER_ELECTION, default false) runs the engine only in the replica that
+	// holds the Lease "rule-engine.enforcement.globo.com" in LeaderElectionNamespace
+	// (LEADER_ELECTION_NAMESPACE, default OPERATOR_NAMESPACE); the others wait, ready.
+	LeaderElection          bool
+	LeaderElectionNamespace string
 	// StatusInterval (STATUS_INTERVAL, default 1s) is how long status notices for a rule are
 	// collected before its status is recomputed and written: it bounds status writes per rule.
 	StatusInterval time.Duration
@@ -78,6 +83,14 @@ func loadConfig(getenv service.Getenv) (config, error) {
 		TemplateHTTPAllow: commaList(getenv("TEMPLATE_HTTP_ALLOW")),
 	}
 	var errs []error
+	switch v := strings.ToLower(getenv("LEADER_ELECTION")); v {
+	case "", "false", "0":
+	case "true", "1":
+		c.LeaderElection = true
+	default:
+		errs = append(errs, fmt.Errorf("LEADER_ELECTION=%q: want true or false", v))
+	}
+	c.LeaderElectionNamespace = service.String(getenv, "LEADER_ELECTION_NAMESPACE", c.OperatorNamespace)
 	duration := func(dst *time.Duration, name string, def time.Duration, positive bool) {
 		d, err := service.Duration(getenv, name, def)
 		switch {
@@ -128,7 +141,8 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 	// evaluated once), and the Kubernetes API reachable. The health server starts first so a
 	// probe sees which dependency is missing while the service waits for it.
 	var natsUp func(context.Context) error
-	var consumerBound atomic.Bool
+	var consumerBound, standby atomic.Bool
+	standby.Store(cfg.LeaderElection)
 	health := service.NewHealth()
 	health.AddCheck("nats", func(ctx context.Context) error {
 		if natsUp == nil {
@@ -137,7 +151,7 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 		return natsUp(ctx)
 	})
 	health.AddCheck("consumer", func(context.Context) error {
-		if !consumerBound.Load() {
+		if !consumerBound.Load() && !standby.Load() { // a standby replica is ready: it waits
 			return fmt.Errorf("consumer %s not bound", events.ConsumerRuleEngine)
 		}
 		return nil
@@ -182,9 +196,6 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 	renderer := newRenderer(cfg.TemplateHTTPAllow, cfg.TemplateHTTPTimeout)
 	renderer.limit = cfg.TemplateRenderTimeout
 	eng := newEngine(logger, st, events.NewPublisher(js, "/enforcement/"+serviceName), renderer, m, cfg.SourceDegradedTTL)
-	if err := eng.load(ctx); err != nil {
-		return err
-	}
 
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -204,10 +215,14 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 		}
 	}
 	mgr, err := ctrl.NewManager(kubeCfg, ctrl.Options{
-		Scheme:                 scheme,
-		Cache:                  cacheOpts,
-		Metrics:                metricsserver.Options{BindAddress: "0"}, // our own /metrics serves reg
-		HealthProbeBindAddress: "0",
+		Scheme:                        scheme,
+		Cache:                         cacheOpts,
+		Metrics:                       metricsserver.Options{BindAddress: "0"}, // our own /metrics serves reg
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                cfg.LeaderElection,
+		LeaderElectionID:              "rule-engine.enforcement.globo.com",
+		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true, // a replica stopping hands over at once
 		GracefulShutdownTimeout: func() *time.Duration {
 			d := shutdownTimeout
 			return &d
@@ -231,6 +246,28 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 
 	mgrErr := make(chan error, 1)
 	go func() { mgrErr <- mgr.Start(mgrCtx) }()
+
+	// Leadership first (immediate without LEADER_ELECTION), then the state: a standby that took
+	// over must read what the previous leader wrote. Reconciles wait for the load (engine.loaded).
+	if cfg.LeaderElection {
+		logger.Info("Waiting for leadership", "lease", "rule-engine.enforcement.globo.com", "namespace", cfg.LeaderElectionNamespace)
+	}
+	select {
+	case <-mgr.Elected():
+	case <-ctx.Done():
+		stopMgr()
+		<-mgrErr
+		return nil
+	case err := <-mgrErr:
+		return fmt.Errorf("controller manager: %w", err)
+	}
+	standby.Store(false)
+	if err := eng.load(ctx); err != nil {
+		stopMgr()
+		<-mgrErr
+		return err
+	}
+	close(eng.loaded)
 
 	// Every rule is evaluated once before cluster events are consumed, so that a rule whose last
 	// evaluation was cut short (intents published, records not yet written) is finished before a
