@@ -232,6 +232,13 @@ func (s *Syncer) Install(ctx context.Context, in *events.InstallIntent, gate boo
 			return res, &failure{reason: ReasonNotOwned, permanent: true,
 				err: fmt.Errorf("application %s belongs to rule %s", existing.Name, rule)}
 		}
+		// "<cluster>-<enforcement>" is ambiguous: cluster "a-b" with enforcement "c" and cluster
+		// "a" with enforcement "b-c" share a name. The first one keeps it.
+		if !samePair(existing, cluster, in.Enforcement.Name) {
+			return res, &failure{reason: ReasonNotOwned, permanent: true,
+				err: fmt.Errorf("application %s belongs to cluster %s, enforcement %s", existing.Name,
+					existing.Annotations[AnnotationCluster], existing.Annotations[AnnotationEnforcement])}
+		}
 	}
 	if !exists && gate && in.Triggers != nil && in.Triggers.BeforeInstall != nil {
 		res.Waiting = true
@@ -350,7 +357,8 @@ func (s *Syncer) secretRef(src events.SourceRef) secretRef {
 func (s *Syncer) ensureProject(ctx context.Context, t events.Target, repo string) (int, error) {
 	name := ProjectName(t.Name)
 	existing, exists, _ := s.projects.get(name)
-	if exists && !owned(existing) && !adoptable(existing, t.Name, true) {
+	// Argo CD's built-in "default" project is never adopted, even for a cluster named "default".
+	if exists && !owned(existing) && (name == "default" || !adoptable(existing, t.Name, true)) {
 		return 0, &failure{reason: ReasonNotOwned, permanent: true,
 			err: fmt.Errorf("appproject %s exists and is not managed by Enforcement", name)}
 	}
@@ -412,7 +420,7 @@ func (s *Syncer) Uninstall(ctx context.Context, in *events.UninstallIntent) (Uni
 	app, exists, terminating := s.apps.get(name)
 	// Only Enforcement's own Application of this rule is deleted; a terminating one is already
 	// on its way (a cascade waiting for Argo CD).
-	if exists && !terminating && owned(app) && ruleOwns(app, in.Rule) {
+	if exists && !terminating && owned(app) && ruleOwns(app, in.Rule) && samePair(app, cluster, in.Enforcement) {
 		cascade := in.DeletionPolicy == events.DeletionCascade && !in.Cluster.Gone
 		deleted, err := s.deleteApplication(ctx, app, cascade)
 		if err != nil {
@@ -423,6 +431,13 @@ func (s *Syncer) Uninstall(ctx context.Context, in *events.UninstallIntent) (Uni
 	done, err := s.unregister(ctx, cluster)
 	res.Unregistered = done
 	return res, err
+}
+
+// samePair reports whether an Application was written for this cluster and enforcement (or
+// carries no such record, as an adopted one before its first apply).
+func samePair(app *argov1.Application, cluster, enforcement string) bool {
+	c, e := app.Annotations[AnnotationCluster], app.Annotations[AnnotationEnforcement]
+	return (c == "" || c == cluster) && (e == "" || e == enforcement)
 }
 
 // ruleOwns reports whether the Application was written for rule (or adopted without a rule).

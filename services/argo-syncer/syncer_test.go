@@ -747,3 +747,28 @@ func TestClusterURLChange(t *testing.T) {
 		t.Errorf("%d secrets, want 1", len(secrets.Items))
 	}
 }
+
+// TestAmbiguousNamesDoNotCollide: cluster "a-b" with enforcement "c" and cluster "a" with
+// enforcement "b-c" both map to Application "a-b-c"; the second install fails permanently
+// instead of taking the first one over, and its uninstall leaves the first one alone.
+func TestAmbiguousNamesDoNotCollide(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	first := h.installIntent("baseline", "a-b", "c")
+	if _, err := h.syncer.Install(ctx, first, true); err != nil {
+		t.Fatal(err)
+	}
+	second := h.installIntent("baseline", "a", "b-c")
+	_, err := h.syncer.Install(ctx, second, true)
+	var f *failure
+	if !errorsAs(err, &f) || !f.permanent || f.reason != ReasonNotOwned {
+		t.Fatalf("second install: %v", err)
+	}
+	if _, err := h.syncer.Uninstall(ctx, uninstallIntent(second, events.UninstallRuleDeleted)); err != nil {
+		t.Fatal(err)
+	}
+	app := h.app("a-b-c")
+	if app == nil || app.Spec.Destination.Name != "a-b" {
+		t.Fatalf("first Application changed or deleted: %+v", app)
+	}
+}
