@@ -1,0 +1,2 @@
+// Package containers tests Enforcement as shipped: the images, on a private network.
+package containers
