@@ -83,3 +83,16 @@ require (
 )
 
 replace github.com/enforcement-io/enforcement/pkg/testenv => ../../pkg/testenv
+
+require github.com/enforcement-io/enforcement/pkg/events v0.0.0
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/prometheus/client_golang v1.20.5 // indirect
+	github.com/prometheus/client_model v0.6.1 // indirect
+	github.com/prometheus/common v0.55.0 // indirect
+	github.com/prometheus/procfs v0.15.1 // indirect
+)
+
+replace github.com/enforcement-io/enforcement/pkg/events => ../../pkg/events

@@ -6,12 +6,16 @@ package k8s
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,11 +23,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
@@ -48,7 +54,8 @@ var serviceValues = map[string]map[string]any{
 // TestServicesRunWithChartRBAC starts all five services the way their charts configure them
 // and checks that each becomes ready, does its job where that is observable without other
 // services (rule-engine adds its finalizer and writes status; policy-watcher writes the
-// ClusterClaim; source-scanner reads the source Secret a rule names), never meets a "forbidden" answer, and
+// ClusterClaim; source-scanner reads the source Secret a rule names; and, from a cluster
+// appeared event, rule-engine and argo-syncer write the Application), never meets a "forbidden" answer, and
 // stops cleanly on SIGTERM. It builds the five binaries, which takes a while on a cold build
 // cache; -short skips it.
 func TestServicesRunWithChartRBAC(t *testing.T) {
@@ -156,6 +163,37 @@ func TestServicesRunWithChartRBAC(t *testing.T) {
 		}
 	})
 
+	// The whole chain, as the charts' identities: a cluster appears in the rule's source,
+	// rule-engine emits an install intent and argo-syncer reads the source Secret and writes
+	// the AppProject and the Application into the Argo CD namespace. The Secret's Rancher URL
+	// is a closed loopback port, so the scanner's own listings fail (degraded) and publish
+	// nothing that could interfere.
+	source := map[string]any{"apiVersion": "v1", "kind": "Secret",
+		"metadata":   map[string]any{"name": "rancher", "namespace": svcNS},
+		"stringData": map[string]any{"url": "https://127.0.0.1:1", "token": "token-x"}}
+	if err := kube.Client.Create(ctx, &unstructured.Unstructured{Object: source}); err != nil {
+		t.Fatalf("create source Secret: %v", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appeared := &events.ClusterAppeared{Revision: 1, Cluster: events.Cluster{
+		Source: events.SourceRef{Kind: "rancher", SecretNamespace: svcNS, SecretName: "rancher",
+			ID: sourceID("rancher", svcNS, "rancher", map[string]string{"driver": "googleKubernetesEngine"})},
+		Key: "c-prod1", Name: "prod-1", URL: "https://127.0.0.1:1/k8s/clusters/c-prod1", State: "active", Eligible: true,
+		Attributes: map[string]any{"id": "c-prod1", "driver": "googleKubernetesEngine"},
+	}}
+	if _, err := events.NewPublisher(js, "/enforcement/chart-test").Publish(ctx, appeared); err != nil {
+		t.Fatalf("publish cluster appeared: %v", err)
+	}
+	eventually(t, 60*time.Second, "argo-syncer writes Application prod-1-guestbook in "+svcArgoNS, func() bool {
+		var app unstructured.Unstructured
+		app.SetAPIVersion("argoproj.io/v1alpha1")
+		app.SetKind("Application")
+		return kube.Client.Get(ctx, types.NamespacedName{Namespace: svcArgoNS, Name: events.ApplicationName("prod-1", "guestbook")}, &app) == nil
+	})
+
 	for _, name := range serviceCharts {
 		p := procs[name]
 		if err := p.stop(30 * time.Second); err != nil {
@@ -167,6 +205,20 @@ func TestServicesRunWithChartRBAC(t *testing.T) {
 			t.Logf("%s output:\n%s", name, out)
 		}
 	}
+}
+
+// sourceID is a ClusterRule source's identity as rule-engine and source-scanner compute it
+// (services/rule-engine/source.go documents the formula): the first 16 hex digits of the
+// SHA-256 of kind, Secret namespace and name, and the sorted filters, each ended by a NUL.
+func sourceID(kind, secretNamespace, secretName string, filters map[string]string) string {
+	h := sha256.New()
+	for _, s := range []string{kind, secretNamespace, secretName} {
+		h.Write([]byte(s + "\x00"))
+	}
+	for _, k := range slices.Sorted(maps.Keys(filters)) {
+		h.Write([]byte(k + "=" + filters[k] + "\x00"))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // buildServices compiles the five services from this repository into a temporary directory.
