@@ -84,7 +84,12 @@ func TestProduct(t *testing.T) {
 	})
 	ok = ok && t.Run("a cluster goes", func(t *testing.T) {
 		s.setClusters(t, alpha, ignored, other)
+		absent := time.Now()
 		s.eventually(t, 30*time.Second, func() error { return s.removed("bravo") })
+		// Not before the grace period: absence alone is not enough.
+		if waited := time.Since(absent); waited < gonePeriod {
+			t.Errorf("bravo removed %s after it left the listing, before GONE_GRACE_PERIOD=%s", waited, gonePeriod)
+		}
 		s.sameApplications(t, "alpha", alphaUIDs)
 	})
 	ok = ok && t.Run("a failing source removes nothing", func(t *testing.T) {
