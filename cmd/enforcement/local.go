@@ -122,6 +122,10 @@ func runLocal(ctx context.Context, getenv func(string) string, stdout, stderr io
 	procs, err := startServices(ctx, bin, filepath.Join(work, "logs"), natsURL, kubeconfig, getenv, say)
 	defer stopServices(procs, say)
 	if err != nil {
+		if ctx.Err() != nil { // Ctrl-C during start-up is a normal stop
+			say("Stopping")
+			return nil
+		}
 		return err
 	}
 	say("All services ready. Logs: %s. Press Ctrl-C to stop.", filepath.Join(work, "logs"))

@@ -48,6 +48,11 @@ func TestLocalRunProducesTheDemoApplications(t *testing.T) {
 	errc := make(chan error, 1)
 	noEnv := func(string) string { return "" } // a fresh shell: no NATS_URL, no KUBECONFIG
 	go func() { errc <- run(ctx, []string{"local"}, noEnv, &out, &out) }()
+	defer func() {
+		if t.Failed() {
+			t.Logf("output of the local mode:\n%s", out.String())
+		}
+	}()
 
 	want := []string{"demo-eu-1-guestbook", "demo-eu-1-helm-guestbook", "demo-us-1-guestbook", "demo-us-1-helm-guestbook"}
 	deadline := time.Now().Add(6 * time.Minute)
@@ -58,7 +63,7 @@ func TestLocalRunProducesTheDemoApplications(t *testing.T) {
 			got = append(got, m[1])
 		}
 		sort.Strings(got)
-		if strings.Join(got, ",") == strings.Join(want, ",") {
+		if strings.Join(got, ",") == strings.Join(want, ",") && strings.Contains(out.String(), "All services ready") {
 			break
 		}
 		select {

@@ -25,7 +25,7 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
-	"github.com/enforcement-io/enforcement/services/source-scanner/internal/rancherfake"
+	"github.com/enforcement-io/enforcement/pkg/testenv/rancherfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
 )
 

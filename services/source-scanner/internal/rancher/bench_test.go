@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/enforcement-io/enforcement/services/source-scanner/internal/rancherfake"
+	"github.com/enforcement-io/enforcement/pkg/testenv/rancherfake"
 )
 
 // BenchmarkList10k lists 10,000 Rancher cluster objects over TLS in pages of 1,000 and converts

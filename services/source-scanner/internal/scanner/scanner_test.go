@@ -20,8 +20,8 @@ import (
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
+	"github.com/enforcement-io/enforcement/pkg/testenv/rancherfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/rancher"
-	"github.com/enforcement-io/enforcement/services/source-scanner/internal/rancherfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
 )
 

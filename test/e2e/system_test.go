@@ -1,0 +1,387 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
+	"github.com/enforcement-io/enforcement/pkg/testenv/rancherfake"
+)
+
+// hubServices are the binaries the end-to-end tests run.
+var hubServices = []string{"source-scanner", "rule-engine", "argo-syncer", "trigger-dispatcher"}
+
+const (
+	operatorNS = "enforcement"
+	argoNS     = "argocd"
+	token      = "token-e2e:secret"
+)
+
+var (
+	binDir string
+	root   string
+)
+
+func TestMain(m *testing.M) {
+	code, err := buildAndRun(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+// buildAndRun compiles every hub service once (plain go build from the repository root, as a
+// user would) and runs the tests.
+func buildAndRun(m *testing.M) (int, error) {
+	var err error
+	if root, err = testenv.RepoRoot(); err != nil {
+		return 0, err
+	}
+	if binDir, err = os.MkdirTemp("", "e2e-bin-"); err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(binDir)
+	args := []string{"build", "-o", binDir + "/"}
+	for _, s := range hubServices {
+		args = append(args, "./services/"+s)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("build services: %w", err)
+	}
+	return m.Run(), nil
+}
+
+var (
+	gvrApplication = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "applications"}
+	gvrAppProject  = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "appprojects"}
+	gvrClusterRule = schema.GroupVersionResource{Group: "enforcement.globo.com", Version: "v1beta1", Resource: "clusterrules"}
+)
+
+// system is one running Enforcement: NATS, an API server, a fake Rancher and the services.
+type system struct {
+	t       *testing.T
+	nats    *testenv.NATS
+	kube    *testenv.Kube
+	dyn     dynamic.Interface
+	rancher *rancherfake.Server
+	env     map[string]string
+	logs    string
+
+	mu    sync.Mutex
+	procs map[string]*proc
+}
+
+type proc struct {
+	cmd    *exec.Cmd
+	health string
+	done   chan struct{}
+}
+
+// startSystem starts everything with the given overrides of the services' environment and
+// waits until every service is ready.
+func startSystem(t *testing.T, env map[string]string) *system {
+	t.Helper()
+	s := &system{t: t, procs: map[string]*proc{}, logs: t.TempDir()}
+	s.nats = testenv.StartNATS(t)
+	s.kube = testenv.StartKube(t, testenv.WithCRDs(append(testenv.ArgoCDCRDs(), testenv.OCMCRDs()...)...))
+	s.kube.InstallCRDsFromDir(t, filepath.Join(root, "deploy", "k8s", "enforcement-crds", "crds"))
+	s.kube.Namespace(t, operatorNS)
+	s.kube.Namespace(t, argoNS)
+	var err error
+	if s.dyn, err = dynamic.NewForConfig(s.kube.Config); err != nil {
+		t.Fatal(err)
+	}
+	s.rancher = rancherfake.New(t, token, 2)
+	s.createSecret("rancher", map[string][]byte{"url": []byte(s.rancher.URL), "token": []byte(token), "caCert": s.rancher.CACertPEM()})
+
+	s.env = map[string]string{
+		"NATS_URL":           s.nats.URL(),
+		"KUBECONFIG":         s.kube.Kubeconfig,
+		"OPERATOR_NAMESPACE": operatorNS,
+		"ARGOCD_NAMESPACE":   argoNS,
+		"SCAN_INTERVAL":      "1s",
+		"GONE_GRACE_PERIOD":  "4s",
+		"LOG_LEVEL":          "debug",
+	}
+	for k, v := range env {
+		s.env[k] = v
+	}
+	for _, name := range hubServices {
+		s.start(name)
+	}
+	t.Cleanup(s.stopAll)
+	return s
+}
+
+// start runs one service binary and waits until its /readyz answers 200.
+func (s *system) start(name string) {
+	s.t.Helper()
+	metrics, health := freeAddr(s.t), freeAddr(s.t)
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "METRICS_ADDR=" + metrics, "HEALTH_ADDR=" + health}
+	for k, v := range s.env {
+		env = append(env, k+"="+v)
+	}
+	logFile, err := os.OpenFile(filepath.Join(s.logs, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(binDir, name))
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, logFile, logFile
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("start %s: %v", name, err)
+	}
+	p := &proc{cmd: cmd, health: health, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logFile.Close(); close(p.done) }()
+	s.mu.Lock()
+	s.procs[name] = p
+	s.mu.Unlock()
+
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-p.done:
+			s.t.Fatalf("%s exited during start-up:\n%s", name, s.logTail(name))
+		case <-time.After(100 * time.Millisecond):
+		}
+		if resp, err := http.Get("http://" + health + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s not ready after 60s:\n%s", name, s.logTail(name))
+		}
+	}
+}
+
+// kill ends a service with SIGKILL: no drain, no goodbye, as a crash or an OOM kill.
+func (s *system) kill(name string) {
+	s.mu.Lock()
+	p := s.procs[name]
+	s.mu.Unlock()
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+func (s *system) stopAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, p := range s.procs {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+			s.t.Errorf("%s did not stop within 20s of SIGTERM", name)
+		}
+		if p.cmd.ProcessState != nil && !p.cmd.ProcessState.Success() && p.cmd.ProcessState.ExitCode() != -1 {
+			s.t.Errorf("%s exited with %v after SIGTERM:\n%s", name, p.cmd.ProcessState, s.logTail(name))
+		}
+		if s.t.Failed() {
+			s.t.Logf("--- %s log (tail) ---\n%s", name, s.logTail(name))
+		}
+	}
+}
+
+func (s *system) logTail(name string) string {
+	b, _ := os.ReadFile(filepath.Join(s.logs, name+".log"))
+	lines := strings.Split(string(b), "\n")
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (s *system) createSecret(name string, data map[string][]byte) {
+	s.t.Helper()
+	err := s.kube.Client.Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: operatorNS}, Data: data,
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// applyRule creates a ClusterRule from a YAML file of the seed's examples (or inline YAML).
+func (s *system) applyRule(namespace, manifest string) *unstructured.Unstructured {
+	s.t.Helper()
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(manifest), &u.Object); err != nil {
+		s.t.Fatal(err)
+	}
+	got, err := s.dyn.Resource(gvrClusterRule).Namespace(namespace).Create(context.Background(), u, metav1.CreateOptions{})
+	if err != nil {
+		s.t.Fatalf("create ClusterRule: %v", err)
+	}
+	return got
+}
+
+func (s *system) deleteRule(namespace, name string) {
+	s.t.Helper()
+	if err := s.dyn.Resource(gvrClusterRule).Namespace(namespace).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// names lists the names of the objects of a resource in the Argo CD namespace, sorted; for
+// Secrets only cluster Secrets.
+func (s *system) names(gvr schema.GroupVersionResource) []string {
+	s.t.Helper()
+	opts := metav1.ListOptions{}
+	if gvr.Resource == "secrets" {
+		opts.LabelSelector = "argocd.argoproj.io/secret-type=cluster"
+	}
+	list, err := s.dyn.Resource(gvr).Namespace(argoNS).List(context.Background(), opts)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var out []string
+	for _, i := range list.Items {
+		if i.GetDeletionTimestamp() == nil {
+			out = append(out, i.GetName())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+var gvrSecret = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+
+// clusterSecretServers lists the server URLs of the registered clusters.
+func (s *system) clusterSecretNames() []string {
+	s.t.Helper()
+	list, err := s.dyn.Resource(gvrSecret).Namespace(argoNS).List(context.Background(),
+		metav1.ListOptions{LabelSelector: "argocd.argoproj.io/secret-type=cluster"})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var out []string
+	for _, i := range list.Items {
+		if i.GetDeletionTimestamp() != nil {
+			continue
+		}
+		name, _, _ := unstructured.NestedString(i.Object, "data", "name")
+		out = append(out, decodeB64(name))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (s *system) get(gvr schema.GroupVersionResource, name string) *unstructured.Unstructured {
+	s.t.Helper()
+	u, err := s.dyn.Resource(gvr).Namespace(argoNS).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		s.t.Fatalf("get %s %s: %v", gvr.Resource, name, err)
+	}
+	return u
+}
+
+// eventually polls cond until it returns "" (done) or the timeout passes, then fails with the
+// last answer.
+func (s *system) eventually(timeout time.Duration, what string, cond func() string) {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		if last = cond(); last == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s: after %s: %s", what, timeout, last)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// equal is a condition: "" when got equals want, else a description.
+func equal(got, want []string) string {
+	if strings.Join(got, ",") == strings.Join(want, ",") {
+		return ""
+	}
+	return fmt.Sprintf("have %v, want %v", got, want)
+}
+
+// audit reads every event in the stream.
+func (s *system) audit() []auditEntry {
+	s.t.Helper()
+	nc, err := nats.Connect(s.nats.URL())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	oc, err := js.OrderedConsumer(ctx, events.StreamName, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var out []auditEntry
+	for {
+		info, err := oc.Info(ctx)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		if info.NumPending == 0 {
+			return out
+		}
+		batch, err := oc.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			e := auditEntry{Subject: m.Subject(), ID: m.Headers().Get(events.HeaderID), Type: m.Headers().Get(events.HeaderType)}
+			if ev, _, err := events.Decode(m.Subject(), m.Headers(), m.Data()); err == nil {
+				e.Event = ev
+			}
+			out = append(out, e)
+		}
+	}
+}
+
+type auditEntry struct {
+	Subject, ID, Type string
+	Event             events.Event
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+var (
+	getOpts          = metav1.GetOptions{}
+	listBySecretType = metav1.ListOptions{LabelSelector: "argocd.argoproj.io/secret-type=cluster"}
+)
+
+func sortStrings(s []string) { sort.Strings(s) }
