@@ -55,7 +55,7 @@ func TestServerSideDryRun(t *testing.T) {
 	kube := kubeWithCRDs(t)
 	ctx := context.Background()
 	// Every namespace the default and custom values refer to.
-	for _, ns := range []string{"enforcement", "argocd", "enf-system", "gitops", "team-a", "team-b", "cluster1"} {
+	for _, ns := range []string{"enforcement", "argocd", "enf-system", "gitops", "team-a", "team-b", "cluster1", "enf-leases"} {
 		restrictedNamespace(t, kube.Client, ns)
 	}
 	t.Run(enforcementCRDs, func(t *testing.T) {

@@ -311,6 +311,20 @@ func TestRBACOptionalGrants(t *testing.T) {
 			t.Errorf("rule-engine watching opt-a only may %s", a)
 		}
 	}
+	if a := (access{"update", "coordination.k8s.io", "leases", "", "opt-enf"}); allowed(t, engine, a) {
+		t.Errorf("rule-engine without leader election may %s", a)
+	}
+
+	rel = release{name: "opt-le", namespace: "opt-enf"}
+	leader := install("rule-engine", map[string]any{"replicaCount": 2, "leaderElection": map[string]any{"enabled": true, "namespace": "opt-b"}})
+	for _, a := range verbs("coordination.k8s.io", "leases", "", "opt-b", "get", "create", "update") {
+		if !allowed(t, leader, a) {
+			t.Errorf("rule-engine with leader election may not %s", a)
+		}
+	}
+	if a := (access{"update", "coordination.k8s.io", "leases", "", "opt-a"}); allowed(t, leader, a) {
+		t.Errorf("rule-engine with its Lease in opt-b may %s", a)
+	}
 }
 
 // TestRBACRealRequests makes real API calls as argo-syncer's and policy-watcher's

@@ -58,6 +58,9 @@ func customValues(chartName string) map[string]any {
 	case "rule-engine":
 		vals["config"] = map[string]any{"operatorNamespace": "enf-system", "watchNamespaces": []any{"team-a", "team-b"},
 			"templateHTTPAllow": []any{"api.example.com", "cmdb.example.com"}, "templateHTTPTimeout": "3s", "sourceDegradedTTL": "5m", "statusInterval": "2s"}
+		vals["replicaCount"] = 2
+		vals["strategy"] = map[string]any{"type": "RollingUpdate"}
+		vals["leaderElection"] = map[string]any{"enabled": true, "namespace": "enf-leases"}
 	case "argo-syncer":
 		vals["config"] = map[string]any{"operatorNamespace": "enf-system", "argocdNamespace": "gitops", "syncConcurrency": 4,
 			"kubeQPS": 50, "kubeBurst": 80, "projectSourceRepos": "*", "projectClusterResources": "none",
@@ -88,7 +91,7 @@ var wantEnv = map[string]struct{ defaults, custom map[string]string }{
 		defaults: map[string]string{"OPERATOR_NAMESPACE": "enforcement"},
 		custom: map[string]string{"OPERATOR_NAMESPACE": "enf-system", "WATCH_NAMESPACES": "team-a,team-b",
 			"TEMPLATE_HTTP_ALLOW": "api.example.com,cmdb.example.com", "TEMPLATE_HTTP_TIMEOUT": "3s", "SOURCE_DEGRADED_TTL": "5m",
-			"STATUS_INTERVAL": "2s"},
+			"STATUS_INTERVAL": "2s", "LEADER_ELECTION": "true", "LEADER_ELECTION_NAMESPACE": "enf-leases"},
 	},
 	"argo-syncer": {
 		defaults: map[string]string{"OPERATOR_NAMESPACE": "enforcement", "ARGOCD_NAMESPACE": "argocd"},
@@ -279,16 +282,18 @@ func TestNATSCredentialsFromValues(t *testing.T) {
 	}
 }
 
-// TestSingleReplicaServices: source-scanner, rule-engine and argo-syncer have no leader
-// election yet, so their charts refuse more than one replica and replace pods with Recreate
-// (a rolling update would run two at once); the other two scale.
+// TestSingleReplicaServices: source-scanner and argo-syncer have no leader election yet, so
+// their charts refuse more than one replica and replace pods with Recreate (a rolling update
+// would run two at once). rule-engine does the same unless leaderElection.enabled, which lets
+// it scale and sets LEADER_ELECTION; the other two charts scale freely.
 func TestSingleReplicaServices(t *testing.T) {
 	for _, name := range serviceCharts {
 		t.Run(name, func(t *testing.T) {
 			singleton := name == "source-scanner" || name == "rule-engine" || name == "argo-syncer"
 			_, err := render(loadChart(t, name), defaultRelease, map[string]any{"replicaCount": 2})
+			refused := err != nil && (strings.Contains(err.Error(), "must run 1 replica") || strings.Contains(err.Error(), "needs leaderElection.enabled"))
 			switch {
-			case singleton && (err == nil || !strings.Contains(err.Error(), "must run 1 replica")):
+			case singleton && !refused:
 				t.Errorf("replicaCount 2: err %v, want a refusal", err)
 			case !singleton && err != nil:
 				t.Errorf("replicaCount 2: %v", err)
@@ -297,8 +302,22 @@ func TestSingleReplicaServices(t *testing.T) {
 			if recreate := dep.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType; recreate != singleton {
 				t.Errorf("strategy %q", dep.Spec.Strategy.Type)
 			}
+			if env := envMap(t, dep.Spec.Template.Spec.Containers[0]); env["LEADER_ELECTION"] != "" {
+				t.Errorf("LEADER_ELECTION=%q by default", env["LEADER_ELECTION"])
+			}
 		})
 	}
+	t.Run("rule-engine with leader election", func(t *testing.T) {
+		objs := mustRender(t, "rule-engine", defaultRelease, map[string]any{"replicaCount": 3, "leaderElection": map[string]any{"enabled": true}})
+		dep := deployment(t, objs)
+		env := envMap(t, dep.Spec.Template.Spec.Containers[0])
+		if *dep.Spec.Replicas != 3 || env["LEADER_ELECTION"] != "true" || env["LEADER_ELECTION_NAMESPACE"] != defaultRelease.namespace {
+			t.Errorf("replicas %d, LEADER_ELECTION=%q, LEADER_ELECTION_NAMESPACE=%q", *dep.Spec.Replicas, env["LEADER_ELECTION"], env["LEADER_ELECTION_NAMESPACE"])
+		}
+		if roles := find(objs, "Role", ""); len(roles) != 1 || roles[0].GetNamespace() != defaultRelease.namespace {
+			t.Errorf("want one Lease Role in %s, have %d", defaultRelease.namespace, len(roles))
+		}
+	})
 }
 
 // TestChartEnvIsReadByService guards against typos and renamed variables: every variable a

@@ -11,12 +11,19 @@
   "TEMPLATE_HTTP_ALLOW" (join "," .Values.config.templateHTTPAllow)
   "TEMPLATE_HTTP_TIMEOUT" .Values.config.templateHTTPTimeout
   "SOURCE_DEGRADED_TTL" .Values.config.sourceDegradedTTL
-  "STATUS_INTERVAL" .Values.config.statusInterval) }}
+  "STATUS_INTERVAL" .Values.config.statusInterval
+  "LEADER_ELECTION" (ternary "true" "" .Values.leaderElection.enabled)
+  "LEADER_ELECTION_NAMESPACE" (ternary (include "rule-engine.leaseNamespace" .) "" .Values.leaderElection.enabled)) }}
+{{- end }}
+
+{{/* The namespace of the leader election Lease (LEADER_ELECTION_NAMESPACE). */}}
+{{- define "rule-engine.leaseNamespace" -}}
+{{- .Values.leaderElection.namespace | default (include "rule-engine.operatorNamespace" .) }}
 {{- end }}
 
 {{/* Refuses values the engine cannot run with. */}}
 {{- define "rule-engine.validate" -}}
-{{- if gt (int .Values.replicaCount) 1 }}
-{{- fail "replicaCount: rule-engine must run 1 replica (no leader election yet; a second one would publish every intent twice)" }}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}
+{{- fail "replicaCount: more than one rule-engine replica needs leaderElection.enabled=true (without it every replica would publish every intent)" }}
 {{- end }}
 {{- end }}
