@@ -123,6 +123,37 @@ func TestContractRepublishIsDeduplicated(t *testing.T) {
 	}
 }
 
+// TestContractLargeBatchOutrunsThePendingLimit: a batch larger than the connection's limit of
+// unacknowledged async publishes (here 8, so the limit is reached at once) is stored whole,
+// because PublishAll waits for the outstanding acks instead of failing the batch.
+func TestContractLargeBatchOutrunsThePendingLimit(t *testing.T) {
+	srv := startNATS(t, "")
+	connect(t, srv, TopologyOptions{}) // applies the topology
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8), jetstream.WithPublishAsyncTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	p := NewPublisher(js, "/test")
+	p.asyncOpts = []jetstream.PublishOpt{jetstream.WithStallWait(time.Microsecond)}
+	if err := p.PublishAll(context.Background(), benchEvents(n, 100)); err != nil {
+		t.Fatalf("PublishAll of %d events with 8 pending at most: %v", n, err)
+	}
+	s, _ := js.Stream(context.Background(), StreamName)
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != n {
+		t.Fatalf("stream holds %d messages, want %d", info.State.Msgs, n)
+	}
+}
+
 func TestContractUnackedEventIsRedeliveredAfterTheConsumerDies(t *testing.T) {
 	srv := startNATS(t, "")
 	opts := TopologyOptions{AckWait: time.Second}

@@ -16,6 +16,9 @@ type Publisher struct {
 	js     jetstream.JetStream
 	source string
 	now    func() time.Time
+	// asyncOpts are passed to every async publish (tests shorten the stall wait with them, so
+	// that a full pending window is certain to be reported as a stall).
+	asyncOpts []jetstream.PublishOpt
 }
 
 // NewPublisher returns a publisher that stamps events with ce-source = source (for example
@@ -58,24 +61,40 @@ func (p *Publisher) PublishAll(ctx context.Context, evs []Event) error {
 		}
 		msgs = append(msgs, encoded{event: e, msg: m})
 	}
-	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	futures := make([]jetstream.PubAckFuture, 0, min(len(msgs), 1024))
 	var errs []error
+	// await waits for the acknowledgements of every future so far and forgets them.
+	await := func() error {
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				errs = append(errs, fmt.Errorf("publish %s: %w", f.Msg().Header.Get(HeaderID), err))
+			case <-ctx.Done():
+				return fmt.Errorf("publish: waiting for acknowledgements: %w", ctx.Err())
+			}
+		}
+		futures = futures[:0]
+		return nil
+	}
 	for _, m := range msgs {
-		f, err := p.js.PublishMsgAsync(m.msg)
+		f, err := p.js.PublishMsgAsync(m.msg, p.asyncOpts...)
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			// More events than the connection lets wait for an ack (a large batch on a busy
+			// server): let the outstanding ones land, then go on, instead of failing the batch.
+			if err := await(); err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+			f, err = p.js.PublishMsgAsync(m.msg, p.asyncOpts...)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("publish %s: %w", m.event.ID(), err))
 			continue
 		}
 		futures = append(futures, f)
 	}
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			errs = append(errs, fmt.Errorf("publish %s: %w", f.Msg().Header.Get(HeaderID), err))
-		case <-ctx.Done():
-			return errors.Join(append(errs, fmt.Errorf("publish: waiting for acknowledgements: %w", ctx.Err()))...)
-		}
+	if err := await(); err != nil {
+		return errors.Join(append(errs, err)...)
 	}
 	return errors.Join(errs...)
 }
