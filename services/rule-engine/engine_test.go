@@ -61,6 +61,41 @@ func TestClusterEventTouchesOnlyItsSourceRules(t *testing.T) {
 	}
 }
 
+// TestRuleChangeReevaluatesOnlyThatRule: a new generation of one rule renders and publishes for
+// that rule's pairs alone; a rule over the same clusters is not evaluated again.
+func TestRuleChangeReevaluatesOnlyThatRule(t *testing.T) {
+	pub := &countingPublisher{}
+	e := newEngine(slog.New(slog.NewTextHandler(io.Discard, nil)), newMemStore(), pub, newRenderer(nil, time.Second), newMetrics(prometheus.NewRegistry()), time.Minute)
+	ctx := context.Background()
+	rule := func(name string, generation int64, path string) *ruleState {
+		enforcements := loadExampleRule(t, "readme-02-dynamic-rule-jinja.yaml").Spec.Enforcements
+		enforcements[0].Path = path
+		return ruleFromSpec(&v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name), Generation: generation},
+			Spec: v1beta1.ClusterRuleSpec{Enforcements: enforcements, Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{}}}}, "enforcement")
+	}
+	for _, name := range []string{"a", "b"} {
+		if err := e.applyRule(ctx, rule(name, 1, "helm-guestbook")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, name := range []string{"x", "y", "z"} {
+		if err := e.applyCluster(ctx, testCluster(name, nil, true), uint64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	misses := func() float64 { return testutil.ToFloat64(e.metrics.renders.WithLabelValues("miss")) }
+	if misses() != 6 || pub.n != 6 {
+		t.Fatalf("2 rules × 3 clusters: %v renders, %d intents; want 6 and 6", misses(), pub.n)
+	}
+	if err := e.applyRule(ctx, rule("a", 2, "helm-guestbook-v2")); err != nil {
+		t.Fatal(err)
+	}
+	hits := testutil.ToFloat64(e.metrics.renders.WithLabelValues("hit"))
+	if misses() != 9 || hits != 0 || pub.n != 9 {
+		t.Errorf("rule a changed: %v renders, %v cache hits, %d intents in all; want 9, 0 and 9 (rule a's 3 pairs only; evaluating rule b again would hit the cache)", misses(), hits, pub.n)
+	}
+}
+
 // TestOldRendersArePurged checks that the render cache keeps only the current generation of a
 // templated rule, and nothing once the rule is deleted.
 func TestOldRendersArePurged(t *testing.T) {

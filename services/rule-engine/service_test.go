@@ -49,8 +49,8 @@ func twoEnforcements() []v1beta1.Enforcement {
 }
 
 // TestMatchingIntentsAndStatus walks one rule through every intent case: new match, ignore,
-// labels, label selector, eligibility, no longer matching, changed spec, removed enforcement,
-// cluster gone, install outcomes in the status, and rule deletion through the finalizer.
+// labels, label selector, eligibility, no longer matching, changed spec, removed and added
+// enforcements, cluster gone, install outcomes in the status, and rule deletion through the finalizer.
 func TestMatchingIntentsAndStatus(t *testing.T) {
 	e := newEnv(t)
 	e.vars["SOURCE_DEGRADED_TTL"] = "3s"
@@ -155,9 +155,16 @@ func TestMatchingIntentsAndStatus(t *testing.T) {
 	want = append(want, "install a guestbook", "uninstall a helm-guestbook EnforcementRemoved")
 	eventually(t, 20*time.Second, func() error { return sameIntentSet(e.intents(), want, "prov") })
 
+	// Rule edit: an enforcement added is installed where the rule matches, and only it.
+	e.updateRule("dev", func(cr *v1beta1.ClusterRule) {
+		cr.Spec.Enforcements = append(cr.Spec.Enforcements, v1beta1.Enforcement{Name: "monitoring", Repo: "https://github.com/example/monitoring", Path: "agent"})
+	})
+	want = append(want, "install a monitoring")
+	eventually(t, 20*time.Second, func() error { return sameIntentSet(e.intents(), want, "prov") })
+
 	// a is gone: ClusterGone, orphaning, target marked gone.
 	e.publish(&events.ClusterGone{Source: rancherSource(), Key: "c-a", Name: "a", Revision: 10, LastSeen: time.Now()})
-	want = append(want, "uninstall a guestbook ClusterGone")
+	want = append(want, "uninstall a guestbook ClusterGone", "uninstall a monitoring ClusterGone")
 	eventually(t, 20*time.Second, func() error { return sameIntentSet(e.intents(), want, "prov") })
 	all := e.intents()
 	var gone *events.UninstallIntent
