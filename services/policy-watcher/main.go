@@ -65,6 +65,12 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 	m := newMetrics(reg)
 
 	health := service.NewHealth()
+	if cfg.NATSURL != "" {
+		// With NATS, not ready until the claim writer is bound (startNATS replaces this check):
+		// registered before /readyz is served, so that it never answers 200 on the Kubernetes
+		// check alone in the moment before startNATS runs.
+		health.AddCheck("consumer", func(context.Context) error { return errors.New("claim writer not started yet") })
+	}
 	healthSrv, err := service.Listen(cfg.HealthAddr, health.Handler(), logger)
 	if err != nil {
 		return err
