@@ -6,8 +6,10 @@ package main
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"slices"
@@ -225,11 +227,42 @@ func RenderProject(ns, cluster, url string, repos []string, s ProjectSettings) *
 // keys, never values.
 var errCredentials = errors.New("source Secret has no usable credentials")
 
-// ClusterConfigFromSecret builds Argo CD's cluster connection config from a source Secret's data:
-// "token" (or "bearerToken") becomes the bearer token, "caCert" (or "caData", PEM) the CA, and
-// "insecure" ("true"/"false") skips TLS verification. These are Rancher's keys (design.md, Fixed
-// interfaces); other kinds use the same keys until their issues define their own.
-// Not built yet: EKS (awsAuthConfig) and GKE (execProviderConfig) authentication.
+// errRegistration says an intent's registration hints (Target.Registration) cannot build a
+// cluster config. Hints are not secret, but messages still name keys rather than quote values.
+var errRegistration = errors.New("registration hints are unusable")
+
+// Source kinds whose clusters are registered other than with the source Secret's bearer token.
+const (
+	KindEKS = "eks"
+	KindGKE = "gke"
+	KindOCM = "ocm"
+)
+
+// Registration hint keys (Target.Registration), as the source-scanner's EKS and GKE listers name
+// their cluster attributes (services/source-scanner/internal/eks and internal/gke; copied, since
+// those packages are internal to the scanner). Values are strings; a hint whose attribute is not
+// a string (the exec args) arrives JSON-encoded.
+const (
+	HintAWSClusterName   = "argocd.awsAuthConfig.clusterName"
+	HintAWSRoleARN       = "argocd.awsAuthConfig.roleARN"
+	HintCAData           = "argocd.caData"
+	HintExecCommand      = "argocd.execProviderConfig.command"
+	HintExecArgs         = "argocd.execProviderConfig.args"
+	HintExecAPIVersion   = "argocd.execProviderConfig.apiVersion"
+	ocmCredentialsPrefix = "ocm-"
+)
+
+// OCMCredentialsSecretName is the per-cluster Secret argo-syncer reads to register an OCM managed
+// cluster: "ocm-<cluster>" in the namespace of the source Secrets (OPERATOR_NAMESPACE), the
+// convention the source-scanner documents (internal/ocm CredentialsSecretPrefix).
+func OCMCredentialsSecretName(cluster string) string { return ocmCredentialsPrefix + cluster }
+
+// ClusterConfigFromSecret builds Argo CD's cluster connection config from a Secret's data:
+// "token" (or "bearerToken") becomes the bearer token, "caCert" (or "caData", or "ca.crt" as
+// the managed-serviceaccount add-on names it; PEM) the CA, and "insecure" ("true"/"false")
+// skips TLS verification. These are Rancher's keys (design.md, Fixed interfaces), which the
+// static source and OCM's per-cluster Secrets share. EKS and GKE are registered from hints
+// (ClusterConfigFromHints), without credentials.
 func ClusterConfigFromSecret(kind string, data map[string][]byte) (argov1.ClusterConfig, error) {
 	var cfg argov1.ClusterConfig
 	token := string(data["token"])
@@ -244,6 +277,9 @@ func ClusterConfigFromSecret(kind string, data map[string][]byte) (argov1.Cluste
 	if len(ca) == 0 {
 		ca = data["caData"]
 	}
+	if len(ca) == 0 {
+		ca = data["ca.crt"]
+	}
 	if len(ca) > 0 {
 		cfg.TLSClientConfig.CAData = ca
 	}
@@ -255,6 +291,73 @@ func ClusterConfigFromSecret(kind string, data map[string][]byte) (argov1.Cluste
 		cfg.TLSClientConfig.Insecure = insecure
 	}
 	return cfg, nil
+}
+
+// ClusterConfigFromHints builds the cluster config of an EKS or GKE cluster from its source's
+// registration hints alone, in Argo CD's documented formats (operator-manual/declarative-setup.md):
+//
+//	eks: {"awsAuthConfig": {"clusterName": ..., "roleARN": ... (when given)},
+//	      "tlsClientConfig": {"insecure": false, "caData": ...}}
+//	gke: {"execProviderConfig": {"command": "argocd-k8s-auth", "args": ["gcp"],
+//	      "apiVersion": "client.authentication.k8s.io/v1beta1"},
+//	      "tlsClientConfig": {"insecure": false, "caData": ...}}
+//
+// Argo CD mints the cluster tokens itself (argocd-k8s-auth with its own IRSA / Pod Identity or
+// Workload Identity), so no credential is read or written. Every hint but the role ARN is
+// required; the CA must be the base64 of a PEM certificate, since these clusters' CAs are private.
+func ClusterConfigFromHints(kind string, hints map[string]string) (argov1.ClusterConfig, error) {
+	var cfg argov1.ClusterConfig
+	var errs []error
+	need := func(key string) string {
+		v := strings.TrimSpace(hints[key])
+		if v == "" {
+			errs = append(errs, fmt.Errorf("hint %q is missing", key))
+		}
+		return v
+	}
+	switch kind {
+	case KindEKS:
+		cfg.AWSAuthConfig = &argov1.AWSAuthConfig{
+			ClusterName: need(HintAWSClusterName),
+			RoleARN:     strings.TrimSpace(hints[HintAWSRoleARN]),
+		}
+	case KindGKE:
+		exec := &argov1.ExecProviderConfig{Command: need(HintExecCommand), APIVersion: need(HintExecAPIVersion)}
+		if raw := need(HintExecArgs); raw != "" {
+			args, err := execArgs(raw)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("hint %q: %w", HintExecArgs, err))
+			}
+			exec.Args = args
+		}
+		cfg.ExecProviderConfig = exec
+	default:
+		return cfg, fmt.Errorf("%w: source kind %q is not registered from hints", errRegistration, kind)
+	}
+	if raw := need(HintCAData); raw != "" {
+		ca, err := base64.StdEncoding.DecodeString(raw)
+		if block, _ := pem.Decode(ca); err != nil || block == nil {
+			errs = append(errs, fmt.Errorf("hint %q is not the base64 of a PEM certificate", HintCAData))
+		}
+		cfg.TLSClientConfig.CAData = ca
+	}
+	if err := errors.Join(errs...); err != nil {
+		return argov1.ClusterConfig{}, fmt.Errorf("%w for %s cluster: %w", errRegistration, kind, err)
+	}
+	return cfg, nil
+}
+
+// execArgs reads the exec provider's args hint: a JSON array of strings (how a list attribute
+// arrives), or one plain argument.
+func execArgs(raw string) ([]string, error) {
+	if !strings.HasPrefix(raw, "[") {
+		return []string{raw}, nil
+	}
+	var args []string
+	if err := json.Unmarshal([]byte(raw), &args); err != nil {
+		return nil, errors.New("not a JSON array of strings")
+	}
+	return args, nil
 }
 
 // RenderClusterSecret renders a cluster Secret in Argo CD's declarative format: label

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"strings"
 	"testing"
@@ -169,6 +171,8 @@ func TestClusterConfigFromSecret(t *testing.T) {
 			argov1.ClusterConfig{BearerToken: "s3cr3t"}, false},
 		{"ca and insecure", map[string][]byte{"token": []byte("tok"), "caCert": []byte("PEM"), "insecure": []byte("true")},
 			argov1.ClusterConfig{BearerToken: "tok", TLSClientConfig: argov1.TLSClientConfig{CAData: []byte("PEM"), Insecure: true}}, false},
+		{"ocm add-on keys", map[string][]byte{"token": []byte("tok"), "ca.crt": []byte("PEM")},
+			argov1.ClusterConfig{BearerToken: "tok", TLSClientConfig: argov1.TLSClientConfig{CAData: []byte("PEM")}}, false},
 		{"no token", map[string][]byte{"url": []byte("https://rancher")}, argov1.ClusterConfig{}, true},
 		{"bad insecure", map[string][]byte{"token": []byte("s3cr3t"), "insecure": []byte("maybe")}, argov1.ClusterConfig{}, true},
 	}
@@ -220,4 +224,51 @@ func equalMaps(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// TestClusterConfigFromHints compares the config JSON with Argo CD's documented EKS and GKE
+// examples (operator-manual/declarative-setup.md), byte for byte.
+func TestClusterConfigFromHints(t *testing.T) {
+	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("x")}))
+	tests := []struct {
+		name, kind string
+		hints      map[string]string
+		want       string
+		wantErr    string
+	}{
+		{"eks", KindEKS, map[string]string{HintAWSClusterName: "my-eks-cluster-name",
+			HintAWSRoleARN: "arn:aws:iam::1:role/r", HintCAData: ca, "argocd.unknown": "ignored"},
+			`{"tlsClientConfig":{"insecure":false,"caData":"` + ca + `"},"awsAuthConfig":{"clusterName":"my-eks-cluster-name","roleARN":"arn:aws:iam::1:role/r"}}`, ""},
+		{"eks without role", KindEKS, map[string]string{HintAWSClusterName: "c", HintCAData: ca},
+			`{"tlsClientConfig":{"insecure":false,"caData":"` + ca + `"},"awsAuthConfig":{"clusterName":"c"}}`, ""},
+		{"gke", KindGKE, map[string]string{HintExecCommand: "argocd-k8s-auth", HintExecArgs: `["gcp"]`,
+			HintExecAPIVersion: "client.authentication.k8s.io/v1beta1", HintCAData: ca},
+			`{"tlsClientConfig":{"insecure":false,"caData":"` + ca + `"},"execProviderConfig":{"command":"argocd-k8s-auth","args":["gcp"],"apiVersion":"client.authentication.k8s.io/v1beta1"}}`, ""},
+		{"gke plain arg", KindGKE, map[string]string{HintExecCommand: "argocd-k8s-auth", HintExecArgs: "gcp",
+			HintExecAPIVersion: "client.authentication.k8s.io/v1beta1", HintCAData: ca},
+			`{"tlsClientConfig":{"insecure":false,"caData":"` + ca + `"},"execProviderConfig":{"command":"argocd-k8s-auth","args":["gcp"],"apiVersion":"client.authentication.k8s.io/v1beta1"}}`, ""},
+		{"eks no hints", KindEKS, nil, "", `hint "argocd.awsAuthConfig.clusterName" is missing`},
+		{"eks ca not pem", KindEKS, map[string]string{HintAWSClusterName: "c", HintCAData: base64.StdEncoding.EncodeToString([]byte("x"))},
+			"", `hint "argocd.caData" is not the base64 of a PEM certificate`},
+		{"gke no command", KindGKE, map[string]string{HintExecArgs: `["gcp"]`, HintExecAPIVersion: "v", HintCAData: ca},
+			"", `hint "argocd.execProviderConfig.command" is missing`},
+		{"rancher", "rancher", map[string]string{HintCAData: ca}, "", `source kind "rancher" is not registered from hints`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ClusterConfigFromHints(tt.kind, tt.hints)
+			if tt.wantErr != "" {
+				if !errors.Is(err, errRegistration) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want errRegistration with %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g, _ := json.Marshal(got); string(g) != tt.want {
+				t.Errorf("config\n got %s\nwant %s", g, tt.want)
+			}
+		})
+	}
 }

@@ -39,9 +39,12 @@ const (
 const (
 	ReasonRejected      = "Rejected"          // the API server rejected an object (permanent)
 	ReasonNotOwned      = "NotOwned"          // an object of that name belongs to someone else (permanent)
-	ReasonSecretInvalid = "SourceSecretError" // the source Secret is missing or unusable
-	ReasonAPIError      = "APIError"          // any other API error (retried)
-	ReasonTerminating   = "ApplicationTerminating"
+	ReasonSecretInvalid = "SourceSecretError" // the source (or OCM per-cluster) Secret is missing or unusable
+	// ReasonRegistrationInvalid: the intent's registration hints (EKS/GKE) cannot build a cluster
+	// config. Permanent: a redelivery carries the same hints, so a retry cannot succeed.
+	ReasonRegistrationInvalid = "RegistrationInvalid"
+	ReasonAPIError            = "APIError" // any other API error (retried)
+	ReasonTerminating         = "ApplicationTerminating"
 )
 
 // failure is an install error with the reason to publish. Permanent failures are not retried.
@@ -309,7 +312,7 @@ func (s *Syncer) ensureCluster(ctx context.Context, t events.Target) (int, error
 	if s.registered(t) {
 		return 0, nil
 	}
-	cfg, err := s.creds.get(ctx, s.secretRef(t.Source))
+	cfg, err := s.clusterConfig(ctx, t)
 	if err != nil {
 		return 0, err
 	}
@@ -328,6 +331,28 @@ func (s *Syncer) ensureCluster(ctx context.Context, t events.Target) (int, error
 	s.secrets.wrote(created)
 	s.logger.Info("Registered cluster", "cluster", t.Name, "secret", created.Name)
 	return 1, nil
+}
+
+// clusterConfig builds the Argo CD cluster config of a target by its source kind:
+//   - eks, gke: from the intent's registration hints alone (awsAuthConfig / execProviderConfig and
+//     the CA); no Secret is read, so a source without a Secret (the SDKs' default chains) works;
+//   - ocm: bearer token and CA from the cluster's own Secret "ocm-<cluster>" next to the source
+//     Secrets (read each time: a cluster is registered once, so caching would only hold memory);
+//   - any other (rancher, static): the source Secret the intent references, cached for the TTL.
+func (s *Syncer) clusterConfig(ctx context.Context, t events.Target) (argov1.ClusterConfig, error) {
+	switch t.Source.Kind {
+	case KindEKS, KindGKE:
+		cfg, err := ClusterConfigFromHints(t.Source.Kind, t.Registration)
+		if err != nil {
+			return cfg, &failure{reason: ReasonRegistrationInvalid, permanent: true, err: err}
+		}
+		return cfg, nil
+	case KindOCM:
+		ref := s.secretRef(t.Source)
+		ref.name = OCMCredentialsSecretName(t.Name)
+		return s.creds.read(ctx, ref)
+	}
+	return s.creds.get(ctx, s.secretRef(t.Source))
 }
 
 // registered reports whether a cluster Secret exists for the cluster's name or API URL.
@@ -623,17 +648,31 @@ func (c *credentialCache) get(ctx context.Context, ref secretRef) (argov1.Cluste
 	if cfg, ok := c.cached(key); ok {
 		return cfg, nil
 	}
-	sec, err := c.kube.CoreV1().Secrets(ref.namespace).Get(ctx, ref.name, metav1.GetOptions{})
+	cfg, err := c.read(ctx, ref)
 	if err != nil {
-		return argov1.ClusterConfig{}, &failure{reason: ReasonSecretInvalid, err: fmt.Errorf("read source secret %s: %w", key, err)}
-	}
-	cfg, err := ClusterConfigFromSecret(ref.kind, sec.Data)
-	if err != nil {
-		return cfg, &failure{reason: ReasonSecretInvalid, err: fmt.Errorf("source secret %s: %w", key, err)}
+		return cfg, err
 	}
 	c.mu.Lock()
 	c.entries[key] = credentialEntry{cfg: cfg, fetched: time.Now()}
 	c.mu.Unlock()
+	return cfg, nil
+}
+
+// read reads a Secret and derives the cluster config from it, bypassing the cache.
+func (c *credentialCache) read(ctx context.Context, ref secretRef) (argov1.ClusterConfig, error) {
+	key := ref.namespace + "/" + ref.name
+	what := "source secret"
+	if ref.kind == KindOCM {
+		what = "ocm cluster credentials secret"
+	}
+	sec, err := c.kube.CoreV1().Secrets(ref.namespace).Get(ctx, ref.name, metav1.GetOptions{})
+	if err != nil {
+		return argov1.ClusterConfig{}, &failure{reason: ReasonSecretInvalid, err: fmt.Errorf("read %s %s: %w", what, key, err)}
+	}
+	cfg, err := ClusterConfigFromSecret(ref.kind, sec.Data)
+	if err != nil {
+		return cfg, &failure{reason: ReasonSecretInvalid, err: fmt.Errorf("%s %s: %w", what, key, err)}
+	}
 	return cfg, nil
 }
 
