@@ -114,6 +114,7 @@ func TestEncodeRefusesInvalidEvents(t *testing.T) {
 		&ClusterAppeared{},
 		&InstallIntent{Rule: testRule},
 		&TriggerDelivered{DeliveryID: "d", IntentID: "i", Rule: testRule, Cluster: "c", Phase: "duringInstall"},
+		&TriggerAttempted{DeliveryID: "d", IntentID: "i", Rule: testRule, Cluster: "c", Phase: PhaseBeforeInstall, Series: "event-1-1", Result: "success"},
 		&ComplianceChanged{Cluster: "c", Claim: "x", Value: "Compliant"},
 	} {
 		if _, err := Encode(e, "/x", now); !errors.Is(err, ErrInvalidEvent) {

@@ -55,6 +55,8 @@ var catalog = []descriptor{
 		"A beforeInstall or afterInstall webhook answered 2xx.", func() Event { return &TriggerDelivered{} }},
 	{"io.enforcement.trigger.failed.v1", []string{SubjectRoot, "trigger", "failed", "{phase}", "{cluster}", "{ruleNamespace}", "{rule}"},
 		"A webhook did not answer 2xx after all retries.", func() Event { return &TriggerFailed{} }},
+	{"io.enforcement.trigger.attempted.v1", []string{SubjectRoot, "trigger", "attempted", "{phase}", "{cluster}", "{ruleNamespace}", "{rule}"},
+		"One HTTP attempt of a beforeInstall or afterInstall webhook delivery, with its result.", func() Event { return &TriggerAttempted{} }},
 	{"io.enforcement.compliance.changed.v1", []string{SubjectRoot, "compliance", "changed", "{cluster}"},
 		"The folded OCM Policy compliance of a managed cluster took a new value.", func() Event { return &ComplianceChanged{} }},
 	{"io.enforcement.claim.updated.v1", []string{SubjectRoot, "claim", "updated", "{cluster}"},
@@ -260,6 +262,30 @@ func (e *TriggerFailed) Validate() error {
 		e.DeliveryID, e.IntentID, e.Rule.Namespace, e.Rule.Name, e.Cluster)
 }
 func (e *TriggerFailed) subjectKeys() []string {
+	return []string{e.Phase, e.Cluster, e.Rule.Namespace, e.Rule.Name}
+}
+
+// TriggerAttempted
+
+func (*TriggerAttempted) Type() string { return "io.enforcement.trigger.attempted.v1" }
+
+// ID includes the series and the attempt number, so that every attempt is recorded, also when a
+// delivery is repeated after a restart.
+func (e *TriggerAttempted) ID() string {
+	return id("trigger-attempted", e.DeliveryID, e.Series, strconv.Itoa(e.Attempt))
+}
+func (e *TriggerAttempted) OrderingKey() string { return pairKey(e.Rule, e.Cluster) }
+func (e *TriggerAttempted) Validate() error {
+	if err := validPhase(e.Phase); err != nil {
+		return err
+	}
+	if e.Attempt < 1 {
+		return fmt.Errorf("trigger attempted: attempt %d: want 1 or more", e.Attempt)
+	}
+	return required("trigger attempted: deliveryId, intentId, rule, cluster, series, result",
+		e.DeliveryID, e.IntentID, e.Rule.Namespace, e.Rule.Name, e.Cluster, e.Series, e.Result)
+}
+func (e *TriggerAttempted) subjectKeys() []string {
 	return []string{e.Phase, e.Cluster, e.Rule.Namespace, e.Rule.Name}
 }
 

@@ -73,6 +73,8 @@ func sampleEvents() []Event {
 		&UninstallDone{IntentID: "uninstall:x", Rule: testRule, Cluster: "prod.eu-1", Enforcement: "guestbook", Application: "a", Deleted: true},
 		&TriggerDelivered{DeliveryID: "d1", IntentID: "install:x", IntentSequence: 5, Phase: PhaseBeforeInstall, Rule: testRule, Cluster: "prod.eu-1", Enforcement: "guestbook", StatusCode: 200, Attempts: 1},
 		&TriggerFailed{DeliveryID: "d2", IntentID: "install:x", Phase: PhaseAfterInstall, Rule: testRule, Cluster: "prod.eu-1", Enforcement: "guestbook", FailurePolicy: "Fail", StatusCode: 500, Attempts: 5, Message: "500 Internal Server Error"},
+		&TriggerAttempted{DeliveryID: "d2", IntentID: "install:x", IntentSequence: 5, Phase: PhaseAfterInstall, Rule: testRule, Cluster: "prod.eu-1", Enforcement: "guestbook",
+			Series: "event-9-1", Attempt: 2, Result: "server_error", StatusCode: 503, DurationMillis: 12, WillRetry: true, RetryInMillis: 1000},
 		&ComplianceChanged{Cluster: "cluster1", Namespace: "cluster1", Claim: "policy-watcher-claim", Value: Compliant, Previous: NonCompliant, Since: since, Policies: 2},
 		&ClaimUpdated{Cluster: "cluster1", Claim: "policy-watcher-claim", Value: Compliant, Previous: NonCompliant, ComplianceID: "compliance:cluster1"},
 	}

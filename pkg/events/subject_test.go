@@ -63,6 +63,7 @@ func TestSubjectsAreFilterableByKindSourceAndCluster(t *testing.T) {
 		"io.enforcement.uninstall.done.v1":     "enforcement.uninstall.done.prod%2Eeu-1.team-a.dev%2Erule",
 		"io.enforcement.trigger.delivered.v1":  "enforcement.trigger.delivered.beforeInstall.prod%2Eeu-1.team-a.dev%2Erule",
 		"io.enforcement.trigger.failed.v1":     "enforcement.trigger.failed.afterInstall.prod%2Eeu-1.team-a.dev%2Erule",
+		"io.enforcement.trigger.attempted.v1":  "enforcement.trigger.attempted.afterInstall.prod%2Eeu-1.team-a.dev%2Erule",
 		"io.enforcement.compliance.changed.v1": "enforcement.compliance.changed.cluster1",
 		"io.enforcement.claim.updated.v1":      "enforcement.claim.updated.cluster1",
 	}
@@ -100,6 +101,18 @@ func TestEventIDsIncludeTheirSequence(t *testing.T) {
 	}
 	if in.ID() != (*in).ID() {
 		t.Fatal("event id is not deterministic")
+	}
+	var att *TriggerAttempted
+	for _, e := range sampleEvents() {
+		if a, ok := e.(*TriggerAttempted); ok {
+			att = a
+		}
+	}
+	next, repeat := *att, *att
+	next.Attempt++
+	repeat.Series = "event-9-2" // the same delivery repeated after a redelivery of its event
+	if att.ID() == next.ID() || att.ID() == repeat.ID() || next.ID() == repeat.ID() {
+		t.Fatalf("trigger attempts share ids: %q, %q, %q", att.ID(), next.ID(), repeat.ID())
 	}
 }
 

@@ -266,6 +266,41 @@ type TriggerFailed struct {
 	Message        string  `json:"message"`
 }
 
+// TriggerAttempted reports one HTTP attempt of a webhook delivery, whatever came of it. Every
+// attempt has one; the delivery's final outcome is still TriggerDelivered or TriggerFailed. It
+// never carries the endpoint (its query or userinfo may hold a token), headers, the body or the
+// signature.
+type TriggerAttempted struct {
+	DeliveryID     string  `json:"deliveryId"`
+	IntentID       string  `json:"intentId"`
+	IntentSequence uint64  `json:"intentSequence,omitempty"`
+	Phase          string  `json:"phase"`
+	Rule           RuleRef `json:"rule"`
+	Cluster        string  `json:"cluster"`
+	Enforcement    string  `json:"enforcement"`
+	// Series names the run of attempts this one belongs to, so that a delivery attempted again
+	// (after a restart, or by the retries of a blocked delivery) is recorded rather than
+	// deduplicated: "event-<stream sequence>-<delivery count>" of the event whose handling made
+	// the attempts, or "retry-<record revision>" for a retry of a blocked beforeInstall.
+	Series string `json:"series"`
+	// Attempt counts the delivery's attempts, the first being 1; the retries of a blocked
+	// delivery continue the count its outcome event reported.
+	Attempt int `json:"attempt"`
+	// Result classifies the attempt: success (2xx), client_error (other 4xx), rate_limited (429),
+	// server_error (5xx), redirect (3xx, not followed), timeout, connection, refused (the network
+	// policy denied the address) or invalid (the endpoint is not an http(s) URL).
+	Result string `json:"result"`
+	// StatusCode is the HTTP status, when a response came.
+	StatusCode int `json:"statusCode,omitempty"`
+	// Error describes a failure without a response (timeout, connection, refused, invalid).
+	Error string `json:"error,omitempty"`
+	// DurationMillis is how long the attempt took, until the response was read or it failed.
+	DurationMillis int64 `json:"durationMs"`
+	// WillRetry says another attempt of this series follows, after RetryInMillis.
+	WillRetry     bool  `json:"willRetry"`
+	RetryInMillis int64 `json:"retryInMs,omitempty"`
+}
+
 // Compliance values, as the original policy-watcher wrote them.
 const (
 	Compliant    = "compliant"

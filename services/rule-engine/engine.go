@@ -583,7 +583,7 @@ func (e *engine) evalPairVars(ctx context.Context, r *ruleState, rule, cid strin
 			next.Enforcements[en.Name] = &cp
 			continue
 		}
-		intent := &events.InstallIntent{Rule: r.ref, Cluster: target, Enforcement: *en, SpecHash: hash,
+		intent := &events.InstallIntent{Rule: r.ref, Cluster: withRegistration(target, &rec.Cluster), Enforcement: *en, SpecHash: hash,
 			Triggers: r.triggers, DeletionPolicy: r.deletionPolicy}
 		ch.intents = append(ch.intents, intent)
 		next.Enforcements[en.Name] = &enfState{SpecHash: hash, IntentID: intent.ID()}
@@ -700,18 +700,36 @@ func (e *engine) applyOutcome(ctx context.Context, ev events.Event, meta events.
 			return true
 		}
 	case *events.TriggerFailed:
+		// Only a beforeInstall failure holds the install (argo-syncer does not create the
+		// Application). An afterInstall one comes after the Application was created: it is
+		// reported, but the install is not blocked.
 		rule, cluster, name = o.Rule, o.Cluster, o.Enforcement
 		apply = func(st *enfState) bool {
 			if st.IntentID != o.IntentID || o.FailurePolicy != "Fail" {
 				return false
 			}
-			st.TriggerBlocked = fmt.Sprintf("%s trigger: %s", o.Phase, truncate(o.Message, 256))
+			msg := fmt.Sprintf("%s trigger: %s", o.Phase, truncate(o.Message, 256))
+			if o.Phase == events.PhaseAfterInstall {
+				st.AfterInstallFailed = msg
+			} else {
+				st.TriggerBlocked = msg
+			}
 			return true
 		}
 	case *events.TriggerDelivered:
 		rule, cluster, name = o.Rule, o.Cluster, o.Enforcement
 		apply = func(st *enfState) bool {
-			if st.IntentID != o.IntentID || st.TriggerBlocked == "" {
+			if st.IntentID != o.IntentID {
+				return false
+			}
+			if o.Phase == events.PhaseAfterInstall {
+				if st.AfterInstallFailed == "" {
+					return false
+				}
+				st.AfterInstallFailed = ""
+				return true
+			}
+			if st.TriggerBlocked == "" {
 				return false
 			}
 			st.TriggerBlocked = ""
@@ -783,7 +801,7 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 	st.Clusters = names[:min(len(names), v1beta1.MaxStatusEntries)]
 
 	// Per enforcement: installed (confirmed by argo-syncer), failed (last outcome), or pending.
-	var pending, blocked int
+	var pending, blocked, afterFailed int
 	var blockedMsg string
 	var installErrors []v1beta1.InstallError
 	for _, p := range e.pairs[key] {
@@ -802,8 +820,17 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 				blocked++
 				blockedMsg = fmt.Sprintf("%s on %s: %s", name, p.Cluster.Name, es.TriggerBlocked)
 			}
+			// An afterInstall trigger that failed under Fail: the Application is installed (and
+			// counted so), the failure is listed with the install errors under its own reason.
+			if es.AfterInstallFailed != "" && es.Failure == nil {
+				afterFailed++
+				installErrors = append(installErrors, v1beta1.InstallError{Cluster: p.Cluster.Name, Enforcement: name,
+					Reason: reasonAfterInstallFailed, Message: es.AfterInstallFailed, Count: 1})
+			}
 		}
 	}
+	installFailed := st.InstallErrorCount
+	st.InstallErrorCount += int32(afterFailed)
 	slices.SortFunc(installErrors, func(a, b v1beta1.InstallError) int {
 		return compareStrings(a.Cluster+"/"+a.Enforcement, b.Cluster+"/"+b.Enforcement)
 	})
@@ -835,9 +862,12 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 	case blocked > 0:
 		cond.Reason = v1beta1.ReasonTriggerBlocked
 		cond.Message = fmt.Sprintf("%d install(s) held by a failing trigger; %s", blocked, blockedMsg)
-	case st.InstallErrorCount > 0:
+	case installFailed > 0:
 		cond.Reason = v1beta1.ReasonInstallFailed
-		cond.Message = fmt.Sprintf("%d install(s) failed; see status.installErrors", st.InstallErrorCount)
+		cond.Message = fmt.Sprintf("%d install(s) failed; see status.installErrors", installFailed)
+	case afterFailed > 0:
+		cond.Reason = reasonAfterInstallFailed
+		cond.Message = fmt.Sprintf("%d afterInstall trigger(s) with failurePolicy Fail failed after the Application was created; see status.installErrors", afterFailed)
 	case pending > 0:
 		cond.Reason = v1beta1.ReasonProgressing
 		cond.Message = fmt.Sprintf("%d install(s) issued, %d confirmed", pending+int(st.InstalledApplications), st.InstalledApplications)
@@ -850,6 +880,12 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 	st.Conditions = append(st.Conditions, cond)
 	return st, requeue
 }
+
+// reasonAfterInstallFailed is the Ready reason (False) and the installErrors reason of an
+// afterInstall trigger with failurePolicy Fail that failed: the Application was created, so
+// nothing is blocked, but the rule is not reported Ready. It ranks after InstallFailed.
+// (Kept here until pkg/api/v1beta1/conditions.go lists it with the other reasons.)
+const reasonAfterInstallFailed = "AfterInstallFailed"
 
 func compareStrings(a, b string) int {
 	switch {

@@ -51,8 +51,12 @@ type enfState struct {
 	Installed bool   `json:"installed,omitempty"`
 	// Failure is the last install failure of this intent, with a count.
 	Failure *failure `json:"failure,omitempty"`
-	// TriggerBlocked is the message of a failurePolicy=Fail trigger that holds the install.
+	// TriggerBlocked is the message of a failurePolicy=Fail beforeInstall trigger that holds the
+	// install.
 	TriggerBlocked string `json:"triggerBlocked,omitempty"`
+	// AfterInstallFailed is the message of a failurePolicy=Fail afterInstall trigger that failed
+	// after the Application was created: nothing is held, but the rule reports it.
+	AfterInstallFailed string `json:"afterInstallFailed,omitempty"`
 	// lastOutcome is the id of the last outcome event applied, so a redelivery counts once.
 	LastOutcome string `json:"lastOutcome,omitempty"`
 }

@@ -93,7 +93,7 @@ func (d *dispatcher) handle(ctx context.Context, e events.Event, m events.Meta) 
 	case *events.InstallIntent:
 		return d.onIntent(ctx, ev, m)
 	case *events.InstallSucceeded:
-		return d.onSucceeded(ctx, ev)
+		return d.onSucceeded(ctx, ev, m)
 	}
 	return nil
 }
@@ -156,12 +156,12 @@ func (d *dispatcher) onIntent(ctx context.Context, in *events.InstallIntent, m e
 		return events.Permanent(err)
 	}
 	r.Pair = pair
-	return d.deliverAndRecord(ctx, r)
+	return d.deliverAndRecord(ctx, r, eventSeries(m))
 }
 
 // onSucceeded delivers the afterInstall armed by the intent when argo-syncer created the
 // Application (not when it updated one).
-func (d *dispatcher) onSucceeded(ctx context.Context, s *events.InstallSucceeded) error {
+func (d *dispatcher) onSucceeded(ctx context.Context, s *events.InstallSucceeded, m events.Meta) error {
 	if !s.Created {
 		return nil
 	}
@@ -172,14 +172,21 @@ func (d *dispatcher) onSucceeded(ctx context.Context, s *events.InstallSucceeded
 	if r.final() {
 		return d.publish(ctx, r)
 	}
-	return d.deliverAndRecord(ctx, r)
+	return d.deliverAndRecord(ctx, r, eventSeries(m))
+}
+
+// eventSeries names the attempts made while handling the event m: its stream sequence and
+// delivery count, so a delivery repeated on a redelivery (after a restart) is a new series and
+// its attempts are recorded again instead of being deduplicated as the earlier ones.
+func eventSeries(m events.Meta) string {
+	return fmt.Sprintf("event-%d-%d", m.Sequence, m.NumDelivered)
 }
 
 // deliverAndRecord calls the webhook, stores the final outcome in the record and publishes it.
 // The record is written before the event: if the process dies in between, the redelivered event
 // finds the final record and publishes the outcome without calling the webhook again.
-func (d *dispatcher) deliverAndRecord(ctx context.Context, r *record) error {
-	res, err := d.deliver(ctx, r)
+func (d *dispatcher) deliverAndRecord(ctx context.Context, r *record, series string) error {
+	res, err := d.deliver(ctx, r, series)
 	if err != nil {
 		return err
 	}
@@ -200,13 +207,20 @@ func (d *dispatcher) deliverAndRecord(ctx context.Context, r *record) error {
 	return d.publish(ctx, r)
 }
 
-// deliver makes the delivery of r, fetching the signing key when the trigger names one. A
-// missing Secret or key fails the delivery (an unsigned call would defeat the receiver's check);
-// an unreachable API server is an error, retried by the consumer.
-func (d *dispatcher) deliver(ctx context.Context, r *record) (webhookResult, error) {
+// deliver makes the delivery of r, fetching the signing key when the trigger names one, and
+// publishes a TriggerAttempted event of series for every attempt. A missing Secret or key fails
+// the delivery without an attempt (an unsigned call would defeat the receiver's check); an
+// unreachable API server, or an attempt event that cannot be stored, is an error, retried by the
+// consumer.
+func (d *dispatcher) deliver(ctx context.Context, r *record, series string) (webhookResult, error) {
 	req := webhookRequest{
 		ID: r.DeliveryID, Phase: r.Phase, Endpoint: r.Trigger.Endpoint,
 		Timeout: triggerTimeout(r.Trigger, d.cfg.DefaultTimeout), Body: r.Body,
+		FirstAttempt: r.Attempts + 1,
+		Report: func(ctx context.Context, a attemptReport) error {
+			_, err := d.publisher.Publish(ctx, r.attempted(series, a))
+			return err
+		},
 	}
 	if name := r.Trigger.SigningSecret; name != "" {
 		key, err := d.signingKey(ctx, r.Rule.Namespace, name)
@@ -250,12 +264,15 @@ func (d *dispatcher) signingKey(ctx context.Context, namespace, name string) ([]
 	return key, nil
 }
 
-// applicationExists reads the Application; only NotFound means it does not exist.
+// applicationExists reads the Application; only NotFound means it does not exist. An
+// Application being deleted (deletionTimestamp set, e.g. a Cascade uninstall waiting for Argo
+// CD's resources finalizer) counts as not existing: argo-syncer waits until it is gone and then
+// creates it anew, behind this beforeInstall's outcome, so the install is a creation.
 func (d *dispatcher) applicationExists(ctx context.Context, name string) (bool, error) {
-	_, err := d.apps.Get(ctx, name, metav1.GetOptions{})
+	app, err := d.apps.Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case err == nil:
-		return true, nil
+		return app.GetDeletionTimestamp() == nil, nil
 	case apierrors.IsNotFound(err):
 		return false, nil
 	}
@@ -375,7 +392,8 @@ func (d *dispatcher) retryBlockedOnce(ctx context.Context) error {
 				"rule", r.Rule.String(), "cluster", r.Cluster, "enforcement", r.Enforcement)
 			continue
 		}
-		ok, _, err := d.records.update(ctx, r, rev)
+		// The claim's revision is unique to this retry, so it names the series of its attempts.
+		ok, claimed, err := d.records.update(ctx, r, rev)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -383,7 +401,7 @@ func (d *dispatcher) retryBlockedOnce(ctx context.Context) error {
 		if !ok {
 			continue
 		}
-		res, err := d.deliver(ctx, r)
+		res, err := d.deliver(ctx, r, fmt.Sprintf("retry-%d", claimed))
 		if err != nil {
 			errs = append(errs, err)
 			blocked++

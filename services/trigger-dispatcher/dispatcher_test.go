@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,7 +45,7 @@ var namespaceSeq atomic.Int64
 
 func newHarness(t testing.TB) *harness {
 	t.Helper()
-	h := &harness{t: t, kube: kubeWithArgoCD(t), nats: testenv.StartNATS(t), outcomes: make(chan events.Event, 64)}
+	h := &harness{t: t, kube: kubeWithArgoCD(t), nats: testenv.StartNATS(t), outcomes: make(chan events.Event, 256)}
 	n := namespaceSeq.Add(1)
 	h.argoNS = h.kube.Namespace(t, fmt.Sprintf("argocd-%d-%d", time.Now().UnixNano()%1e6, n))
 	h.ruleNS = h.kube.Namespace(t, fmt.Sprintf("rules-%d-%d", time.Now().UnixNano()%1e6, n))
@@ -182,8 +183,9 @@ func (h *harness) caughtUp() {
 	}
 }
 
-// createApplication does argo-syncer's part: create the Application of (cluster, logging).
-func (h *harness) createApplication(cluster string) {
+// createApplication does argo-syncer's part: create the Application of (cluster, logging), with
+// finalizers if given.
+func (h *harness) createApplication(cluster string, finalizers ...string) {
 	h.t.Helper()
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
@@ -195,8 +197,61 @@ func (h *harness) createApplication(cluster string) {
 	}}
 	u.SetNamespace(h.argoNS)
 	u.SetName(events.ApplicationName(cluster, "logging"))
+	u.SetFinalizers(finalizers)
 	if err := h.kube.Client.Create(context.Background(), u); err != nil {
 		h.t.Fatalf("create Application: %v", err)
+	}
+}
+
+// application reads the Application of (cluster, logging); nil when there is none.
+func (h *harness) application(cluster string) (*unstructured.Unstructured, error) {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("argoproj.io/v1alpha1")
+	u.SetKind("Application")
+	err := h.kube.Client.Get(context.Background(), types.NamespacedName{Namespace: h.argoNS, Name: events.ApplicationName(cluster, "logging")}, u)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// storedAttempt is one TriggerAttempted event as the stream holds it.
+type storedAttempt struct {
+	*events.TriggerAttempted
+	Raw string // subject, headers and body, to check what the event exposes
+}
+
+// attempts returns the TriggerAttempted events of a delivery stored so far, in stream order.
+func (h *harness) attempts(deliveryID string) []storedAttempt {
+	h.t.Helper()
+	ctx := context.Background()
+	oc, err := h.js.OrderedConsumer(ctx, events.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"enforcement.trigger.attempted.>"}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []storedAttempt
+	for {
+		batch, err := oc.Fetch(256, jetstream.FetchMaxWait(300*time.Millisecond))
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			a, _, err := events.DecodeAs[*events.TriggerAttempted](m.Subject(), m.Headers(), m.Data())
+			if err != nil {
+				h.t.Fatalf("decode attempt: %v", err)
+			}
+			if a.DeliveryID == deliveryID {
+				out = append(out, storedAttempt{a, fmt.Sprintf("%s %v %s", m.Subject(), m.Headers(), m.Data())})
+			}
+		}
+		if n == 0 {
+			return out
+		}
 	}
 }
 
@@ -316,6 +371,192 @@ func TestChoreographyBeforeAndAfterInstall(t *testing.T) {
 	}
 }
 
+// Every HTTP attempt is a TriggerAttempted event, published as soon as the attempt is classified
+// (so before the outcome): its number, result, status code or error, duration and whether a
+// retry follows, in one series per handling of the intent. It carries no secret: not the
+// signing key, not the signature, not the endpoint (whose query holds a token here).
+func TestEveryAttemptIsAnEvent(t *testing.T) {
+	h := newHarness(t)
+	key := "whsec_" + base64.StdEncoding.EncodeToString([]byte("the attempt events never hold it"))
+	if err := h.kube.Client.Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: h.ruleNS, Name: "webhook-key"},
+		Data:       map[string][]byte{"key": []byte(key)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	svc := startService(t, h.env("TRIGGER_BACKOFF_BASE", "20ms", "TRIGGER_BACKOFF_MAX", "100ms"))
+	rc := newReceiver(t, status(http.StatusServiceUnavailable), status(http.StatusBadGateway), status(http.StatusNoContent))
+	endpoint := rc.URL() + "/hooks/before?token=s3cr3t-t0ken"
+	in := h.intent("attempts", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: endpoint, SigningSecret: "webhook-key"}})
+	seq := h.publish(in)
+	out, ok := h.waitOutcome(events.PhaseBeforeInstall, in.ID()).(*events.TriggerDelivered)
+	if !ok || out.Attempts != 3 {
+		t.Fatalf("outcome = %+v, want TriggerDelivered after 3 attempts", out)
+	}
+	// The attempts arrived before the outcome.
+	before := 0
+	for _, e := range h.seen {
+		if a, ok := e.(*events.TriggerAttempted); ok && a.DeliveryID == out.DeliveryID {
+			before++
+		}
+	}
+	if before != 3 {
+		t.Errorf("%d attempt events arrived before the outcome, want 3", before)
+	}
+
+	atts := h.attempts(out.DeliveryID)
+	if len(atts) != 3 || len(rc.Calls()) != 3 {
+		t.Fatalf("%d attempt events for %d calls, want 3 and 3", len(atts), len(rc.Calls()))
+	}
+	want := []struct {
+		result string
+		status int
+		retry  bool
+	}{{resultServerError, 503, true}, {resultServerError, 502, true}, {resultSuccess, 204, false}}
+	series := fmt.Sprintf("event-%d-1", seq)
+	for i, a := range atts {
+		w := want[i]
+		if a.Attempt != i+1 || a.Result != w.result || a.StatusCode != w.status || a.WillRetry != w.retry || a.Error != "" {
+			t.Errorf("attempt %d = %+v, want result %s, status %d, will retry %v", i+1, a.TriggerAttempted, w.result, w.status, w.retry)
+		}
+		if (a.RetryInMillis > 0) != w.retry || a.RetryInMillis > 100 || a.DurationMillis < 0 {
+			t.Errorf("attempt %d: retry in %d ms, took %d ms", i+1, a.RetryInMillis, a.DurationMillis)
+		}
+		if a.Series != series || a.IntentID != in.ID() || a.IntentSequence != seq || a.Phase != events.PhaseBeforeInstall ||
+			a.Rule != in.Rule || a.Cluster != "attempts" || a.Enforcement != "logging" {
+			t.Errorf("attempt %d identifies %+v, want series %s of intent %s (sequence %d)", i+1, a.TriggerAttempted, series, in.ID(), seq)
+		}
+		sig := rc.Calls()[i].Header.Get("webhook-signature")
+		for _, secret := range []string{"s3cr3t-t0ken", "/hooks/before", key, strings.TrimPrefix(key, "whsec_"), strings.TrimPrefix(sig, "v1,")} {
+			if strings.Contains(a.Raw, secret) {
+				t.Errorf("attempt %d exposes %q: %s", i+1, secret, a.Raw)
+			}
+		}
+	}
+
+	// An attempt without a response names its error class and the error.
+	meta := h.intent("attempts-refused", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: "http://169.254.169.254/latest/meta-data/"}})
+	h.publish(meta)
+	failed, ok := h.waitOutcome(events.PhaseBeforeInstall, meta.ID()).(*events.TriggerFailed)
+	if !ok {
+		t.Fatal("refused delivery did not fail")
+	}
+	if r := h.attempts(failed.DeliveryID); len(r) != 1 || r[0].Result != resultRefused || r[0].StatusCode != 0 ||
+		r[0].WillRetry || !strings.Contains(r[0].Error, "refused") || strings.Contains(r[0].Raw, "169.254.169.254/latest") {
+		t.Errorf("refused attempts = %+v, want one refused attempt with its error and no endpoint", r)
+	}
+
+	// And every attempt is a metric.
+	metrics := scrape(t, svc.metrics)
+	for _, want := range []string{
+		`enforcement_trigger_dispatcher_attempts_total{phase="beforeInstall",result="server_error"} 2`,
+		`enforcement_trigger_dispatcher_attempts_total{phase="beforeInstall",result="success"} 1`,
+		`enforcement_trigger_dispatcher_attempts_total{phase="beforeInstall",result="refused"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// An install intent that arrives while its Application is still being deleted (a Cascade
+// uninstall waiting for Argo CD's resources finalizer) is a creation, not an update: argo-syncer
+// waits until the Application is gone and then for the beforeInstall outcome, so the dispatcher
+// must deliver beforeInstall, and afterInstall once the new Application is created.
+func TestBeforeInstallWhileApplicationIsBeingDeleted(t *testing.T) {
+	h := newHarness(t)
+	svc := startService(t, h.env())
+	ctx := context.Background()
+	// No Argo CD controller runs here, so the finalizer keeps the Application terminating.
+	h.createApplication("terminating", "resources-finalizer.argocd.argoproj.io")
+	app, err := h.application("terminating")
+	if err != nil || app == nil {
+		t.Fatalf("read Application: %v", err)
+	}
+	if err := h.kube.Client.Delete(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	if app, err = h.application("terminating"); err != nil || app == nil || app.GetDeletionTimestamp() == nil {
+		t.Fatalf("Application after delete = %v (%v), want it terminating", app, err)
+	}
+
+	var mu sync.Mutex
+	var saw []string
+	before := newReceiver(t)
+	before.onCall = func(*http.Request, []byte) {
+		a, err := h.application("terminating")
+		state := "gone"
+		switch {
+		case err != nil:
+			state = err.Error()
+		case a != nil && a.GetDeletionTimestamp() != nil:
+			state = "terminating"
+		case a != nil:
+			state = "exists"
+		}
+		mu.Lock()
+		saw = append(saw, state)
+		mu.Unlock()
+	}
+	after, afterSaw := h.appCheckingReceiver("terminating")
+	in := h.intent("terminating", "h1", &events.Triggers{
+		BeforeInstall: &events.Trigger{Endpoint: before.URL()}, AfterInstall: &events.Trigger{Endpoint: after.URL()},
+	})
+	h.publish(in)
+	if _, ok := h.waitOutcome(events.PhaseBeforeInstall, in.ID()).(*events.TriggerDelivered); !ok {
+		t.Fatal("beforeInstall outcome is not TriggerDelivered")
+	}
+	mu.Lock()
+	if len(saw) != 1 || saw[0] != "terminating" {
+		t.Errorf("beforeInstall receiver saw the Application %v, want one call while it was being deleted", saw)
+	}
+	mu.Unlock()
+
+	// argo-syncer: the deletion finishes, then it creates the Application and reports it.
+	app, err = h.application("terminating")
+	if err != nil || app == nil {
+		t.Fatalf("read Application: %v", err)
+	}
+	app.SetFinalizers(nil)
+	if err := h.kube.Client.Update(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		if a, err := h.application("terminating"); err != nil || a != nil {
+			return fmt.Errorf("Application still there (%v)", err)
+		}
+		return nil
+	})
+	h.createApplication("terminating")
+	h.publish(&events.InstallSucceeded{IntentID: in.ID(), Rule: in.Rule, Cluster: "terminating", Enforcement: "logging",
+		Application: events.ApplicationName("terminating", "logging"), Created: true, SpecHash: "h1"})
+	if _, ok := h.waitOutcome(events.PhaseAfterInstall, in.ID()).(*events.TriggerDelivered); !ok {
+		t.Fatal("afterInstall outcome is not TriggerDelivered")
+	}
+	if s := afterSaw(); len(s) != 1 || !s[0] {
+		t.Errorf("afterInstall receiver saw Application existing = %v, want one call while it existed", s)
+	}
+	if m := scrape(t, svc.metrics); strings.Contains(m, `outcome="skipped_update"`) {
+		t.Error("the install over a terminating Application was counted as a skipped update")
+	}
+}
+
+// eventually retries f until it succeeds or timeout passes.
+func eventually(t testing.TB, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // scrape returns the text of /metrics at addr.
 func scrape(t testing.TB, addr string) string {
 	t.Helper()
@@ -364,12 +605,16 @@ func TestRedeliveryDoesNotRepeatAFinishedDelivery(t *testing.T) {
 	if n := len(msgs.State.Subjects); n == 0 {
 		t.Fatal("no trigger events stored")
 	}
-	total := uint64(0)
-	for _, c := range msgs.State.Subjects {
-		total += c
+	outcomes, attempts := uint64(0), uint64(0)
+	for subject, c := range msgs.State.Subjects {
+		if strings.HasPrefix(subject, "enforcement.trigger.attempted.") {
+			attempts += c
+		} else {
+			outcomes += c
+		}
 	}
-	if total != 2 {
-		t.Errorf("%d trigger events stored, want 2 (one per phase)", total)
+	if outcomes != 2 || attempts != 2 {
+		t.Errorf("%d trigger outcomes and %d attempts stored, want 2 and 2 (one of each per phase)", outcomes, attempts)
 	}
 }
 
@@ -415,6 +660,19 @@ func TestRestartDuringRetryRepeatsWithSameID(t *testing.T) {
 	}
 	if exists, _ := h.applicationExists("restart"); exists {
 		t.Error("Application exists although nobody created it")
+	}
+	// Every call is an attempt event; the repeat after the restart is a new series (the intent's
+	// second delivery), so the server did not deduplicate its first attempt away.
+	atts := h.attempts(out.DeliveryID)
+	if len(atts) != len(calls) {
+		t.Fatalf("%d attempt events for %d calls", len(atts), len(calls))
+	}
+	initial, last := atts[0], atts[len(atts)-1]
+	if initial.Result != resultServerError || initial.StatusCode != 503 || !initial.WillRetry || initial.Series != fmt.Sprintf("event-%d-1", out.IntentSequence) {
+		t.Errorf("first attempt = %+v, want a 503 to retry in series event-%d-1", initial.TriggerAttempted, out.IntentSequence)
+	}
+	if last.Result != resultSuccess || last.WillRetry || last.Series == initial.Series || last.Attempt != out.Attempts {
+		t.Errorf("last attempt = %+v, want the success of a new series numbered as the outcome's %d attempts", last.TriggerAttempted, out.Attempts)
 	}
 }
 
@@ -508,6 +766,25 @@ func TestFailurePolicies(t *testing.T) {
 	}
 	if delivered.DeliveryID != ff.DeliveryID {
 		t.Errorf("released delivery id %q, want the blocked one %q", delivered.DeliveryID, ff.DeliveryID)
+	}
+	// Every retry of the blocked delivery is an attempt event of its own series, numbered on from
+	// the first attempt; the last one is the success the outcome reports.
+	atts := h.attempts(ff.DeliveryID)
+	if len(atts) < 3 || atts[0].Series != fmt.Sprintf("event-%d-1", ff.IntentSequence) || atts[0].Result != resultClientError || atts[0].WillRetry {
+		t.Fatalf("attempts of the blocked delivery = %+v, want the first 400 and at least two retries", atts)
+	}
+	series := map[string]bool{}
+	for i, a := range atts {
+		if a.Attempt != i+1 {
+			t.Errorf("attempt %d numbered %d", i+1, a.Attempt)
+		}
+		if i > 0 && (!strings.HasPrefix(a.Series, "retry-") || series[a.Series]) {
+			t.Errorf("retry attempt %d in series %q, want a new retry-<revision> series", i+1, a.Series)
+		}
+		series[a.Series] = true
+	}
+	if last := atts[len(atts)-1]; last.Result != resultSuccess || last.Attempt != delivered.Attempts {
+		t.Errorf("last attempt %+v, want the success numbered as the outcome's %d attempts", last.TriggerAttempted, delivered.Attempts)
 	}
 	// The Ignore failure is final: the blocked-delivery loop never retries it.
 	ignored := 0
@@ -653,7 +930,7 @@ func TestSyncerRestartBetweenHookAndInstall(t *testing.T) {
 	}
 	fetch := func() []jetstream.Msg {
 		t.Helper()
-		batch, err := syncer.Fetch(2, jetstream.FetchMaxWait(5*time.Second))
+		batch, err := syncer.Fetch(3, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -661,8 +938,20 @@ func TestSyncerRestartBetweenHookAndInstall(t *testing.T) {
 		for m := range batch.Messages() {
 			msgs = append(msgs, m)
 		}
-		if len(msgs) != 2 {
-			t.Fatalf("argo-syncer consumer got %d messages, want the intent and TriggerDelivered", len(msgs))
+		// The intent, then TriggerDelivered, then the rest (TriggerAttempted), whatever the order
+		// of redelivery.
+		rank := func(m jetstream.Msg) int {
+			switch {
+			case strings.HasPrefix(m.Subject(), "enforcement.intent."):
+				return 0
+			case strings.HasPrefix(m.Subject(), "enforcement.trigger.delivered."):
+				return 1
+			}
+			return 2
+		}
+		sort.SliceStable(msgs, func(i, j int) bool { return rank(msgs[i]) < rank(msgs[j]) })
+		if len(msgs) != 3 || rank(msgs[0]) != 0 || rank(msgs[1]) != 1 || !strings.HasPrefix(msgs[2].Subject(), "enforcement.trigger.attempted.") {
+			t.Fatalf("argo-syncer consumer got %d messages, want the intent, TriggerDelivered and TriggerAttempted", len(msgs))
 		}
 		return msgs
 	}

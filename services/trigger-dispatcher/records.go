@@ -85,6 +85,17 @@ func (r *record) outcome() events.Event {
 	}
 }
 
+// attempted is the event of one attempt of the record's delivery, in series. The attempt's
+// error is the dispatcher's own classification (the endpoint is never part of it).
+func (r *record) attempted(series string, a attemptReport) *events.TriggerAttempted {
+	return &events.TriggerAttempted{
+		DeliveryID: r.DeliveryID, IntentID: r.IntentID, IntentSequence: r.IntentSequence,
+		Phase: r.Phase, Rule: r.Rule, Cluster: r.Cluster, Enforcement: r.Enforcement,
+		Series: series, Attempt: a.Attempt, Result: a.Result, StatusCode: a.StatusCode, Error: errString(a.Err),
+		DurationMillis: a.Duration.Milliseconds(), WillRetry: a.WillRetry, RetryInMillis: a.RetryIn.Milliseconds(),
+	}
+}
+
 // recordStore reads and writes records in the KV bucket.
 type recordStore struct {
 	kv jetstream.KeyValue

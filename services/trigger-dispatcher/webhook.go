@@ -46,6 +46,24 @@ type webhookRequest struct {
 	Body     []byte
 	// Key, when set, signs every attempt (HMAC-SHA256, Standard Webhooks).
 	Key []byte
+	// FirstAttempt is the number of the first attempt made here (0 means 1): the retries of a
+	// blocked delivery continue the count of its earlier attempts.
+	FirstAttempt int
+	// Report, when set, is told of every attempt as soon as it is classified. An error ends the
+	// delivery with that error (the caller repeats it, with the same id), so no delivery becomes
+	// final with an attempt nobody recorded.
+	Report func(context.Context, attemptReport) error
+}
+
+// attemptReport is one attempt's outcome, as the TriggerAttempted event tells it.
+type attemptReport struct {
+	Attempt    int
+	Result     string
+	StatusCode int
+	Err        error
+	Duration   time.Duration
+	WillRetry  bool
+	RetryIn    time.Duration
 }
 
 // webhookResult is what a delivery came to after all its attempts.
@@ -95,20 +113,34 @@ func newHTTPClient(policy netPolicy) *http.Client {
 }
 
 // deliver makes attempts until one answers 2xx, one fails in a way retrying cannot fix, or
-// maxAttempts are used up. It returns errShuttingDown (and no result) when the service stops
-// while it waits for a retry, or ctx's error when ctx ends; every other failure is a result.
+// maxAttempts are used up, reporting each to req.Report. It returns errShuttingDown (and no
+// result) when the service stops while it waits for a retry, ctx's error when ctx ends, and
+// Report's error when an attempt could not be reported; every other failure is a result.
 func (c *webhookClient) deliver(ctx context.Context, req webhookRequest) (webhookResult, error) {
 	var res webhookResult
+	first := max(req.FirstAttempt, 1)
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
-		a := c.attempt(ctx, req)
+		a, took := c.attempt(ctx, req)
 		if a.status != 0 {
 			res.StatusCode = a.status
 		}
-		// Not built yet: an event per attempt ("Every attempt's outcome is an event") needs a
-		// TriggerAttempted type in pkg/events; until then every attempt is a log line and a metric.
-		c.logger.Info("Attempted webhook delivery", "deliveryId", req.ID, "phase", req.Phase, "attempt", attempt,
-			"result", a.result, "statusCode", a.status, "error", errString(a.err))
+		final := a.result == resultSuccess || !a.retryable || attempt >= c.maxAttempts || ctx.Err() != nil
+		var wait time.Duration
+		if !final {
+			wait = c.backoff(attempt, a.retryAfter)
+		}
+		c.logger.Info("Attempted webhook delivery", "deliveryId", req.ID, "phase", req.Phase,
+			"attempt", first+attempt-1, "result", a.result, "statusCode", a.status, "error", errString(a.err),
+			"duration", took, "willRetry", !final)
+		if req.Report != nil {
+			if err := req.Report(ctx, attemptReport{
+				Attempt: first + attempt - 1, Result: a.result, StatusCode: a.status, Err: a.err,
+				Duration: took, WillRetry: !final, RetryIn: wait,
+			}); err != nil {
+				return res, fmt.Errorf("record attempt %d of delivery %s: %w", first+attempt-1, req.ID, err)
+			}
+		}
 		if a.result == resultSuccess {
 			res.Delivered, res.Message = true, ""
 			return res, nil
@@ -123,7 +155,6 @@ func (c *webhookClient) deliver(ctx context.Context, req webhookRequest) (webhoo
 		if ctx.Err() != nil {
 			return res, ctx.Err()
 		}
-		wait := c.backoff(attempt, a.retryAfter)
 		select {
 		case <-time.After(wait):
 		case <-c.stop:
@@ -170,12 +201,13 @@ func (a attemptResult) message() string {
 	return fmt.Sprintf("%s: HTTP %d", a.result, a.status)
 }
 
-// attempt makes one POST and classifies its outcome.
-func (c *webhookClient) attempt(ctx context.Context, req webhookRequest) attemptResult {
+// attempt makes one POST, classifies its outcome and says how long it took.
+func (c *webhookClient) attempt(ctx context.Context, req webhookRequest) (attemptResult, time.Duration) {
 	start := time.Now()
 	a := c.do(ctx, req)
-	c.metrics.attempt(req.Phase, a.result, time.Since(start))
-	return a
+	took := time.Since(start)
+	c.metrics.attempt(req.Phase, a.result, took)
+	return a, took
 }
 
 // do sends the POST and classifies the outcome: 2xx success; 429 and 5xx retryable (with the

@@ -154,6 +154,58 @@ func TestDeliverRetries(t *testing.T) {
 	}
 }
 
+// Every attempt is reported as soon as it is classified, numbered on from FirstAttempt, with
+// whether and when a retry follows; a report that fails ends the delivery with its error before
+// any further attempt.
+func TestDeliverReportsEveryAttempt(t *testing.T) {
+	rc := newReceiver(t, status(500), sleepFor(time.Second), status(200))
+	c := testWebhookClient(netPolicy{})
+	var reports []attemptReport
+	res, err := c.deliver(context.Background(), webhookRequest{
+		ID: "dlv_report", Phase: "afterInstall", Endpoint: rc.URL(), Timeout: 100 * time.Millisecond, FirstAttempt: 4,
+		Report: func(_ context.Context, a attemptReport) error {
+			if n := len(rc.Calls()); n != len(reports)+1 {
+				t.Errorf("report of attempt %d after %d calls", a.Attempt, n)
+			}
+			reports = append(reports, a)
+			return nil
+		},
+	})
+	if err != nil || !res.Delivered || res.Attempts != 3 {
+		t.Fatalf("deliver = %+v, %v; want delivered after 3 attempts", res, err)
+	}
+	want := []struct {
+		attempt int
+		result  string
+		status  int
+		retry   bool
+	}{{4, resultServerError, 500, true}, {5, resultTimeout, 0, true}, {6, resultSuccess, 200, false}}
+	if len(reports) != len(want) {
+		t.Fatalf("%d reports, want %d", len(reports), len(want))
+	}
+	for i, w := range want {
+		r := reports[i]
+		if r.Attempt != w.attempt || r.Result != w.result || r.StatusCode != w.status || r.WillRetry != w.retry || (r.RetryIn > 0) != w.retry {
+			t.Errorf("report %d = %+v, want attempt %d, %s, status %d, retry %v", i, r, w.attempt, w.result, w.status, w.retry)
+		}
+	}
+	if reports[1].Err == nil || reports[1].Duration < 100*time.Millisecond {
+		t.Errorf("timed-out attempt reported error %v after %s", reports[1].Err, reports[1].Duration)
+	}
+
+	failing := newReceiver(t, status(503))
+	res, err = c.deliver(context.Background(), webhookRequest{
+		ID: "dlv_unreported", Phase: "afterInstall", Endpoint: failing.URL(), Timeout: 100 * time.Millisecond,
+		Report: func(context.Context, attemptReport) error { return errors.New("stream unavailable") },
+	})
+	if err == nil || !strings.Contains(err.Error(), "stream unavailable") || res.Delivered {
+		t.Fatalf("deliver with a failing report = %+v, %v; want its error", res, err)
+	}
+	if n := len(failing.Calls()); n != 1 {
+		t.Errorf("%d calls after the report failed, want 1", n)
+	}
+}
+
 // A connection error (nothing listens) is retried up to the bound.
 func TestDeliverConnectionErrorRetried(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"reflect"
+	"testing"
+	"time"
+
+	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
+	"github.com/enforcement-io/enforcement/pkg/events"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// recordingPublisher keeps the intents the engine publishes.
+type recordingPublisher struct{ evs []events.Event }
+
+func (p *recordingPublisher) PublishAll(_ context.Context, evs []events.Event) error {
+	p.evs = append(p.evs, evs...)
+	return nil
+}
+
+// TestInstallIntentsCarryRegistrationHints: the cluster's "argocd.*" attributes (as the EKS and
+// GKE listers write them, decoded from the wire) become the install intent's
+// Target.Registration, strings as they are and the args list JSON-encoded; other attributes
+// do not, a cluster without hints has none, and uninstall intents carry none.
+func TestInstallIntentsCarryRegistrationHints(t *testing.T) {
+	pub := &recordingPublisher{}
+	e := newEngine(slog.New(slog.NewTextHandler(io.Discard, nil)), newMemStore(), pub, newRenderer(nil, time.Second), newMetrics(nil), time.Minute)
+	ctx := context.Background()
+	for _, src := range []v1beta1.Source{
+		{EKS: &v1beta1.EKSSource{}, MatchLabels: map[string]string{"env": "prod"}},
+		{GKE: &v1beta1.GKESource{}},
+		{Rancher: &v1beta1.RancherSource{}},
+	} {
+		kind := "rancher"
+		if src.EKS != nil {
+			kind = "eks"
+		} else if src.GKE != nil {
+			kind = "gke"
+		}
+		cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: kind, UID: types.UID("u-" + kind), Generation: 1},
+			Spec: v1beta1.ClusterRuleSpec{Source: src, Enforcements: []v1beta1.Enforcement{
+				{Name: "agent", Repo: "https://git.example/agent", Path: "${{ region }}"}}}}
+		if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Attributes as they arrive in a cluster event: decoded JSON, so the args list is []any.
+	attrs := func(raw string) map[string]any {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(raw), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	source := func(kind string) events.SourceRef {
+		return events.SourceRef{Kind: kind, ID: SourceID(kind, "enforcement", kind, nil), SecretNamespace: "enforcement", SecretName: kind}
+	}
+	eks := events.Cluster{Source: source("eks"), Key: "arn:aws:eks:eu-west-1:1:cluster/Prod_1", Name: "prod-1",
+		URL: "https://ABC.gr7.eu-west-1.eks.amazonaws.com", Labels: map[string]string{"env": "prod"}, State: "ACTIVE", Eligible: true,
+		Attributes: attrs(`{"region": "eu-west-1", "tags": {"env": "prod"},
+			"argocd.awsAuthConfig.clusterName": "Prod_1", "argocd.awsAuthConfig.roleARN": "arn:aws:iam::1:role/argocd",
+			"argocd.caData": "LS0tLS1CRUdJTg==", "argocd.nothing": null}`)}
+	gke := events.Cluster{Source: source("gke"), Key: "projects/p/locations/l/clusters/g1", Name: "g1", URL: "https://34.1.2.3",
+		State: "RUNNING", Eligible: true,
+		Attributes: attrs(`{"region": "europe-west1", "argocd.caData": "LS0tLS1CRUdJTg==",
+			"argocd.execProviderConfig.command": "argocd-k8s-auth", "argocd.execProviderConfig.args": ["gcp"],
+			"argocd.execProviderConfig.apiVersion": "client.authentication.k8s.io/v1beta1"}`)}
+	rancher := events.Cluster{Source: source("rancher"), Key: "c-r1", Name: "r1", URL: "https://rancher.example/k8s/clusters/c-r1",
+		State: "active", Eligible: true, Attributes: attrs(`{"region": "x", "driver": "rke2"}`)}
+	for i, c := range []events.Cluster{eks, gke, rancher} {
+		if err := e.applyCluster(ctx, c, uint64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]map[string]string{
+		"prod-1": {
+			"argocd.awsAuthConfig.clusterName": "Prod_1",
+			"argocd.awsAuthConfig.roleARN":     "arn:aws:iam::1:role/argocd",
+			"argocd.caData":                    "LS0tLS1CRUdJTg==",
+		},
+		"g1": {
+			"argocd.caData":                        "LS0tLS1CRUdJTg==",
+			"argocd.execProviderConfig.command":    "argocd-k8s-auth",
+			"argocd.execProviderConfig.args":       `["gcp"]`,
+			"argocd.execProviderConfig.apiVersion": "client.authentication.k8s.io/v1beta1",
+		},
+		"r1": nil,
+	}
+	got := map[string]map[string]string{}
+	for _, ev := range pub.evs {
+		in, ok := ev.(*events.InstallIntent)
+		if !ok {
+			t.Fatalf("unexpected %T", ev)
+		}
+		got[in.Cluster.Name] = in.Cluster.Registration
+		if in.Cluster.Name == "prod-1" && in.Enforcement.Path != "eu-west-1" {
+			t.Errorf("template variables changed: path %q", in.Enforcement.Path)
+		}
+		// The hints survive the wire format.
+		msg, err := events.Encode(in, "/enforcement/test", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, _, err := events.DecodeAs[*events.InstallIntent](msg.Subject, msg.Header, msg.Data)
+		if err != nil || !reflect.DeepEqual(back.Cluster.Registration, in.Cluster.Registration) {
+			t.Errorf("%s: registration after a round trip %v (%v)", in.Cluster.Name, back.Cluster.Registration, err)
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("registrations\n got %v\nwant %v", got, want)
+	}
+
+	// The EKS cluster stops matching: its uninstall intent carries no hints.
+	pub.evs = nil
+	eks.Labels = map[string]string{"env": "dev"}
+	if err := e.applyCluster(ctx, eks, 10); err != nil {
+		t.Fatal(err)
+	}
+	if len(pub.evs) != 1 {
+		t.Fatalf("%d intents after the label change, want 1 uninstall", len(pub.evs))
+	}
+	if un, ok := pub.evs[0].(*events.UninstallIntent); !ok || un.Cluster.Registration != nil {
+		t.Errorf("uninstall intent %+v", pub.evs[0])
+	}
+}
