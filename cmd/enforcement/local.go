@@ -323,6 +323,12 @@ func narrate(m *nats.Msg) string {
 		return ""
 	case *events.TriggerDelivered:
 		return fmt.Sprintf("Delivered %s webhook for %s on %s", e.Phase, e.Enforcement, e.Cluster)
+	case *events.TriggerAttempted:
+		if e.WillRetry {
+			return fmt.Sprintf("%s webhook for %s on %s: attempt %d %s, retrying in %s", e.Phase, e.Enforcement, e.Cluster,
+				e.Attempt, e.Result, time.Duration(e.RetryInMillis)*time.Millisecond)
+		}
+		return "" // the outcome event follows and says how it ended
 	case *events.TriggerFailed:
 		return fmt.Sprintf("%s webhook for %s on %s failed: %s", e.Phase, e.Enforcement, e.Cluster, e.Message)
 	}
