@@ -825,7 +825,7 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 			if es.AfterInstallFailed != "" && es.Failure == nil {
 				afterFailed++
 				installErrors = append(installErrors, v1beta1.InstallError{Cluster: p.Cluster.Name, Enforcement: name,
-					Reason: reasonAfterInstallFailed, Message: es.AfterInstallFailed, Count: 1})
+					Reason: v1beta1.ReasonAfterInstallFailed, Message: es.AfterInstallFailed, Count: 1})
 			}
 		}
 	}
@@ -866,7 +866,7 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 		cond.Reason = v1beta1.ReasonInstallFailed
 		cond.Message = fmt.Sprintf("%d install(s) failed; see status.installErrors", installFailed)
 	case afterFailed > 0:
-		cond.Reason = reasonAfterInstallFailed
+		cond.Reason = v1beta1.ReasonAfterInstallFailed
 		cond.Message = fmt.Sprintf("%d afterInstall trigger(s) with failurePolicy Fail failed after the Application was created; see status.installErrors", afterFailed)
 	case pending > 0:
 		cond.Reason = v1beta1.ReasonProgressing
@@ -880,12 +880,6 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 	st.Conditions = append(st.Conditions, cond)
 	return st, requeue
 }
-
-// reasonAfterInstallFailed is the Ready reason (False) and the installErrors reason of an
-// afterInstall trigger with failurePolicy Fail that failed: the Application was created, so
-// nothing is blocked, but the rule is not reported Ready. It ranks after InstallFailed.
-// (Kept here until pkg/api/v1beta1/conditions.go lists it with the other reasons.)
-const reasonAfterInstallFailed = "AfterInstallFailed"
 
 func compareStrings(a, b string) int {
 	switch {

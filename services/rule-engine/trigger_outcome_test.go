@@ -86,14 +86,14 @@ func TestTriggerFailurePhases(t *testing.T) {
 	if cond.Reason == v1beta1.ReasonTriggerBlocked {
 		t.Fatalf("an afterInstall failure marked the install blocked: %+v", cond)
 	}
-	if cond.Status != "False" || cond.Reason != reasonAfterInstallFailed || !strings.Contains(cond.Message, "afterInstall") {
-		t.Errorf("Ready = %+v, want False %s", cond, reasonAfterInstallFailed)
+	if cond.Status != "False" || cond.Reason != v1beta1.ReasonAfterInstallFailed || !strings.Contains(cond.Message, "afterInstall") {
+		t.Errorf("Ready = %+v, want False %s", cond, v1beta1.ReasonAfterInstallFailed)
 	}
 	// b is pending, a installed: the afterInstall failure outranks Progressing.
 	if st.InstalledApplications != 1 || st.InstallErrorCount != 1 || len(st.InstallErrors) != 1 {
 		t.Fatalf("status %+v, want a installed and one install error", st)
 	}
-	if ie := st.InstallErrors[0]; ie.Cluster != "a" || ie.Enforcement != "guestbook" || ie.Reason != reasonAfterInstallFailed ||
+	if ie := st.InstallErrors[0]; ie.Cluster != "a" || ie.Enforcement != "guestbook" || ie.Reason != v1beta1.ReasonAfterInstallFailed ||
 		ie.Count != 1 || !strings.Contains(ie.Message, "afterInstall trigger: gave up after 5 attempts") {
 		t.Errorf("install error %+v", ie)
 	}
@@ -109,7 +109,7 @@ func TestTriggerFailurePhases(t *testing.T) {
 		Cluster: "b", Enforcement: "guestbook", StatusCode: 200, Attempts: 6})
 	outcome(&events.InstallSucceeded{IntentID: b.ID(), Rule: b.Rule, Cluster: "b", Enforcement: "guestbook",
 		Application: "b-guestbook", Created: true, SpecHash: b.SpecHash})
-	if cond, st := ready(); cond.Reason != reasonAfterInstallFailed || st.InstalledApplications != 2 || st.InstallErrorCount != 1 {
+	if cond, st := ready(); cond.Reason != v1beta1.ReasonAfterInstallFailed || st.InstalledApplications != 2 || st.InstallErrorCount != 1 {
 		t.Errorf("after b was released and installed: Ready %+v, status %+v; want a's afterInstall failure only", cond, st)
 	}
 	// An afterInstall failure under Ignore is not reported; a delivered afterInstall clears one.

@@ -13,7 +13,9 @@ const (
 	ReasonSourceDegraded = "SourceDegraded" // False: the last scan of the source was not complete
 	ReasonTriggerBlocked = "TriggerBlocked" // False: a failurePolicy=Fail trigger holds installs
 	ReasonInstallFailed  = "InstallFailed"  // False: some installs failed
-	ReasonProgressing    = "Progressing"    // False: installs issued, not all confirmed yet
-	ReasonNoClusters     = "NoClusters"     // True: nothing matches (yet)
-	ReasonInstalled      = "Installed"      // True: every selected cluster has its enforcements
+	// False: an afterInstall trigger with failurePolicy=Fail failed; the Applications exist.
+	ReasonAfterInstallFailed = "AfterInstallFailed"
+	ReasonProgressing        = "Progressing" // False: installs issued, not all confirmed yet
+	ReasonNoClusters         = "NoClusters"  // True: nothing matches (yet)
+	ReasonInstalled          = "Installed"   // True: every selected cluster has its enforcements
 )
