@@ -3,10 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/enforcement-io/enforcement/pkg/service"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/eks"
 )
 
 // config is everything the scanner reads from its environment, validated at start.
@@ -29,6 +31,17 @@ type config struct {
 	// RancherIgnoreFields are top-level Rancher cluster fields left out of the attributes besides
 	// the built-in volatile ones (RANCHER_IGNORE_FIELDS, comma-separated, default none).
 	RancherIgnoreFields []string
+	// EKSRedescribeInterval is how long an ACTIVE or FAILED EKS cluster's description is trusted
+	// (EKS_REDESCRIBE_INTERVAL, default 10m).
+	EKSRedescribeInterval time.Duration
+	// EKSEndpoint and EKSSTSEndpoint override the AWS EKS and STS endpoints (EKS_ENDPOINT,
+	// EKS_STS_ENDPOINT; default: the SDK's regional endpoints). For VPC interface endpoints,
+	// compatible APIs and tests.
+	EKSEndpoint    string
+	EKSSTSEndpoint string
+	// GKEEndpoint overrides the Google container API endpoint (GKE_ENDPOINT; default the
+	// library's). For Private Service Connect, compatible APIs and tests.
+	GKEEndpoint string
 }
 
 // loadConfig reads and validates the configuration; errors name the variable.
@@ -59,6 +72,30 @@ func loadConfig(getenv service.Getenv) (config, error) {
 		if f = strings.TrimSpace(f); f != "" {
 			c.RancherIgnoreFields = append(c.RancherIgnoreFields, f)
 		}
+	}
+	if c.EKSRedescribeInterval, err = service.Duration(getenv, eks.EnvRedescribeInterval, eks.DefaultRedescribeInterval); err != nil {
+		errs = append(errs, err)
+	} else if c.EKSRedescribeInterval == 0 {
+		errs = append(errs, fmt.Errorf("%s=%q: must be greater than zero", eks.EnvRedescribeInterval, getenv(eks.EnvRedescribeInterval)))
+	}
+	for _, e := range []struct {
+		name string
+		dst  *string
+	}{{"EKS_ENDPOINT", &c.EKSEndpoint}, {"EKS_STS_ENDPOINT", &c.EKSSTSEndpoint}, {"GKE_ENDPOINT", &c.GKEEndpoint}} {
+		v := strings.TrimSpace(getenv(e.name))
+		if v == "" {
+			continue
+		}
+		if u, err := url.Parse(v); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("%s=%q: want an absolute http(s) URL", e.name, v))
+			continue
+		}
+		*e.dst = v
+	}
+	// The container client resolves its paths ("v1/projects/...") against the endpoint, which
+	// must therefore end with a slash.
+	if c.GKEEndpoint != "" && !strings.HasSuffix(c.GKEEndpoint, "/") {
+		c.GKEEndpoint += "/"
 	}
 	return c, errors.Join(errs...)
 }

@@ -1,9 +1,11 @@
 // Command source-scanner discovers clusters. Every SCAN_INTERVAL it lists each source that some
-// ClusterRule references (Rancher's /v3/clusters, or a static ConfigMap), diffs the complete
-// listing against its inventory in the JetStream KV bucket enforcement-inventory, and publishes
-// cluster appeared / updated / gone and source degraded events. The deletion safety rules
-// (degraded listings remove nothing, a grace period, a removal breaker) live in
-// internal/scanner; the README explains them and how an operator releases held removals.
+// ClusterRule references (Rancher's /v3/clusters, a static ConfigMap, EKS, GKE, or the
+// ManagedClusters of an OCM hub, which are also watched so that a change is scanned at once),
+// diffs the complete listing against its inventory in the JetStream KV bucket
+// enforcement-inventory, and publishes cluster appeared / updated / gone and source degraded
+// events. The deletion safety rules (degraded listings remove nothing, a grace period, a removal
+// breaker) live in internal/scanner; the README explains them and how an operator releases held
+// removals.
 package main
 
 import (
@@ -26,6 +28,8 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/service"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/eks"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/gke"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
 )
 
@@ -55,6 +59,7 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 	logger := service.NewLogger(stdout, serviceName, getenv)
 	reg := service.NewRegistry()
 	metrics := scanner.NewMetrics(reg)
+	eksCalls, gkeCalls := eks.NewCallsCounter(reg), gke.NewCallsCounter(reg)
 	health := service.NewHealth()
 
 	kubeCfg, err := service.KubeConfig(getenv)
@@ -130,7 +135,9 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 	// Scans run on a context that outlives the shutdown signal by shutdownGrace.
 	scanCtx, cancelScans := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelScans()
-	loop := &scanLoop{kube: kube, scanner: sc, metrics: metrics, cfg: cfg, logger: logger}
+	loop := newScanLoop(sc, metrics, cfg, logger)
+	loop.deps = listerDeps{kube: kube, kubeCfg: kubeCfg, cfg: cfg, eksCalls: eksCalls, gkeCalls: gkeCalls,
+		watchCtx: ctx, trigger: loop.trigger, logger: logger}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -147,36 +154,93 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 	return nil
 }
 
-// scanLoop scans every source referenced by the ClusterRules, every ScanInterval.
+// watchDebounce is how long a triggered scan waits for more changes of the same burst (a
+// ManagedCluster and its status are often written in quick succession).
+const watchDebounce = 200 * time.Millisecond
+
+// scanLoop scans every source referenced by the ClusterRules, every ScanInterval, and the
+// sources whose watch triggered (OCM) in between.
 type scanLoop struct {
-	kube    client.Reader
 	scanner *scanner.Scanner
 	metrics *scanner.Metrics
 	cfg     config
 	logger  *slog.Logger
-	// active are the sources of the previous pass, to drop the metrics of sources no rule uses.
+	deps    listerDeps
+	// listers holds one lister per source id in use (only the loop goroutine touches it).
+	listers map[string]sourceLister
+	// active are the sources of the previous full pass, to drop the metrics of sources no rule
+	// uses.
 	active map[string]string
+
+	// pending are the source ids triggered since the last triggered pass; wake signals them.
+	mu      sync.Mutex
+	pending map[string]bool
+	wake    chan struct{}
 }
 
-// run scans at once and then every interval until ctx ends; scans use scanCtx.
+func newScanLoop(sc *scanner.Scanner, metrics *scanner.Metrics, cfg config, logger *slog.Logger) *scanLoop {
+	return &scanLoop{scanner: sc, metrics: metrics, cfg: cfg, logger: logger,
+		listers: map[string]sourceLister{}, pending: map[string]bool{}, wake: make(chan struct{}, 1)}
+}
+
+// trigger asks for a scan of a source soon (safe from any goroutine, never blocks).
+func (l *scanLoop) trigger(sourceID string) {
+	l.mu.Lock()
+	l.pending[sourceID] = true
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (l *scanLoop) takePending() map[string]bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.pending
+	l.pending = map[string]bool{}
+	return p
+}
+
+// run scans at once and then every interval until ctx ends, and in between the sources that
+// triggered; scans use scanCtx. On return the listers are closed (their watches stop).
 func (l *scanLoop) run(ctx, scanCtx context.Context) {
+	defer func() {
+		for id, ls := range l.listers {
+			ls.Close()
+			delete(l.listers, id)
+		}
+	}()
 	ticker := time.NewTicker(l.cfg.ScanInterval)
 	defer ticker.Stop()
 	for {
-		l.pass(scanCtx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
+		l.takePending() // a full pass scans them anyway
+		l.pass(scanCtx, nil)
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+				break wait
+			case <-l.wake:
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(watchDebounce):
+				}
+				l.pass(scanCtx, l.takePending())
+			}
 		}
 	}
 }
 
 // pass lists the ClusterRules and scans their sources concurrently (one goroutine per source;
-// a slow source does not delay the others).
-func (l *scanLoop) pass(ctx context.Context) {
+// a slow source does not delay the others). With only set, it scans only those source ids (a
+// triggered pass) and leaves the bookkeeping of unused sources to the next full pass.
+func (l *scanLoop) pass(ctx context.Context, only map[string]bool) {
 	var rules v1beta1.ClusterRuleList
-	if err := l.kube.List(ctx, &rules); err != nil {
+	if err := l.deps.kube.List(ctx, &rules); err != nil {
 		l.logger.Error("Could not list ClusterRules; scanning nothing this time", "error", err)
 		return
 	}
@@ -185,19 +249,36 @@ func (l *scanLoop) pass(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, spec := range specs {
 		active[spec.Ref.ID] = spec.Ref.Kind
+		if only != nil && !only[spec.Ref.ID] {
+			continue
+		}
+		ls, ok := l.listers[spec.Ref.ID]
+		if !ok {
+			ls = spec.lister(l.deps)
+			l.listers[spec.Ref.ID] = ls
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			src := scanner.Source{Ref: spec.Ref, Lister: spec.lister(l.kube, l.cfg), ReleaseThrough: spec.ReleaseThrough}
+			src := scanner.Source{Ref: spec.Ref, Lister: ls, ReleaseThrough: spec.ReleaseThrough}
 			if _, err := l.scanner.ScanOnce(ctx, src); err != nil && ctx.Err() == nil {
 				l.logger.Error("Scan failed; retrying next interval", "source", spec.Ref.ID, "kind", spec.Ref.Kind, "error", err)
 			}
 		}()
 	}
 	wg.Wait()
+	if only != nil {
+		return
+	}
 	for id, kind := range l.active {
 		if _, ok := active[id]; !ok {
 			l.metrics.Forget(kind, id)
+		}
+	}
+	for id, ls := range l.listers {
+		if _, ok := active[id]; !ok {
+			ls.Close()
+			delete(l.listers, id)
 		}
 	}
 	l.active = active

@@ -54,37 +54,61 @@ func TestSourcesFromRules(t *testing.T) {
 		*rule("a", "r6", v1beta1.Source{Static: &v1beta1.StaticSource{ConfigMap: "enforcement-static-clusters"}}),
 		*rule("a", "r7", v1beta1.Source{Static: &v1beta1.StaticSource{ConfigMap: "lab"}}),
 		*rule("a", "r8", v1beta1.Source{EKS: &v1beta1.EKSSource{}}),
+		*rule("a", "r9", v1beta1.Source{EKS: &v1beta1.EKSSource{Regions: []string{"us-east-1", " eu-west-1", "us-east-1"}, Tags: map[string]string{"env": "prod"}}}),
+		*rule("b", "r10", v1beta1.Source{EKS: &v1beta1.EKSSource{Regions: []string{"eu-west-1", "us-east-1"}}}),
+		*rule("a", "r11", v1beta1.Source{GKE: &v1beta1.GKESource{Projects: []string{"b", "a"}, Filters: map[string]string{"location": "europe-*"}}}),
+		*rule("a", "r12", v1beta1.Source{SecretName: "gke-key", GKE: &v1beta1.GKESource{Projects: []string{"a"}}}),
+		*rule("a", "r13", v1beta1.Source{OCM: &v1beta1.OCMSource{Claims: map[string]string{"x": "y"}}}),
+		*rule("b", "r14", v1beta1.Source{OCM: &v1beta1.OCMSource{Labels: map[string]string{"env": "prod"}}}),
+		*rule("a", "r15", v1beta1.Source{}),
 	}
 	specs := sourcesFromRules(rules, "enforcement", logger)
 	var got []string
 	for _, s := range specs {
-		got = append(got, fmt.Sprintf("%s/%s %v cm=%s release=%d %v", s.Ref.Kind, s.Ref.SecretName, s.Filters, s.ConfigMap, s.ReleaseThrough, s.Rules))
+		got = append(got, fmt.Sprintf("%s/%s %v cm=%s regions=%v projects=%v release=%d %v", s.Ref.Kind, s.Ref.SecretName, s.Filters, s.ConfigMap,
+			s.Regions, s.Projects, s.ReleaseThrough, s.Rules))
 		if s.Ref.SecretNamespace != "enforcement" {
 			t.Errorf("secret namespace %q", s.Ref.SecretNamespace)
 		}
 	}
 	slices.Sort(got)
+	// The rule without a source kind (r15) is dropped; two eks rules listing the same regions in
+	// another order and spelling share a source, the two ocm rules too.
 	want := []string{
-		"rancher/rancher map[provider:rke] cm= release=7 [a/r1 b/r2 b/r3]",
-		"rancher/rancher-secret map[] cm= release=0 [a/r4]",
-		"static/static map[] cm=enforcement-static-clusters release=0 [a/r5 a/r6]",
-		"static/static map[] cm=lab release=0 [a/r7]",
+		"eks/eks map[] cm= regions=[] projects=[] release=0 [a/r8]",
+		"eks/eks map[] cm= regions=[us-east-1  eu-west-1 us-east-1] projects=[] release=0 [a/r9 b/r10]",
+		"gke/gke map[location:europe-*] cm= regions=[] projects=[b a] release=0 [a/r11]",
+		"gke/gke-key map[] cm= regions=[] projects=[a] release=0 [a/r12]",
+		"ocm/ocm map[] cm= regions=[] projects=[] release=0 [a/r13 b/r14]",
+		"rancher/rancher map[provider:rke] cm= regions=[] projects=[] release=7 [a/r1 b/r2 b/r3]",
+		"rancher/rancher-secret map[] cm= regions=[] projects=[] release=0 [a/r4]",
+		"static/static map[] cm=enforcement-static-clusters regions=[] projects=[] release=0 [a/r5 a/r6]",
+		"static/static map[] cm=lab regions=[] projects=[] release=0 [a/r7]",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("sources:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	// The id is the documented algorithm over (kind, namespace, secret, filters); the default
-	// static ConfigMap adds no filter, another one adds configMap=<name>.
+	// static ConfigMap adds no filter, another one adds configMap=<name>. The expected values are
+	// the ones rule-engine's TestSourceIdentityPerKind pins for the same specs.
 	wantIDs := map[string]string{
 		"rancher/rancher":                    scanner.SourceID("rancher", "enforcement", "rancher", map[string]string{"provider": "rke"}),
 		"rancher/rancher-secret":             scanner.SourceID("rancher", "enforcement", "rancher-secret", nil),
 		"static/enforcement-static-clusters": scanner.SourceID("static", "enforcement", "static", nil),
 		"static/lab":                         scanner.SourceID("static", "enforcement", "static", map[string]string{"configMap": "lab"}),
+		"eks/eks a/r8":                       scanner.SourceID("eks", "enforcement", "eks", nil),
+		"eks/eks a/r9":                       scanner.SourceID("eks", "enforcement", "eks", map[string]string{"regions": "eu-west-1,us-east-1"}),
+		"gke/gke":                            scanner.SourceID("gke", "enforcement", "gke", map[string]string{"location": "europe-*", "projects": "a,b"}),
+		"gke/gke-key":                        scanner.SourceID("gke", "enforcement", "gke-key", map[string]string{"projects": "a"}),
+		"ocm/ocm":                            scanner.SourceID("ocm", "enforcement", "ocm", nil),
 	}
 	for _, s := range specs {
 		name := s.Ref.Kind + "/" + s.Ref.SecretName
-		if s.Ref.Kind == "static" {
+		switch s.Ref.Kind {
+		case "static":
 			name = "static/" + s.ConfigMap
+		case "eks":
+			name += " " + s.Rules[0]
 		}
 		if s.Ref.ID != wantIDs[name] {
 			t.Errorf("%s: id %s, want %s", name, s.Ref.ID, wantIDs[name])
@@ -95,6 +119,7 @@ func TestSourcesFromRules(t *testing.T) {
 func TestConfigErrorsNameTheVariable(t *testing.T) {
 	for name, value := range map[string]string{
 		"SCAN_INTERVAL": "soon", "GONE_GRACE_PERIOD": "-1m", "MAX_REMOVAL_FRACTION": "2", "LIST_TIMEOUT": "0s",
+		"EKS_REDESCRIBE_INTERVAL": "0s", "EKS_ENDPOINT": "eks.local", "EKS_STS_ENDPOINT": "https://", "GKE_ENDPOINT": "ftp://gke.local/",
 	} {
 		env := map[string]string{name: value}
 		_, err := loadConfig(func(k string) string { return env[k] })
@@ -106,6 +131,15 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 	if err != nil || cfg.ScanInterval != 30*time.Second || cfg.GracePeriod != 10*time.Minute ||
 		cfg.MaxRemovalFraction != 0.1 || cfg.OperatorNamespace != "enforcement" {
 		t.Fatalf("defaults: %+v, %v", cfg, err)
+	}
+	if cfg.EKSRedescribeInterval != 10*time.Minute || cfg.EKSEndpoint != "" || cfg.GKEEndpoint != "" {
+		t.Fatalf("cloud defaults: %+v", cfg)
+	}
+	cfg, err = loadConfig(func(k string) string {
+		return map[string]string{"GKE_ENDPOINT": "http://127.0.0.1:9", "EKS_ENDPOINT": "http://127.0.0.1:8"}[k]
+	})
+	if err != nil || cfg.GKEEndpoint != "http://127.0.0.1:9/" || cfg.EKSEndpoint != "http://127.0.0.1:8" {
+		t.Fatalf("endpoints: %q %q, %v", cfg.GKEEndpoint, cfg.EKSEndpoint, err)
 	}
 }
 

@@ -8,37 +8,49 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/eks"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/gke"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/ocm"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/rancher"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/static"
 )
 
 // sourceSpec is one distinct source referenced by the ClusterRules, with everything needed to
-// list it. Rules with the same kind, Secret and filters share one sourceSpec.
+// list it. Rules with the same kind, Secret and filters share one sourceSpec; everything a
+// lister is built from takes part in the source id, so one id always means one lister.
 type sourceSpec struct {
 	Ref events.SourceRef
-	// Filters are the Rancher query parameters.
+	// Filters are the Rancher query parameters, or the GKE field filters.
 	Filters map[string]string
 	// ConfigMap is the static source's ConfigMap.
 	ConfigMap string
+	// Regions are the EKS regions; Projects the GKE projects.
+	Regions  []string
+	Projects []string
 	// Rules names the rules (namespace/name) using the source.
 	Rules []string
 	// ReleaseThrough is the highest valid release annotation among those rules.
 	ReleaseThrough uint64
 }
 
-// sourceOf derives a rule's source. ok is false for a kind this scanner does not list.
+// sourceOf derives a rule's source. ok is false for a rule without any source kind.
 //
-// rule-engine must derive the same SourceRef.ID from a rule: kind, OPERATOR_NAMESPACE,
-// spec.source.secretName (default: the kind), and the filters: rancher's spec.source.rancher.filters;
-// for static none with the default ConfigMap, and {"configMap": <name>} with any other, so two
-// ConfigMaps are two sources while the default keeps the id rule-engine computes without filters.
+// rule-engine must derive the same SourceRef.ID from a rule (its compileSelection, tested by
+// TestSourceIdentityPerKind): kind, OPERATOR_NAMESPACE, spec.source.secretName (default: the
+// kind), and the filters: rancher's spec.source.rancher.filters; for static none with the
+// default ConfigMap, and {"configMap": <name>} with any other, so two ConfigMaps are two sources
+// while the default keeps the id rule-engine computes without filters; for eks
+// {"regions": "<sorted, de-duplicated regions>"} (none without regions); for gke the filters plus
+// {"projects": "<sorted, de-duplicated projects>"}; for ocm none.
 func sourceOf(rule *v1beta1.ClusterRule, operatorNamespace string) (spec sourceSpec, ok bool) {
 	src := rule.Spec.Source
 	var kind string
@@ -57,8 +69,17 @@ func sourceOf(rule *v1beta1.ClusterRule, operatorNamespace string) (spec sourceS
 		if spec.ConfigMap != static.DefaultConfigMap {
 			filters = map[string]string{"configMap": spec.ConfigMap}
 		}
+	case src.EKS != nil:
+		kind = eks.Kind
+		filters = eks.SourceFilters(src.EKS.Regions)
+		spec.Regions = src.EKS.Regions
+	case src.GKE != nil:
+		kind = gke.Kind
+		filters = gke.SourceFilters(src.GKE.Projects, src.GKE.Filters)
+		spec.Projects, spec.Filters = src.GKE.Projects, src.GKE.Filters
+	case src.OCM != nil:
+		kind = ocm.Kind
 	default:
-		// Not built yet: the eks, gke and ocm sources (their own issues).
 		return spec, false
 	}
 	secret := src.SecretName
@@ -82,7 +103,7 @@ func sourcesFromRules(rules []v1beta1.ClusterRule, operatorNamespace string, log
 		rule := &rules[i]
 		spec, ok := sourceOf(rule, operatorNamespace)
 		if !ok {
-			logger.Debug("Skipping rule: its source kind is not scanned by this scanner", "rule", rule.Namespace+"/"+rule.Name)
+			logger.Debug("Skipping rule: it names no source kind", "rule", rule.Namespace+"/"+rule.Name)
 			continue
 		}
 		cur, seen := byID[spec.Ref.ID]
@@ -110,24 +131,110 @@ func sourcesFromRules(rules []v1beta1.ClusterRule, operatorNamespace string, log
 	return out
 }
 
-// lister returns the Lister of a source: it reads the source's Secret or ConfigMap at every scan,
-// so a fixed Secret takes effect on the next scan without a restart.
-func (s *sourceSpec) lister(kube client.Reader, cfg config) scanner.Lister {
-	switch s.Ref.Kind {
+// sourceLister lists one source. The scan loop keeps one per source id for as long as some rule
+// uses the source: the EKS lister's describe cache, the GKE client's token and the OCM hub's
+// watch live across scans. Close releases what it holds (the OCM watch).
+type sourceLister interface {
+	scanner.Lister
+	Close()
+}
+
+// listerDeps is what the listers are built from besides the source.
+type listerDeps struct {
+	kube    client.Reader
+	kubeCfg *rest.Config // the service's own API server: the OCM hub without a kubeconfig Secret
+	cfg     config
+	// eksCalls and gkeCalls count the cloud API calls (registered once with the service's
+	// registry).
+	eksCalls, gkeCalls *prometheus.CounterVec
+	// watchCtx bounds the OCM watches; trigger asks for a scan of a source soon.
+	watchCtx context.Context
+	trigger  func(sourceID string)
+	logger   *slog.Logger
+}
+
+// closeless adapts a stateless Lister.
+type closeless struct{ scanner.Lister }
+
+func (closeless) Close() {}
+
+// lister returns the Lister of a source. Every lister reads the source's Secret or ConfigMap at
+// every scan, so a fixed Secret takes effect on the next scan without a restart.
+func (s *sourceSpec) lister(d listerDeps) sourceLister {
+	ref := s.Ref
+	switch ref.Kind {
 	case rancher.Kind:
-		return scanner.ListerFunc(func(ctx context.Context) ([]events.Cluster, error) {
-			creds, err := rancherCredentials(ctx, kube, s.Ref.SecretNamespace, s.Ref.SecretName)
+		return closeless{scanner.ListerFunc(func(ctx context.Context) ([]events.Cluster, error) {
+			creds, err := rancherCredentials(ctx, d.kube, ref.SecretNamespace, ref.SecretName)
 			if err != nil {
 				return nil, err
 			}
-			l := &rancher.Lister{Creds: creds, Filters: s.Filters, IgnoreFields: cfg.RancherIgnoreFields}
+			l := &rancher.Lister{Creds: creds, Filters: s.Filters, IgnoreFields: d.cfg.RancherIgnoreFields}
 			return l.List(ctx)
-		})
+		})}
+	case eks.Kind:
+		return closeless{eks.NewLister(eks.Options{
+			Regions:            s.Regions,
+			RedescribeInterval: d.cfg.EKSRedescribeInterval,
+			Calls:              d.eksCalls,
+			Endpoint:           d.cfg.EKSEndpoint,
+			STSEndpoint:        d.cfg.EKSSTSEndpoint,
+			Credentials: func(ctx context.Context) (eks.Credentials, error) {
+				data, found, err := sourceSecret(ctx, d.kube, ref)
+				if err != nil || !found {
+					return eks.Credentials{}, err // not found: the SDK's default chain
+				}
+				c, err := eks.ParseSecret(data)
+				if err != nil {
+					return eks.Credentials{}, scanner.Degradedf(events.DegradedSecretInvalid, "Secret %s/%s: %w", ref.SecretNamespace, ref.SecretName, err)
+				}
+				return c, nil
+			},
+		})}
+	case gke.Kind:
+		return closeless{gke.NewLister(gke.Options{
+			Projects: s.Projects,
+			Filters:  s.Filters,
+			Calls:    d.gkeCalls,
+			Endpoint: d.cfg.GKEEndpoint,
+			Credentials: func(ctx context.Context) (gke.Credentials, error) {
+				data, found, err := sourceSecret(ctx, d.kube, ref)
+				if err != nil || !found {
+					return gke.Credentials{}, err // not found: application default credentials
+				}
+				c, err := gke.ParseSecret(data)
+				if err != nil {
+					return gke.Credentials{}, scanner.Degradedf(events.DegradedSecretInvalid, "Secret %s/%s: %w", ref.SecretNamespace, ref.SecretName, err)
+				}
+				return c, nil
+			},
+		})}
+	case ocm.Kind:
+		return newOCMLister(ref, d)
 	default:
-		return scanner.ListerFunc(func(ctx context.Context) ([]events.Cluster, error) {
-			return staticClusters(ctx, kube, s.Ref.SecretNamespace, s.ConfigMap)
-		})
+		return closeless{scanner.ListerFunc(func(ctx context.Context) ([]events.Cluster, error) {
+			return staticClusters(ctx, d.kube, ref.SecretNamespace, s.ConfigMap)
+		})}
 	}
+}
+
+// sourceSecret reads the Secret of an eks, gke or ocm source, for which a Secret is optional:
+// found is false when the Secret is absent and the rule named none (the default name, the
+// kind), which means the ambient credentials (AWS default chain, Google application default
+// credentials, the in-cluster hub). A Secret the rule names explicitly must exist
+// (SecretInvalid); a failed read is ListFailed. Messages never contain Secret data.
+func sourceSecret(ctx context.Context, kube client.Reader, ref events.SourceRef) (data map[string][]byte, found bool, err error) {
+	var secret corev1.Secret
+	err = kube.Get(ctx, client.ObjectKey{Namespace: ref.SecretNamespace, Name: ref.SecretName}, &secret)
+	switch {
+	case apierrors.IsNotFound(err) && ref.SecretName == ref.Kind:
+		return nil, false, nil
+	case apierrors.IsNotFound(err):
+		return nil, false, scanner.Degradedf(events.DegradedSecretInvalid, "Secret %s/%s not found", ref.SecretNamespace, ref.SecretName)
+	case err != nil:
+		return nil, false, scanner.Degradedf(events.DegradedListFailed, "read Secret %s/%s: %w", ref.SecretNamespace, ref.SecretName, err)
+	}
+	return secret.Data, true, nil
 }
 
 // rancherCredentials reads a Rancher source Secret. A missing or malformed Secret is degraded

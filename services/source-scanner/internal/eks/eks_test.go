@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/eks/eksfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
 )
 
@@ -35,7 +36,7 @@ func (c *clock) Add(d time.Duration) {
 
 // newTestLister returns a Lister pointed at f, with static credentials, fast retries and a
 // call counter.
-func newTestLister(f *fakeEKS, regions []string, mod func(*Options)) (*Lister, *prometheus.CounterVec, *clock) {
+func newTestLister(f *eksfake.Server, regions []string, mod func(*Options)) (*Lister, *prometheus.CounterVec, *clock) {
 	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	calls := NewCallsCounter(prometheus.NewRegistry())
 	opts := Options{
@@ -43,8 +44,8 @@ func newTestLister(f *fakeEKS, regions []string, mod func(*Options)) (*Lister, *
 		Credentials: func(context.Context) (Credentials, error) {
 			return Credentials{AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: testSecret}, nil
 		},
-		Endpoint:           f.srv.URL,
-		STSEndpoint:        f.srv.URL,
+		Endpoint:           f.URL,
+		STSEndpoint:        f.URL,
 		Calls:              calls,
 		MaxAttempts:        3,
 		MaxBackoff:         5 * time.Millisecond,
@@ -139,22 +140,22 @@ func TestEligible(t *testing.T) {
 // TestListPagingAndShape lists two regions, one with three pages, through the real SDK client,
 // and checks the clusters' shape.
 func TestListPagingAndShape(t *testing.T) {
-	f := newFakeEKS(t)
+	f := eksfake.New(t)
 	for i := range 250 {
-		f.add("eu-west-1", fmt.Sprintf("c%03d", i), "ACTIVE", map[string]string{"team": "a"})
+		f.Add("eu-west-1", fmt.Sprintf("c%03d", i), "ACTIVE", map[string]string{"team": "a"})
 	}
-	f.add("us-east-1", "Prod_Cluster.1", "UPDATING", map[string]string{"env": "prod", "team": "b"})
-	f.add("us-east-1", "creating", "CREATING", nil)
+	f.Add("us-east-1", "Prod_Cluster.1", "UPDATING", map[string]string{"env": "prod", "team": "b"})
+	f.Add("us-east-1", "creating", "CREATING", nil)
 	l, calls, _ := newTestLister(f, []string{"us-east-1", "eu-west-1"}, nil)
 
 	clusters := listOK(t, l)
 	if len(clusters) != 252 {
 		t.Fatalf("listed %d clusters, want 252", len(clusters))
 	}
-	if got := f.count("ListClusters"); got != 3+1 {
+	if got := f.Count("ListClusters"); got != 3+1 {
 		t.Errorf("ListClusters calls = %d, want 4 (3 pages + 1)", got)
 	}
-	if got := f.count("DescribeCluster"); got != 252 {
+	if got := f.Count("DescribeCluster"); got != 252 {
 		t.Errorf("DescribeCluster calls = %d, want 252", got)
 	}
 	if got := testutil.ToFloat64(calls.WithLabelValues("ListClusters", "success")); got != 4 {
@@ -226,23 +227,23 @@ func TestListPagingAndShape(t *testing.T) {
 // inside the re-describe interval, one per scan for a cluster in a transitional status, all
 // again once the interval has passed.
 func TestSteadyStateDescribes(t *testing.T) {
-	f := newFakeEKS(t)
+	f := eksfake.New(t)
 	const n = 20
 	for i := range n {
-		f.add("eu-west-1", fmt.Sprintf("c%02d", i), "ACTIVE", map[string]string{"env": "prod"})
+		f.Add("eu-west-1", fmt.Sprintf("c%02d", i), "ACTIVE", map[string]string{"env": "prod"})
 	}
-	f.add("eu-west-1", "new", "CREATING", nil)
-	f.add("eu-west-1", "broken", "FAILED", nil) // terminal: follows the slow interval
+	f.Add("eu-west-1", "new", "CREATING", nil)
+	f.Add("eu-west-1", "broken", "FAILED", nil) // terminal: follows the slow interval
 	l, _, clk := newTestLister(f, []string{"eu-west-1"}, nil)
 
 	scan := func(wantDescribes int) []events.Cluster {
 		t.Helper()
-		f.resetCounts()
+		f.ResetCounts()
 		clusters := listOK(t, l)
-		if got := f.count("DescribeCluster"); got != wantDescribes {
+		if got := f.Count("DescribeCluster"); got != wantDescribes {
 			t.Fatalf("DescribeCluster calls = %d, want %d", got, wantDescribes)
 		}
-		if got := f.count("ListClusters"); got != 1 {
+		if got := f.Count("ListClusters"); got != 1 {
 			t.Fatalf("ListClusters calls = %d, want 1", got)
 		}
 		return clusters
@@ -252,7 +253,7 @@ func TestSteadyStateDescribes(t *testing.T) {
 		clk.Add(time.Minute)
 		scan(1) // only the CREATING cluster
 	}
-	f.set("eu-west-1", "new", "status", "ACTIVE")
+	f.Set("eu-west-1", "new", "status", "ACTIVE")
 	clk.Add(time.Minute)
 	if c := find(scan(1), "new"); c == nil || !c.Eligible {
 		t.Fatalf("new cluster after it became ACTIVE: %+v", c)
@@ -261,7 +262,7 @@ func TestSteadyStateDescribes(t *testing.T) {
 	scan(0)
 
 	// A tag change is invisible until the interval passes, then seen.
-	f.set("eu-west-1", "c00", "tags", map[string]any{"env": "staging"})
+	f.Set("eu-west-1", "c00", "tags", map[string]any{"env": "staging"})
 	clk.Add(time.Minute)
 	if c := find(scan(0), "c00"); c.Labels["env"] != "prod" {
 		t.Fatalf("c00 labels changed before re-describe: %v", c.Labels)
@@ -272,8 +273,8 @@ func TestSteadyStateDescribes(t *testing.T) {
 	}
 
 	// A new name is described at once; a removed one is no longer listed.
-	f.add("eu-west-1", "later", "ACTIVE", nil)
-	f.remove("eu-west-1", "c01")
+	f.Add("eu-west-1", "later", "ACTIVE", nil)
+	f.Remove("eu-west-1", "c01")
 	clk.Add(time.Minute)
 	clusters := scan(1)
 	if find(clusters, "later") == nil || find(clusters, "c01") != nil || len(clusters) != n+2 {
@@ -284,26 +285,26 @@ func TestSteadyStateDescribes(t *testing.T) {
 // TestRedescribeSpread checks that re-describes of a fleet described at once spread over the
 // last tenth of the interval instead of coming in one scan.
 func TestRedescribeSpread(t *testing.T) {
-	f := newFakeEKS(t)
+	f := eksfake.New(t)
 	for i := range 40 {
-		f.add("eu-west-1", fmt.Sprintf("c%02d", i), "ACTIVE", nil)
+		f.Add("eu-west-1", fmt.Sprintf("c%02d", i), "ACTIVE", nil)
 	}
 	l, _, clk := newTestLister(f, []string{"eu-west-1"}, func(o *Options) { o.RedescribeInterval = 100 * time.Second })
 	listOK(t, l)
 	clk.Add(89 * time.Second)
-	f.resetCounts()
+	f.ResetCounts()
 	listOK(t, l)
-	if got := f.count("DescribeCluster"); got != 0 {
+	if got := f.Count("DescribeCluster"); got != 0 {
 		t.Fatalf("DescribeCluster calls before 90%% of the interval = %d, want 0", got)
 	}
 	clk.Add(6 * time.Second)
-	f.resetCounts()
+	f.ResetCounts()
 	listOK(t, l)
-	first := f.count("DescribeCluster")
+	first := f.Count("DescribeCluster")
 	clk.Add(5 * time.Second)
-	f.resetCounts()
+	f.ResetCounts()
 	listOK(t, l)
-	second := f.count("DescribeCluster")
+	second := f.Count("DescribeCluster")
 	if first == 0 || second == 0 || first+second != 40 {
 		t.Fatalf("re-describes at 95s and 100s = %d and %d, want both > 0 and 40 in all", first, second)
 	}
@@ -328,12 +329,12 @@ func TestThrottlingRetried(t *testing.T) {
 		t.Run(string(tt.mode), func(t *testing.T) {
 			t.Parallel()
 			mode := tt.mode
-			f := newFakeEKS(t)
-			f.add("eu-west-1", "a", "ACTIVE", nil)
-			f.add("eu-west-1", "b", "ACTIVE", nil)
-			f.configure(func(f *fakeEKS) {
-				f.throttle["ListClusters"] = tt.listThr
-				f.throttle["DescribeCluster"] = tt.describeThr
+			f := eksfake.New(t)
+			f.Add("eu-west-1", "a", "ACTIVE", nil)
+			f.Add("eu-west-1", "b", "ACTIVE", nil)
+			f.Configure(func(f *eksfake.Server) {
+				f.Throttle["ListClusters"] = tt.listThr
+				f.Throttle["DescribeCluster"] = tt.describeThr
 			})
 			l, calls, _ := newTestLister(f, []string{"eu-west-1"}, func(o *Options) { o.RetryMode = mode })
 			if got := len(listOK(t, l)); got != 2 {
@@ -360,47 +361,47 @@ func TestFailures(t *testing.T) {
 	tests := []struct {
 		name       string
 		regions    []string
-		setup      func(f *fakeEKS)
+		setup      func(f *eksfake.Server)
 		timeout    time.Duration
 		wantReason string
 		wantMsg    string
 	}{
-		{name: "access denied", setup: func(f *fakeEKS) {
-			f.fail["ListClusters"] = fakeError{status: 403, errType: "AccessDeniedException", message: "User: arn:aws:iam::111122223333:user/x is not authorized to perform: eks:ListClusters"}
+		{name: "access denied", setup: func(f *eksfake.Server) {
+			f.Fail["ListClusters"] = eksfake.Error{Status: 403, ErrType: "AccessDeniedException", Message: "User: arn:aws:iam::111122223333:user/x is not authorized to perform: eks:ListClusters"}
 		}, wantReason: events.DegradedUnauthorized, wantMsg: "not authorized"},
-		{name: "unknown key", setup: func(f *fakeEKS) { f.keyID = "AKIDOTHER" },
+		{name: "unknown key", setup: func(f *eksfake.Server) { f.KeyID = "AKIDOTHER" },
 			wantReason: events.DegradedUnauthorized, wantMsg: "UnrecognizedClientException"},
-		{name: "server error", setup: func(f *fakeEKS) {
-			f.fail["ListClusters"] = fakeError{status: 500, errType: "ServerException", message: "internal"}
+		{name: "server error", setup: func(f *eksfake.Server) {
+			f.Fail["ListClusters"] = eksfake.Error{Status: 500, ErrType: "ServerException", Message: "internal"}
 		}, wantReason: events.DegradedListFailed, wantMsg: "500"},
-		{name: "throttled beyond the retries", setup: func(f *fakeEKS) { f.throttle["ListClusters"] = 100 },
+		{name: "throttled beyond the retries", setup: func(f *eksfake.Server) { f.Throttle["ListClusters"] = 100 },
 			wantReason: events.DegradedListFailed, wantMsg: "ThrottlingException"},
-		{name: "second page fails", setup: func(f *fakeEKS) {
-			f.fail["ListClusters"] = fakeError{status: 500, errType: "ServerException", message: "internal", page: 2}
+		{name: "second page fails", setup: func(f *eksfake.Server) {
+			f.Fail["ListClusters"] = eksfake.Error{Status: 500, ErrType: "ServerException", Message: "internal", Page: 2}
 		}, wantReason: events.DegradedPartial, wantMsg: "page 2"},
-		{name: "one region of two fails", regions: []string{"eu-west-1", "us-east-1"}, setup: func(f *fakeEKS) {
-			f.fail["ListClusters"] = fakeError{status: 503, errType: "ServiceUnavailableException", message: "unavailable", region: "us-east-1"}
+		{name: "one region of two fails", regions: []string{"eu-west-1", "us-east-1"}, setup: func(f *eksfake.Server) {
+			f.Fail["ListClusters"] = eksfake.Error{Status: 503, ErrType: "ServiceUnavailableException", Message: "unavailable", Region: "us-east-1"}
 		}, wantReason: events.DegradedPartial, wantMsg: "region us-east-1"},
-		{name: "describe fails", setup: func(f *fakeEKS) {
-			f.fail["DescribeCluster"] = fakeError{status: 400, errType: "InvalidParameterException", message: "bad"}
+		{name: "describe fails", setup: func(f *eksfake.Server) {
+			f.Fail["DescribeCluster"] = eksfake.Error{Status: 400, ErrType: "InvalidParameterException", Message: "bad"}
 		}, wantReason: events.DegradedListFailed, wantMsg: "DescribeCluster"},
-		{name: "garbage body", setup: func(f *fakeEKS) { f.garbage = true },
+		{name: "garbage body", setup: func(f *eksfake.Server) { f.Garbage = true },
 			wantReason: events.DegradedListFailed, wantMsg: "ListClusters"},
-		{name: "timeout", setup: func(f *fakeEKS) { f.delay = 5 * time.Second }, timeout: 300 * time.Millisecond,
+		{name: "timeout", setup: func(f *eksfake.Server) { f.Delay = 5 * time.Second }, timeout: 300 * time.Millisecond,
 			wantReason: events.DegradedListFailed, wantMsg: "deadline"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFakeEKS(t)
+			f := eksfake.New(t)
 			for i := range 150 {
-				f.add("eu-west-1", fmt.Sprintf("c%03d", i), "ACTIVE", nil)
+				f.Add("eu-west-1", fmt.Sprintf("c%03d", i), "ACTIVE", nil)
 			}
-			f.add("us-east-1", "east", "ACTIVE", nil)
+			f.Add("us-east-1", "east", "ACTIVE", nil)
 			regions := tt.regions
 			if regions == nil {
 				regions = []string{"eu-west-1"}
 			}
-			f.configure(tt.setup)
+			f.Configure(tt.setup)
 			l, _, _ := newTestLister(f, regions, nil)
 			timeout := tt.timeout
 			if timeout == 0 {
@@ -436,16 +437,16 @@ func TestFailures(t *testing.T) {
 // TestDescribeNotFound: a cluster deleted between ListClusters and DescribeCluster is not
 // listed, and the listing is still complete.
 func TestDescribeNotFound(t *testing.T) {
-	f := newFakeEKS(t)
-	f.add("eu-west-1", "a", "ACTIVE", nil)
-	f.add("eu-west-1", "b", "DELETING", nil)
+	f := eksfake.New(t)
+	f.Add("eu-west-1", "a", "ACTIVE", nil)
+	f.Add("eu-west-1", "b", "DELETING", nil)
 	l, _, _ := newTestLister(f, []string{"eu-west-1"}, nil)
 	if got := len(listOK(t, l)); got != 2 {
 		t.Fatalf("listed %d, want 2", got)
 	}
 	// b is still listed by ListClusters but DescribeCluster no longer finds it.
-	f.configure(func(f *fakeEKS) {
-		f.fail["DescribeCluster"] = fakeError{status: http.StatusNotFound, errType: "ResourceNotFoundException", message: "No cluster found for name: b."}
+	f.Configure(func(f *eksfake.Server) {
+		f.Fail["DescribeCluster"] = eksfake.Error{Status: http.StatusNotFound, ErrType: "ResourceNotFoundException", Message: "No cluster found for name: b."}
 	})
 	clusters := listOK(t, l)
 	if len(clusters) != 1 || find(clusters, "a") == nil {
@@ -458,9 +459,9 @@ func TestDescribeNotFound(t *testing.T) {
 // AssumeRole is Unauthorized.
 func TestAssumeRole(t *testing.T) {
 	const role = "arn:aws:iam::111122223333:role/enforcement-lister"
-	f := newFakeEKS(t)
-	f.add("eu-west-1", "a", "ACTIVE", nil)
-	f.configure(func(f *fakeEKS) { f.roleARN = role; f.keyID = "nobody-yet" })
+	f := eksfake.New(t)
+	f.Add("eu-west-1", "a", "ACTIVE", nil)
+	f.Configure(func(f *eksfake.Server) { f.RoleARN = role; f.KeyID = "nobody-yet" })
 	creds := Credentials{AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: testSecret, RoleARN: role}
 	l, calls, _ := newTestLister(f, []string{"eu-west-1"}, func(o *Options) {
 		o.Credentials = func(context.Context) (Credentials, error) { return creds, nil }
@@ -469,7 +470,7 @@ func TestAssumeRole(t *testing.T) {
 	if len(clusters) != 1 || clusters[0].Attributes[AttrArgoCDRoleARN] != role {
 		t.Fatalf("clusters = %+v", clusters)
 	}
-	if got := f.count("AssumeRole"); got != 1 {
+	if got := f.Count("AssumeRole"); got != 1 {
 		t.Errorf("AssumeRole calls = %d, want 1", got)
 	}
 	if got := testutil.ToFloat64(calls.WithLabelValues("AssumeRole", "success")); got != 1 {
@@ -477,7 +478,7 @@ func TestAssumeRole(t *testing.T) {
 	}
 	// The assumed credentials are cached: a second scan does not assume again.
 	listOK(t, l)
-	if got := f.count("AssumeRole"); got != 1 {
+	if got := f.Count("AssumeRole"); got != 1 {
 		t.Errorf("AssumeRole calls after two scans = %d, want 1", got)
 	}
 
@@ -493,8 +494,8 @@ func TestAssumeRole(t *testing.T) {
 
 // TestCredentialsChangeDropsCache: new credentials (maybe another account) describe again.
 func TestCredentialsChangeDropsCache(t *testing.T) {
-	f := newFakeEKS(t)
-	f.add("eu-west-1", "a", "ACTIVE", nil)
+	f := eksfake.New(t)
+	f.Add("eu-west-1", "a", "ACTIVE", nil)
 	secret := testSecret
 	l, _, _ := newTestLister(f, []string{"eu-west-1"}, func(o *Options) {
 		o.Credentials = func(context.Context) (Credentials, error) {
@@ -503,12 +504,12 @@ func TestCredentialsChangeDropsCache(t *testing.T) {
 	})
 	listOK(t, l)
 	listOK(t, l)
-	if got := f.count("DescribeCluster"); got != 1 {
+	if got := f.Count("DescribeCluster"); got != 1 {
 		t.Fatalf("DescribeCluster calls = %d, want 1", got)
 	}
 	secret = "rotated"
 	listOK(t, l)
-	if got := f.count("DescribeCluster"); got != 2 {
+	if got := f.Count("DescribeCluster"); got != 2 {
 		t.Fatalf("DescribeCluster calls after the credentials changed = %d, want 2", got)
 	}
 }
@@ -516,7 +517,7 @@ func TestCredentialsChangeDropsCache(t *testing.T) {
 // TestCredentialsError: the callback's error comes back unchanged (the wiring decides its
 // reason) and nothing is called.
 func TestCredentialsError(t *testing.T) {
-	f := newFakeEKS(t)
+	f := eksfake.New(t)
 	want := scanner.Degradedf(events.DegradedSecretInvalid, "Secret ns/eks not found")
 	l, _, _ := newTestLister(f, []string{"eu-west-1"}, func(o *Options) {
 		o.Credentials = func(context.Context) (Credentials, error) { return Credentials{}, want }
@@ -524,7 +525,7 @@ func TestCredentialsError(t *testing.T) {
 	if _, err := l.List(context.Background()); !errors.Is(err, want) {
 		t.Fatalf("err = %v, want %v", err, want)
 	}
-	if f.count("ListClusters") != 0 {
+	if f.Count("ListClusters") != 0 {
 		t.Fatal("ListClusters was called")
 	}
 }
@@ -541,8 +542,8 @@ func TestDefaultChain(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", testSecret)
 	t.Setenv("AWS_REGION", "ap-south-1")
-	f := newFakeEKS(t)
-	f.add("ap-south-1", "from-env", "ACTIVE", nil)
+	f := eksfake.New(t)
+	f.Add("ap-south-1", "from-env", "ACTIVE", nil)
 	l, _, _ := newTestLister(f, nil, func(o *Options) { o.Credentials = nil })
 	clusters := listOK(t, l)
 	if len(clusters) != 1 || clusters[0].Attributes["region"] != "ap-south-1" {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/eks/eksfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
 )
 
@@ -70,28 +71,28 @@ func TestScannerDegradedRemovesNothing(t *testing.T) {
 
 	tests := []struct {
 		name       string
-		fault      func(f *fakeEKS)
+		fault      func(f *eksfake.Server)
 		wantReason string
 	}{
-		{"access denied", func(f *fakeEKS) {
-			f.fail["ListClusters"] = fakeError{status: 403, errType: "AccessDeniedException", message: "not authorized to perform: eks:ListClusters"}
+		{"access denied", func(f *eksfake.Server) {
+			f.Fail["ListClusters"] = eksfake.Error{Status: 403, ErrType: "AccessDeniedException", Message: "not authorized to perform: eks:ListClusters"}
 		}, events.DegradedUnauthorized},
-		{"throttled beyond the retries", func(f *fakeEKS) { f.throttle["ListClusters"] = 1000 }, events.DegradedListFailed},
-		{"one region fails", func(f *fakeEKS) {
-			f.fail["ListClusters"] = fakeError{status: 500, errType: "ServerException", message: "internal", region: "us-east-1"}
+		{"throttled beyond the retries", func(f *eksfake.Server) { f.Throttle["ListClusters"] = 1000 }, events.DegradedListFailed},
+		{"one region fails", func(f *eksfake.Server) {
+			f.Fail["ListClusters"] = eksfake.Error{Status: 500, ErrType: "ServerException", Message: "internal", Region: "us-east-1"}
 		}, events.DegradedPartial},
 		// Only the CREATING cluster (us-east-1) is described again, so one region of two fails.
-		{"5xx on describe", func(f *fakeEKS) {
-			f.fail["DescribeCluster"] = fakeError{status: 500, errType: "ServerException", message: "internal"}
+		{"5xx on describe", func(f *eksfake.Server) {
+			f.Fail["DescribeCluster"] = eksfake.Error{Status: 500, ErrType: "ServerException", Message: "internal"}
 		}, events.DegradedPartial},
-		{"timeout", func(f *fakeEKS) { f.delay = 3 * time.Second }, events.DegradedListFailed},
+		{"timeout", func(f *eksfake.Server) { f.Delay = 3 * time.Second }, events.DegradedListFailed},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFakeEKS(t)
-			f.add("eu-west-1", "a", "ACTIVE", nil)
-			f.add("eu-west-1", "b", "ACTIVE", nil)
-			f.add("us-east-1", "c", "CREATING", nil)
+			f := eksfake.New(t)
+			f.Add("eu-west-1", "a", "ACTIVE", nil)
+			f.Add("eu-west-1", "b", "ACTIVE", nil)
+			f.Add("us-east-1", "c", "CREATING", nil)
 			l, _, clk := newTestLister(f, []string{"eu-west-1", "us-east-1"}, nil)
 			sc := scanner.New(kv, events.NewPublisher(js, "/enforcement/source-scanner"), scanner.Config{
 				GracePeriod: time.Minute, ListTimeout: 500 * time.Millisecond, Now: clk.Now,
@@ -106,7 +107,7 @@ func TestScannerDegradedRemovesNothing(t *testing.T) {
 			}
 			published()
 
-			f.configure(tt.fault)
+			f.Configure(tt.fault)
 			for range 2 {
 				clk.Add(2 * time.Minute) // past the grace period
 				res, err := sc.ScanOnce(ctx, src)
@@ -135,8 +136,8 @@ func TestScannerDegradedRemovesNothing(t *testing.T) {
 				t.Fatal("no SourceDegraded event")
 			}
 
-			f.configure(func(f *fakeEKS) {
-				f.fail, f.throttle, f.delay = map[string]fakeError{}, map[string]int{}, 0
+			f.Configure(func(f *eksfake.Server) {
+				f.Fail, f.Throttle, f.Delay = map[string]eksfake.Error{}, map[string]int{}, 0
 			})
 			clk.Add(2 * time.Minute)
 			res, err = sc.ScanOnce(ctx, src)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/gke/gkefake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
 )
 
@@ -84,26 +85,28 @@ func TestScannerDegradedRemovesNothing(t *testing.T) {
 
 	tests := []struct {
 		name       string
-		fault      func(f *fakeGKE)
+		fault      func(f *gkefake.Server)
 		wantReason string
 	}{
-		{"permission denied", func(f *fakeGKE) {
-			f.fail["proj-a"] = googleError{403, "PERMISSION_DENIED", "Required 'container.clusters.list' permission for 'projects/proj-a'."}
+		{"permission denied", func(f *gkefake.Server) {
+			f.Fail["proj-a"] = gkefake.Error{Code: 403, Status: "PERMISSION_DENIED", Msg: "Required 'container.clusters.list' permission for 'projects/proj-a'."}
 		}, events.DegradedUnauthorized},
 		// proj-b still answers, so the listing is partial.
-		{"throttled beyond the retries", func(f *fakeGKE) {
-			f.fail["proj-a"] = googleError{429, "RESOURCE_EXHAUSTED", "Quota exceeded."}
+		{"throttled beyond the retries", func(f *gkefake.Server) {
+			f.Fail["proj-a"] = gkefake.Error{Code: 429, Status: "RESOURCE_EXHAUSTED", Msg: "Quota exceeded."}
 		}, events.DegradedPartial},
-		{"5xx in one project of two", func(f *fakeGKE) { f.fail["proj-b"] = googleError{502, "UNAVAILABLE", "Bad gateway."} }, events.DegradedPartial},
-		{"missing zones", func(f *fakeGKE) { f.missing["proj-a"] = []string{"europe-west1-b"} }, events.DegradedPartial},
-		{"timeout", func(f *fakeGKE) { f.delay = 3 * time.Second }, events.DegradedListFailed},
+		{"5xx in one project of two", func(f *gkefake.Server) {
+			f.Fail["proj-b"] = gkefake.Error{Code: 502, Status: "UNAVAILABLE", Msg: "Bad gateway."}
+		}, events.DegradedPartial},
+		{"missing zones", func(f *gkefake.Server) { f.Missing["proj-a"] = []string{"europe-west1-b"} }, events.DegradedPartial},
+		{"timeout", func(f *gkefake.Server) { f.Delay = 3 * time.Second }, events.DegradedListFailed},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFakeGKE(t)
-			f.add("proj-a", "europe-west1", "a", "RUNNING", nil)
-			f.add("proj-a", "europe-west1-b", "b", "RUNNING", nil)
-			f.add("proj-b", "us-central1", "c", "PROVISIONING", nil)
+			f := gkefake.New(t)
+			f.Add("proj-a", "europe-west1", "a", "RUNNING", nil)
+			f.Add("proj-a", "europe-west1-b", "b", "RUNNING", nil)
+			f.Add("proj-b", "us-central1", "c", "PROVISIONING", nil)
 			l, _ := newTestLister(t, f, func(o *Options) { o.Projects = []string{"proj-a", "proj-b"} })
 			clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 			sc := scanner.New(kv, events.NewPublisher(js, "/enforcement/source-scanner"), scanner.Config{
@@ -119,7 +122,7 @@ func TestScannerDegradedRemovesNothing(t *testing.T) {
 			}
 			published()
 
-			f.configure(tt.fault)
+			f.Configure(tt.fault)
 			for range 2 {
 				clk.Add(2 * time.Minute) // past the grace period
 				res, err := sc.ScanOnce(ctx, src)
@@ -148,8 +151,8 @@ func TestScannerDegradedRemovesNothing(t *testing.T) {
 				t.Fatal("no SourceDegraded event")
 			}
 
-			f.configure(func(f *fakeGKE) {
-				f.fail, f.missing, f.delay = map[string]googleError{}, map[string][]string{}, 0
+			f.Configure(func(f *gkefake.Server) {
+				f.Fail, f.Missing, f.Delay = map[string]gkefake.Error{}, map[string][]string{}, 0
 			})
 			clk.Add(2 * time.Minute)
 			res, err = sc.ScanOnce(ctx, src)

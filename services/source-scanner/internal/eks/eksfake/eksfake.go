@@ -1,4 +1,8 @@
-package eks
+// Package eksfake is an Amazon EKS (and STS AssumeRole) compatible HTTP server for tests of the
+// eks lister and of the source-scanner service: the real aws-sdk-go-v2 client talks to it through
+// its endpoint override. It is a fake of a cloud API, which the brief allows; NATS and Kubernetes
+// are never faked.
+package eksfake
 
 import (
 	"encoding/base64"
@@ -16,57 +20,64 @@ import (
 	"time"
 )
 
-// fakeEKS reproduces the EKS REST-JSON API (ListClusters, DescribeCluster) and STS's AssumeRole
+// Server reproduces the EKS REST-JSON API (ListClusters, DescribeCluster) and STS's AssumeRole
 // (query protocol, XML answers) closely enough for the real SDK client: paths, query
 // parameters, body shapes, and errors as AWS sends them (HTTP status, x-amzn-ErrorType header,
 // {"message": ...} body). It checks the SigV4 Authorization header of every EKS request and
 // routes it to the region named in its credential scope.
-type fakeEKS struct {
-	t   testing.TB
-	srv *httptest.Server
+//
+// Fields are guarded by the server's lock: set them in a Configure callback once the server runs.
+type Server struct {
+	*httptest.Server
+	t testing.TB
 
 	mu sync.Mutex
-	// clusters by region and name: the "cluster" object DescribeCluster returns.
-	clusters map[string]map[string]map[string]any
-	// keyID is the access key id requests must be signed with.
-	keyID string
+	// Clusters by region and name: the "cluster" object DescribeCluster returns.
+	Clusters map[string]map[string]map[string]any
+	// KeyID is the access key id requests must be signed with.
+	KeyID string
 	// calls counts answered requests by operation ("ListClusters", "DescribeCluster",
 	// "AssumeRole"), retries included.
 	calls map[string]int
-	// throttle makes the next n calls of an operation answer 429 ThrottlingException.
-	throttle map[string]int
-	// fail makes every call of an operation answer this error (optionally only for one region or
+	// Throttle makes the next n calls of an operation answer 429 ThrottlingException.
+	Throttle map[string]int
+	// Fail makes every call of an operation answer this error (optionally only for one region or
 	// from one page on).
-	fail map[string]fakeError
-	// delay delays every answer (timeouts).
-	delay time.Duration
-	// garbage answers ListClusters with a body that is not JSON.
-	garbage bool
-	// roleARN is the role AssumeRole accepts; the credentials it returns sign later requests.
-	roleARN string
+	Fail map[string]Error
+	// Delay delays every answer (timeouts).
+	Delay time.Duration
+	// Garbage answers ListClusters with a body that is not JSON.
+	Garbage bool
+	// RoleARN is the role AssumeRole accepts; the credentials it returns sign later requests.
+	RoleARN string
 	// badAuth collects Authorization headers that did not have SigV4's shape.
 	badAuth []string
 }
 
-// fakeError is an AWS error answer.
-type fakeError struct {
-	status  int
-	errType string
-	message string
-	region  string // "" for every region
-	page    int    // ListClusters: fail from this page on (0 or 1: every page)
+// Error is an AWS error answer.
+type Error struct {
+	Status  int
+	ErrType string
+	Message string
+	Region  string // "" for every region
+	Page    int    // ListClusters: fail from this page on (0 or 1: every page)
 }
 
 var sigV4 = regexp.MustCompile(`^AWS4-HMAC-SHA256 Credential=([A-Z0-9]+)/(\d{8})/([a-z0-9-]+)/(eks|sts)/aws4_request, SignedHeaders=([a-z0-9;-]+), Signature=[0-9a-f]{64}$`)
 
-func newFakeEKS(t testing.TB) *fakeEKS {
-	f := &fakeEKS{
-		t: t, keyID: "AKIDEXAMPLE",
-		clusters: map[string]map[string]map[string]any{},
-		calls:    map[string]int{}, throttle: map[string]int{}, fail: map[string]fakeError{},
+// DefaultKeyID is the access key id a new Server accepts (any secret key signs).
+const DefaultKeyID = "AKIDEXAMPLE"
+
+// New starts a fake EKS (plain HTTP; use its URL as the EKS and the STS endpoint). It stops when
+// the test ends, and fails the test if a request was not SigV4-signed.
+func New(t testing.TB) *Server {
+	f := &Server{
+		t: t, KeyID: DefaultKeyID,
+		Clusters: map[string]map[string]map[string]any{},
+		calls:    map[string]int{}, Throttle: map[string]int{}, Fail: map[string]Error{},
 	}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.srv.Close)
+	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.Close)
 	t.Cleanup(func() {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -77,19 +88,19 @@ func newFakeEKS(t testing.TB) *fakeEKS {
 	return f
 }
 
-// add adds a cluster in the shape DescribeCluster returns.
-func (f *fakeEKS) add(region, name, status string, tags map[string]string) {
+// Add adds a cluster in the shape DescribeCluster returns.
+func (f *Server) Add(region, name, status string, tags map[string]string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.clusters[region] == nil {
-		f.clusters[region] = map[string]map[string]any{}
+	if f.Clusters[region] == nil {
+		f.Clusters[region] = map[string]map[string]any{}
 	}
 	arn := fmt.Sprintf("arn:aws:eks:%s:111122223333:cluster/%s", region, name)
 	tagsAny := map[string]any{}
 	for k, v := range tags {
 		tagsAny[k] = v
 	}
-	f.clusters[region][name] = map[string]any{
+	f.Clusters[region][name] = map[string]any{
 		"name":            name,
 		"arn":             arn,
 		"createdAt":       1.7e9,
@@ -115,40 +126,45 @@ func (f *fakeEKS) add(region, name, status string, tags map[string]string) {
 	}
 }
 
-// set changes a field of a cluster.
-func (f *fakeEKS) set(region, name, field string, v any) {
+// Set changes a field of a cluster.
+func (f *Server) Set(region, name, field string, v any) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.clusters[region][name][field] = v
+	f.Clusters[region][name][field] = v
 }
 
-func (f *fakeEKS) remove(region, name string) {
+// Remove deletes a cluster.
+func (f *Server) Remove(region, name string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.clusters[region], name)
+	delete(f.Clusters[region], name)
 }
 
-func (f *fakeEKS) count(op string) int {
+// Count returns the answered requests of an operation (ListClusters, DescribeCluster,
+// AssumeRole), retries included.
+func (f *Server) Count(op string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls[op]
 }
 
-func (f *fakeEKS) resetCounts() {
+// ResetCounts sets every count to zero.
+func (f *Server) ResetCounts() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = map[string]int{}
 }
 
-func (f *fakeEKS) configure(fn func(f *fakeEKS)) {
+// Configure runs fn under the server's lock, to change its fields.
+func (f *Server) Configure(fn func(f *Server)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(f)
 }
 
-func (f *fakeEKS) serve(w http.ResponseWriter, r *http.Request) {
+func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
-	delay := f.delay
+	delay := f.Delay
 	f.mu.Unlock()
 	if delay > 0 {
 		select {
@@ -177,7 +193,7 @@ func (f *fakeEKS) serve(w http.ResponseWriter, r *http.Request) {
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if keyID != f.keyID {
+	if keyID != f.KeyID {
 		awsError(w, http.StatusForbidden, "UnrecognizedClientException", "The security token included in the request is invalid.")
 		return
 	}
@@ -192,8 +208,8 @@ func (f *fakeEKS) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.calls[op]++
-	if f.throttle[op] > 0 {
-		f.throttle[op]--
+	if f.Throttle[op] > 0 {
+		f.Throttle[op]--
 		awsError(w, http.StatusTooManyRequests, "ThrottlingException", "Rate exceeded")
 		return
 	}
@@ -207,8 +223,8 @@ func (f *fakeEKS) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		page = n
 	}
-	if e, ok := f.fail[op]; ok && (e.region == "" || e.region == region) && page >= e.page {
-		awsError(w, e.status, e.errType, e.message)
+	if e, ok := f.Fail[op]; ok && (e.Region == "" || e.Region == region) && page >= e.Page {
+		awsError(w, e.Status, e.ErrType, e.Message)
 		return
 	}
 	switch op {
@@ -216,13 +232,13 @@ func (f *fakeEKS) serve(w http.ResponseWriter, r *http.Request) {
 		if q.Get("maxResults") != "100" {
 			f.t.Errorf("ListClusters maxResults = %q, want 100", q.Get("maxResults"))
 		}
-		if f.garbage {
+		if f.Garbage {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write([]byte(`<html>proxy error</html>`))
 			return
 		}
-		names := make([]string, 0, len(f.clusters[region]))
-		for n := range f.clusters[region] {
+		names := make([]string, 0, len(f.Clusters[region]))
+		for n := range f.Clusters[region] {
 			names = append(names, n)
 		}
 		sort.Strings(names)
@@ -239,7 +255,7 @@ func (f *fakeEKS) serve(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, body)
 	case "DescribeCluster":
 		name, _ := url.PathUnescape(strings.TrimPrefix(r.URL.Path, "/clusters/"))
-		c, ok := f.clusters[region][name]
+		c, ok := f.Clusters[region][name]
 		if !ok {
 			awsError(w, http.StatusNotFound, "ResourceNotFoundException", "No cluster found for name: "+name+".")
 			return
@@ -249,7 +265,7 @@ func (f *fakeEKS) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // assumeRole answers STS AssumeRole (query protocol: a form POST, an XML answer).
-func (f *fakeEKS) assumeRole(w http.ResponseWriter, r *http.Request) {
+func (f *Server) assumeRole(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -257,13 +273,13 @@ func (f *fakeEKS) assumeRole(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls["AssumeRole"]++
-	if r.Form.Get("Action") != "AssumeRole" || r.Form.Get("RoleArn") != f.roleARN {
+	if r.Form.Get("Action") != "AssumeRole" || r.Form.Get("RoleArn") != f.RoleARN {
 		w.Header().Set("Content-Type", "text/xml")
 		w.WriteHeader(http.StatusForbidden)
 		fmt.Fprintf(w, `<ErrorResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>User is not authorized to perform: sts:AssumeRole on resource: %s</Message></Error><RequestId>req-1</RequestId></ErrorResponse>`, r.Form.Get("RoleArn"))
 		return
 	}
-	f.keyID = "ASIAASSUMED"
+	f.KeyID = "ASIAASSUMED"
 	w.Header().Set("Content-Type", "text/xml")
 	fmt.Fprintf(w, `<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
   <AssumeRoleResult>
@@ -276,7 +292,7 @@ func (f *fakeEKS) assumeRole(w http.ResponseWriter, r *http.Request) {
     </Credentials>
   </AssumeRoleResult>
   <ResponseMetadata><RequestId>req-2</RequestId></ResponseMetadata>
-</AssumeRoleResponse>`, f.roleARN, r.Form.Get("RoleSessionName"), r.Form.Get("RoleSessionName"), time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+</AssumeRoleResponse>`, f.RoleARN, r.Form.Get("RoleSessionName"), r.Form.Get("RoleSessionName"), time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
 }
 
 // awsError writes an error the way AWS REST-JSON services do.
