@@ -37,7 +37,8 @@ const AttributeClaims = "clusterClaims"
 
 // CredentialsSecretPrefix documents where argo-syncer finds the credentials to register a
 // managed cluster in Argo CD: a Secret "ocm-<cluster>" in OPERATOR_NAMESPACE with the keys
-// "token" (a bearer token, as the managed-serviceaccount add-on produces) and optional "caData".
+// "token" (a bearer token) and "ca.crt" (the PEM CA), the keys the managed-serviceaccount
+// add-on writes; see services/argo-syncer/README.md, "Cluster registration".
 const CredentialsSecretPrefix = "ocm-"
 
 // ManagedClusterList is the GroupVersionKind listed.
