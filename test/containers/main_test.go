@@ -26,7 +26,7 @@ import (
 
 // productImages are the images the tests run, as hack/images.sh names them.
 var productImages = []string{
-	"source-scanner", "rule-engine", "argo-syncer", "trigger-dispatcher",
+	"source-scanner", "rule-engine", "argo-syncer", "trigger-dispatcher", "policy-watcher",
 	"enforcement", "nats-server", "etcd", "kube-apiserver",
 }
 
