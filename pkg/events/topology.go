@@ -97,10 +97,12 @@ func DefaultTopology(opts TopologyOptions) Topology {
 			Replicas:    o.Replicas,
 		},
 		Consumers: []jetstream.ConsumerConfig{
+			// The trigger outcomes only: the dispatcher's per-attempt events are for audit and
+			// metrics, and neither consumer acts on them.
 			consumer(ConsumerRuleEngine,
 				"enforcement.cluster.>", "enforcement.source.>", "enforcement.install.>",
-				"enforcement.uninstall.>", "enforcement.trigger.>"),
-			consumer(ConsumerArgoSyncer, "enforcement.intent.>", "enforcement.trigger.>"),
+				"enforcement.uninstall.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>"),
+			consumer(ConsumerArgoSyncer, "enforcement.intent.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>"),
 			consumer(ConsumerTriggerDispatcher, "enforcement.intent.install.>", "enforcement.install.succeeded.>"),
 		},
 		Buckets: []jetstream.KeyValueConfig{
