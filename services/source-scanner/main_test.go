@@ -7,24 +7,19 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
-	"github.com/enforcement-io/enforcement/pkg/testenv"
 	"github.com/enforcement-io/enforcement/pkg/testenv/rancherfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
 )
@@ -241,24 +236,10 @@ func (s *stream) count(event string) int {
 // filters, a static ConfigMap's clusters appear, change and go, a broken Secret degrades the
 // source, a restart announces nothing again, and cancelling ctx stops the service promptly.
 func TestRun(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1beta1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	kube := testenv.StartKube(t, testenv.WithScheme(scheme))
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube.InstallCRDsFromDir(t, filepath.Join(root, "deploy", "k8s", "enforcement-crds", "crds"))
-	srvNATS := testenv.StartNATS(t)
-	ns := kube.Namespace(t, "enforcement")
-	rulesNS := kube.Namespace(t, "platform")
+	e := newServiceEnv(t, "run")
+	e.env["LIST_TIMEOUT"] = "2s"
+	ns, rulesNS, k, s := e.ns, e.rulesNS, e.k, e.s
 	ctx := context.Background()
-	k := kube.Client
 
 	fake := rancherfake.New(t, "tok-77aa", 2)
 	eks := rancherfake.Cluster("c-eks", "eks-1", "active", nil)
@@ -269,15 +250,9 @@ func TestRun(t *testing.T) {
 		rancherfake.Cluster("c-3", "prod-3", "active", nil),
 		eks,
 	)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(k.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rancher"},
-		Data: map[string][]byte{"url": []byte(fake.URL), "token": []byte(fake.Token), "caCert": fake.CACertPEM()}}))
-	must(k.Create(ctx, rule(rulesNS, "rke", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"provider": "rke"}}})))
+	must := e.must
+	e.secret("rancher", map[string][]byte{"url": []byte(fake.URL), "token": []byte(fake.Token), "caCert": fake.CACertPEM()})
+	e.rule("rke", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"provider": "rke"}}})
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "enforcement-static-clusters"},
 		Data: map[string]string{"clusters.yaml": `
 - {name: edge-1, url: "https://edge-1:6443", labels: {env: prod}}
@@ -285,40 +260,9 @@ func TestRun(t *testing.T) {
 - {name: edge-3, url: "https://edge-3:6443"}
 `}}
 	must(k.Create(ctx, cm))
-	must(k.Create(ctx, rule(rulesNS, "edges", v1beta1.Source{Static: &v1beta1.StaticSource{}})))
+	e.rule("edges", v1beta1.Source{Static: &v1beta1.StaticSource{}})
 
-	healthAddr := freeAddr(t)
-	env := map[string]string{
-		"NATS_URL": srvNATS.URL(), "KUBECONFIG": kube.Kubeconfig, "OPERATOR_NAMESPACE": ns,
-		"SCAN_INTERVAL": "100ms", "GONE_GRACE_PERIOD": "300ms", "LIST_TIMEOUT": "2s",
-		"HEALTH_ADDR": healthAddr, "METRICS_ADDR": freeAddr(t),
-	}
-	start := func() (stop func()) {
-		runCtx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- run(runCtx, func(k string) string { return env[k] }, io.Discard, io.Discard) }()
-		waitReady(t, healthAddr, done)
-		return func() {
-			t.Helper()
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("run returned %v", err)
-				}
-			case <-time.After(15 * time.Second):
-				t.Fatal("run did not return after cancel")
-			}
-		}
-	}
-	stop := start()
-
-	nc, err := nats.Connect(srvNATS.URL())
-	must(err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	must(err)
-	s := &stream{t: t, js: js}
+	stop := e.start()
 	s.waitFor("appeared rancher prod-1", "appeared rancher prod-2", "appeared rancher prod-3",
 		"appeared static edge-1", "appeared static edge-2", "appeared static edge-3")
 	if s.count("appeared rancher eks-1") != 0 {
@@ -389,7 +333,7 @@ func TestRun(t *testing.T) {
 	// Restart: nothing is announced again.
 	stop()
 	before := len(s.poll())
-	stop = start()
+	stop = e.start()
 	time.Sleep(500 * time.Millisecond)
 	for _, e := range s.poll()[before:] {
 		if strings.HasPrefix(e, "appeared") || strings.HasPrefix(e, "updated") {
