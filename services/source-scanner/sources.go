@@ -165,7 +165,7 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 	switch ref.Kind {
 	case rancher.Kind:
 		return closeless{scanner.ListerFunc(func(ctx context.Context) ([]events.Cluster, error) {
-			creds, err := rancherCredentials(ctx, d.kube, ref.SecretNamespace, ref.SecretName)
+			creds, err := secretCredentials(ctx, d.kube, ref, false, rancher.ParseSecret)
 			if err != nil {
 				return nil, err
 			}
@@ -179,16 +179,9 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 			Calls:              d.eksCalls,
 			Endpoint:           d.cfg.EKSEndpoint,
 			STSEndpoint:        d.cfg.EKSSTSEndpoint,
+			// No Secret: the SDK's default chain.
 			Credentials: func(ctx context.Context) (eks.Credentials, error) {
-				data, found, err := sourceSecret(ctx, d.kube, ref)
-				if err != nil || !found {
-					return eks.Credentials{}, err // not found: the SDK's default chain
-				}
-				c, err := eks.ParseSecret(data)
-				if err != nil {
-					return eks.Credentials{}, scanner.Degradedf(events.DegradedSecretInvalid, "Secret %s/%s: %w", ref.SecretNamespace, ref.SecretName, err)
-				}
-				return c, nil
+				return secretCredentials(ctx, d.kube, ref, true, eks.ParseSecret)
 			},
 		})}
 	case gke.Kind:
@@ -197,16 +190,9 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 			Filters:  s.Filters,
 			Calls:    d.gkeCalls,
 			Endpoint: d.cfg.GKEEndpoint,
+			// No Secret: application default credentials.
 			Credentials: func(ctx context.Context) (gke.Credentials, error) {
-				data, found, err := sourceSecret(ctx, d.kube, ref)
-				if err != nil || !found {
-					return gke.Credentials{}, err // not found: application default credentials
-				}
-				c, err := gke.ParseSecret(data)
-				if err != nil {
-					return gke.Credentials{}, scanner.Degradedf(events.DegradedSecretInvalid, "Secret %s/%s: %w", ref.SecretNamespace, ref.SecretName, err)
-				}
-				return c, nil
+				return secretCredentials(ctx, d.kube, ref, true, gke.ParseSecret)
 			},
 		})}
 	case ocm.Kind:
@@ -237,20 +223,24 @@ func sourceSecret(ctx context.Context, kube client.Reader, ref events.SourceRef)
 	return secret.Data, true, nil
 }
 
-// rancherCredentials reads a Rancher source Secret. A missing or malformed Secret is degraded
-// with reason SecretInvalid; the message names the Secret and the key, never a value.
-func rancherCredentials(ctx context.Context, kube client.Reader, namespace, name string) (rancher.Credentials, error) {
-	var secret corev1.Secret
-	err := kube.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &secret)
+// secretCredentials reads and parses the source Secret of ref. With optional (eks, gke), an
+// absent Secret that the rule did not name yields the zero value: the ambient credentials. A
+// missing required or named Secret, or a malformed one, is degraded with reason SecretInvalid;
+// the message names the Secret and the key, never a value.
+func secretCredentials[C any](ctx context.Context, kube client.Reader, ref events.SourceRef, optional bool, parse func(map[string][]byte) (C, error)) (C, error) {
+	var zero C
+	data, found, err := sourceSecret(ctx, kube, ref)
 	switch {
-	case apierrors.IsNotFound(err):
-		return rancher.Credentials{}, scanner.Degradedf(events.DegradedSecretInvalid, "Secret %s/%s not found", namespace, name)
 	case err != nil:
-		return rancher.Credentials{}, scanner.Degradedf(events.DegradedListFailed, "read Secret %s/%s: %w", namespace, name, err)
+		return zero, err
+	case !found && optional:
+		return zero, nil
+	case !found:
+		return zero, scanner.Degradedf(events.DegradedSecretInvalid, "Secret %s/%s not found", ref.SecretNamespace, ref.SecretName)
 	}
-	creds, err := rancher.ParseSecret(secret.Data)
+	creds, err := parse(data)
 	if err != nil {
-		return rancher.Credentials{}, scanner.Degradedf(events.DegradedSecretInvalid, "Secret %s/%s: %w", namespace, name, err)
+		return zero, scanner.Degradedf(events.DegradedSecretInvalid, "Secret %s/%s: %w", ref.SecretNamespace, ref.SecretName, err)
 	}
 	return creds, nil
 }
