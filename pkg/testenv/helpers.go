@@ -1,0 +1,97 @@
+package testenv
+
+import (
+	"bytes"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// FreeAddr returns a 127.0.0.1 address whose port was free a moment ago, for a service's
+// METRICS_ADDR or HEALTH_ADDR. Another process may take the port before it is bound; tests
+// that start a server on it fail loudly then, they do not hang.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// pollInterval is how often Eventually retries.
+const pollInterval = 50 * time.Millisecond
+
+// Eventually calls check every 50 ms until it returns nil, and fails the test with check's last
+// error once timeout has passed. check should describe what it waits for in its error, so that
+// a timeout says what was missing ("application x not created yet").
+func Eventually(t testing.TB, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not met within %s: %v", timeout, err)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// EventuallyTrue is Eventually for a condition without an error: it fails the test with "timed
+// out after <timeout> waiting until <what>".
+func EventuallyTrue(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting until %s", timeout, what)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// SyncBuffer collects the output of a service or a process: Write and String are safe to call
+// from different goroutines, so a test can read the logs while the service still writes them.
+// The zero value is ready to use.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write appends p; it never fails.
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// JetStream connects a client to the server and returns its JetStream context. The connection
+// is closed when the test ends.
+func (n *NATS) JetStream(t testing.TB) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(n.URL())
+	if err != nil {
+		t.Fatalf("connect to NATS: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	return js
+}
