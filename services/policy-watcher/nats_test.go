@@ -87,15 +87,7 @@ func TestNATSModeEndToEnd(t *testing.T) {
 	s := startService(t, env)
 	s.waitReady(15 * time.Second)
 
-	nc, err := nats.Connect(n.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := n.JetStream(t)
 	if _, err := js.Consumer(t.Context(), events.StreamName, events.ClaimWriterConsumer(cluster, events.TopologyOptions{}).Durable); err != nil {
 		t.Fatalf("claim writer consumer: %v", err)
 	}

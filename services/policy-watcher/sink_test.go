@@ -6,12 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
@@ -22,19 +21,8 @@ func TestEventSinkPublishesOncePerTransition(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "sink")
 	n := testenv.StartNATS(t)
-	nc, err := nats.Connect(n.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := eventstest.Bus(t, n.URL())
 	ctx := t.Context()
-	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
-		t.Fatal(err)
-	}
 	claim := c.name("sink-claim")
 	c.createClaim(claim, events.Compliant)
 	m := newMetrics(prometheus.NewRegistry())

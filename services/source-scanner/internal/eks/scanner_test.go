@@ -7,11 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/eks/eksfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
@@ -23,49 +22,14 @@ import (
 // clears, the next scan is complete and still removes nothing.
 func TestScannerDegradedRemovesNothing(t *testing.T) {
 	srv := testenv.StartNATS(t)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := eventstest.Bus(t, srv.URL())
 	ctx := context.Background()
-	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
-		t.Fatal(err)
-	}
 	kv, err := js.KeyValue(ctx, events.BucketInventory)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := js.Stream(ctx, events.StreamName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lastSeq uint64
-	published := func() []events.Event {
-		t.Helper()
-		info, err := stream.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []events.Event
-		for seq := lastSeq + 1; seq <= info.State.LastSeq; seq++ {
-			m, err := stream.GetMsg(ctx, seq)
-			if err != nil {
-				t.Fatal(err)
-			}
-			e, _, err := events.Decode(m.Subject, m.Header, m.Data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, e)
-		}
-		lastSeq = info.State.LastSeq
-		return out
-	}
+	stream := eventstest.NewReader(t, js)
+	published := func() []events.Event { t.Helper(); return stream.New(t) }
 	gone := (&events.ClusterGone{}).Type()
 	degraded := (&events.SourceDegraded{}).Type()
 
