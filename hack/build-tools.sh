@@ -23,14 +23,25 @@ build() {
 	echo "built $name $version in $((SECONDS - start))s" >&2
 }
 
+etcd_v="$(version_of etcd go.etcd.io/etcd/server/v3)"
+kube_v="$(version_of kube-apiserver k8s.io/kubernetes)"
+nats_v="$(version_of nats-server github.com/nats-io/nats-server/v2)"
+
+# --missing builds nothing: it prints "<name> <version> <module>" for every tool not built yet,
+# so that a caller can say what a first run is about to compile (cmd/enforcement local does).
+if [[ "${1:-}" == "--missing" ]]; then
+	for tool in "etcd $etcd_v go.etcd.io/etcd/server/v3" "kube-apiserver $kube_v k8s.io/kubernetes" \
+		"nats-server $nats_v github.com/nats-io/nats-server/v2"; do
+		read -r name version module <<<"$tool"
+		[[ -x "$cache/$name-$version/$name" ]] || echo "$name $version $module"
+	done
+	exit 0
+fi
+
 # Two test binaries may ask for the tools at once on a cold cache: build under one lock.
 mkdir -p "$cache"
 exec 9>"$cache/.lock"
 flock 9
-
-etcd_v="$(version_of etcd go.etcd.io/etcd/server/v3)"
-kube_v="$(version_of kube-apiserver k8s.io/kubernetes)"
-nats_v="$(version_of nats-server github.com/nats-io/nats-server/v2)"
 
 build etcd "$etcd_v" .
 build kube-apiserver "$kube_v" k8s.io/kubernetes/cmd/kube-apiserver

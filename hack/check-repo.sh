@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# check-repo.sh fails when a tracked file is a compiled binary or larger than 4 MiB: built
-# artefacts belong in bin/, dist/ or the tool cache, never in git history.
+# check-repo.sh fails when a tracked file is a compiled binary or larger than 4 MiB (built
+# artefacts belong in bin/, dist/ or the tool cache, never in git history), or when a tracked file
+# refers to a folder beside the repository (../shared, shared/examples, shared/seeds): a fresh
+# clone has nothing beside it, and the original operator's manifests are in pkg/testenv/compat.
 set -euo pipefail
 status=0
 while IFS= read -r -d '' f; do
@@ -13,4 +15,11 @@ while IFS= read -r -d '' f; do
 		status=1
 	fi
 done < <(git ls-files -z)
+# This file names the patterns, so it is left out of the search.
+outside='\.\./shared|shared/(examples|seeds)'
+if refs="$(git grep -nIE "$outside" -- . ':!hack/check-repo.sh')"; then
+	echo "$refs" >&2
+	echo "these tracked files refer to files outside the repository; use pkg/testenv/compat or a public URL" >&2
+	status=1
+fi
 exit $status

@@ -69,7 +69,14 @@ func runLocal(ctx context.Context, getenv func(string) string, stdout, stderr io
 	kubeconfig := getenv("KUBECONFIG")
 	var cfg *rest.Config
 	if kubeconfig == "" {
-		say("Starting a local Kubernetes API (kube-apiserver + etcd; the first run builds them, a few minutes)")
+		missing, err := missingTools(ctx, root, getenv)
+		if err != nil {
+			return err
+		}
+		if len(missing) > 0 {
+			say("%s", buildNotice(missing, goModCache(ctx)))
+		}
+		say("Starting a local Kubernetes API (kube-apiserver + etcd)")
 		k, err := testenv.NewKube()
 		if err != nil {
 			return fmt.Errorf("start local Kubernetes API: %w", err)

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -15,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
 // syncBuffer is a bytes.Buffer safe for the writer goroutine and the polling test.
@@ -47,6 +51,15 @@ func TestLocalRunProducesTheDemoApplications(t *testing.T) {
 	var out syncBuffer
 	errc := make(chan error, 1)
 	noEnv := func(string) string { return "" } // a fresh shell: no NATS_URL, no KUBECONFIG
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	toBuild, err := missingTools(ctx, root, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	processStderr := captureStderr(t) // controller-runtime's stack trace goes to os.Stderr itself
 	go func() { errc <- run(ctx, []string{"local"}, noEnv, &out, &out) }()
 	defer func() {
 		if t.Failed() {
@@ -74,6 +87,13 @@ func TestLocalRunProducesTheDemoApplications(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("created %v, want %v; output:\n%s", got, want, out.String())
 		}
+	}
+	const stackTrace = "log.SetLogger(...) was never called"
+	if strings.Contains(out.String(), stackTrace) || strings.Contains(processStderr.String(), stackTrace) {
+		t.Errorf("controller-runtime printed its stack trace:\n%s", processStderr.String())
+	}
+	if building := strings.Contains(out.String(), "Building the control plane tools"); building != (len(toBuild) > 0) {
+		t.Errorf("tools to build at start %v, build notice printed %v", toBuild, building)
 	}
 	for _, line := range []string{"NATS ready at nats://", "Kubernetes API ready", "Discovered cluster demo-eu-1 (static, eligible)",
 		"Discovered cluster demo-dev-1 (static, not eligible yet: provisioning)", "All services ready"} {
@@ -124,4 +144,29 @@ func TestLocalRunProducesTheDemoApplications(t *testing.T) {
 			t.Errorf("%s was not stopped cleanly:\n%s", s, out.String())
 		}
 	}
+}
+
+// captureStderr points os.Stderr at a pipe for the rest of the test, copying what arrives to the
+// real stderr and into the returned buffer, for output that bypasses the writers run is given.
+func captureStderr(t *testing.T) *syncBuffer {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := os.Stderr
+	os.Stderr = w
+	var captured syncBuffer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(io.MultiWriter(&captured, orig), r)
+	}()
+	t.Cleanup(func() {
+		os.Stderr = orig
+		_ = w.Close()
+		<-done
+		_ = r.Close()
+	})
+	return &captured
 }

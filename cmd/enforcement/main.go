@@ -38,6 +38,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) == 0 {
 		return fmt.Errorf("no command\n%s", usage)
 	}
+	controllerRuntimeOut.set(stderr)
 	switch args[0] {
 	case "local":
 		return runLocal(ctx, getenv, stdout, stderr)

@@ -156,7 +156,7 @@ var rbacExpectations = map[string]struct{ allowed, denied [][]access }{
 			verbs(ocmCluster, "clusterclaims", "", "", "get", "list", "watch", "create", "update", "patch"),
 			// It asks whether it may watch before it does (every account may, system:basic-user).
 			verbs("authorization.k8s.io", "selfsubjectaccessreviews", "", "", "create"),
-			// The original's ClusterRole (shared/examples/policy-watcher/deployment.yaml):
+			// The original's ClusterRole (pkg/testenv/compat/policy-watcher/deployment.yaml):
 			// policies get, list; clusterclaims get, patch, update. The chart grants a superset
 			// (watch, create), with policies limited to WATCH_NAMESPACE.
 			verbs(ocmPolicy, "policies", "", clusterNS, "get", "list"),

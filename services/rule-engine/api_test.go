@@ -2,54 +2,47 @@ package main
 
 import (
 	"context"
-	"os"
-	"path/filepath"
+	"path"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/enforcement-io/enforcement/pkg/testenv/compat"
 )
 
 // TestExampleRulesApply creates every ClusterRule of the original operator's examples, unchanged,
 // and checks the defaults the original applied.
 func TestExampleRulesApply(t *testing.T) {
 	e := newEnv(t)
-	files, err := filepath.Glob(filepath.Join(examplesDir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no examples in %s: %v", examplesDir, err)
-	}
 	rules := 0
-	for i, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
+	for i, f := range compat.Files() {
+		if !strings.HasPrefix(f, examples) {
+			continue
 		}
-		var u unstructured.Unstructured
-		if err := yaml.Unmarshal(b, &u.Object); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
+		u := compat.Objects(t, f)[0]
 		if u.GetKind() != "ClusterRule" {
 			continue
 		}
 		rules++
 		ns := e.kube.Namespace(t, e.ns+"-"+string(rune('a'+i)))
 		u.SetNamespace(ns)
-		if err := e.c.Create(context.Background(), &u); err != nil {
-			t.Errorf("%s: %v", filepath.Base(f), err)
+		if err := e.c.Create(context.Background(), u); err != nil {
+			t.Errorf("%s: %v", path.Base(f), err)
 			continue
 		}
 		enfs, _, _ := unstructured.NestedSlice(u.Object, "spec", "enforcements")
 		for _, en := range enfs {
 			if ns, _ := en.(map[string]any)["namespace"].(string); ns == "" {
-				t.Errorf("%s: enforcement namespace not defaulted: %v", filepath.Base(f), en)
+				t.Errorf("%s: enforcement namespace not defaulted: %v", path.Base(f), en)
 			}
 		}
 		if _, ok, _ := unstructured.NestedMap(u.Object, "spec", "triggers"); ok {
 			before, _, _ := unstructured.NestedInt64(u.Object, "spec", "triggers", "beforeInstall", "timeout")
 			after, _, _ := unstructured.NestedInt64(u.Object, "spec", "triggers", "afterInstall", "timeout")
 			if before != 5 || after != 15 {
-				t.Errorf("%s: trigger timeouts %d, %d; want 5, 15", filepath.Base(f), before, after)
+				t.Errorf("%s: trigger timeouts %d, %d; want 5, 15", path.Base(f), before, after)
 			}
 		}
 	}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,28 +12,24 @@ import (
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv/compat"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
 )
 
 // applyExample creates an example manifest unchanged except for its namespace (and name, when
 // rename is set).
 func (e *env) applyExample(file, rename string) {
 	e.t.Helper()
-	b, err := os.ReadFile(filepath.Join(examplesDir, file))
-	if err != nil {
-		e.t.Fatal(err)
+	objs := compat.Objects(e.t, examples+file)
+	if len(objs) != 1 {
+		e.t.Fatalf("%s holds %d objects, want 1", file, len(objs))
 	}
-	var u unstructured.Unstructured
-	if err := yaml.Unmarshal(b, &u.Object); err != nil {
-		e.t.Fatal(err)
-	}
+	u := objs[0]
 	u.SetNamespace(e.ns)
 	if rename != "" {
 		u.SetName(rename)
 	}
-	if err := e.c.Create(context.Background(), &u); err != nil {
+	if err := e.c.Create(context.Background(), u); err != nil {
 		e.t.Fatal(err)
 	}
 }

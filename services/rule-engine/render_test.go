@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,20 +13,19 @@ import (
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv/compat"
 	"sigs.k8s.io/yaml"
 )
 
-// examplesDir is where the original operator's manifests live: /work/shared beside the
-// repository clone, as in CI.
-var examplesDir = filepath.Join("..", "..", "..", "shared", "examples", "enforcement")
+// examples is the folder of the compatibility suite (pkg/testenv/compat) that holds the
+// original operator's ClusterRules and Secrets.
+const examples = "enforcement/"
 
-// loadExampleRule reads one ClusterRule manifest from the shared examples.
+// loadExampleRule reads one ClusterRule manifest of the original operator from the
+// compatibility suite.
 func loadExampleRule(t testing.TB, file string) *v1beta1.ClusterRule {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(examplesDir, file))
-	if err != nil {
-		t.Fatalf("read example: %v", err)
-	}
+	b := compat.Manifest(t, examples+file)
 	var cr v1beta1.ClusterRule
 	if err := yaml.Unmarshal(b, &cr); err != nil {
 		t.Fatalf("decode %s: %v", file, err)

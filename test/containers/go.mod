@@ -5,12 +5,12 @@ go 1.26.0
 require (
 	github.com/docker/go-connections v0.6.0
 	github.com/enforcement-io/enforcement/pkg/events v0.0.0
+	github.com/enforcement-io/enforcement/pkg/testenv v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/testcontainers/testcontainers-go v0.40.0
 	k8s.io/api v0.31.14
 	k8s.io/apimachinery v0.31.14
 	k8s.io/client-go v0.31.14
-	sigs.k8s.io/yaml v1.4.0
 )
 
 require (
@@ -106,6 +106,9 @@ require (
 	k8s.io/utils v0.0.0-20240711033017-18e509b52bc8 // indirect
 	sigs.k8s.io/json v0.0.0-20221116044647-bc3834ca7abd // indirect
 	sigs.k8s.io/structured-merge-diff/v4 v4.4.1 // indirect
+	sigs.k8s.io/yaml v1.4.0 // indirect
 )
 
 replace github.com/enforcement-io/enforcement/pkg/events => ../../pkg/events
+
+replace github.com/enforcement-io/enforcement/pkg/testenv => ../../pkg/testenv

@@ -11,16 +11,14 @@ package containers
 //  5. NATS restarts on its volume → every event of the stream is still there, and the services
 //     carry on
 //
-// The rule is the original operator's example (../shared/examples/enforcement/example-rancher.yaml)
-// applied unchanged, with the rancher Secret (url, token, caCert) in OPERATOR_NAMESPACE.
+// The rule is the original operator's example (enforcement/example-rancher.yaml of the
+// compatibility suite, pkg/testenv/compat) applied unchanged, with the rancher Secret (url, token, caCert) in OPERATOR_NAMESPACE.
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -31,12 +29,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv/compat"
 )
 
 var (
@@ -47,9 +44,6 @@ var (
 
 // The example rule's enforcements, which every matching cluster gets one Application of.
 var exampleEnforcements = []string{"helm-guestbook", "guestbook"}
-
-// examplesDir holds the original operator's manifests (shared/ sits beside the repository).
-const examplesDir = "../../../shared/examples/enforcement"
 
 func TestProduct(t *testing.T) {
 	requireDocker(t)
@@ -222,14 +216,11 @@ func (s *system) addCluster(t *testing.T, c map[string]any) {
 // applyExample creates the ClusterRule of an example manifest, unchanged, in OPERATOR_NAMESPACE.
 func (s *system) applyExample(t *testing.T, file string) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(examplesDir, file))
-	if err != nil {
-		t.Fatalf("the examples of shared/ are beside the repository: %v", err)
+	objs := compat.Objects(t, "enforcement/"+file)
+	if len(objs) != 1 || objs[0].GetKind() != "ClusterRule" {
+		t.Fatalf("%s: want one ClusterRule, the suite has %d objects", file, len(objs))
 	}
-	obj := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(data, &obj.Object); err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
+	obj := objs[0]
 	obj.SetNamespace(operatorNamespace)
 	if _, err := s.dyn.Resource(clusterRulesGVR).Namespace(operatorNamespace).Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create ClusterRule from %s: %v", file, err)

@@ -4,26 +4,21 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv/compat"
 	"github.com/enforcement-io/enforcement/pkg/testenv/rancherfake"
 )
 
-// example reads a manifest of the original operator from the seed's examples (shared/ lies
-// beside the repository, in development and in CI).
+// example reads a manifest of the original operator from the compatibility suite
+// (pkg/testenv/compat).
 func example(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, "..", "shared", "examples", "enforcement", name))
-	if err != nil {
-		t.Fatalf("read example %s: %v", name, err)
-	}
-	return string(b)
+	return string(compat.Manifest(t, "enforcement/"+name))
 }
 
 // gke is a Rancher cluster made with Google's driver, as example-rancher.yaml filters for.

@@ -228,7 +228,7 @@ func (s *system) createSecret(name string, data map[string][]byte) {
 	}
 }
 
-// applyRule creates a ClusterRule from a YAML file of the seed's examples (or inline YAML).
+// applyRule creates a ClusterRule from a manifest of the compatibility suite (or inline YAML).
 func (s *system) applyRule(namespace, manifest string) *unstructured.Unstructured {
 	s.t.Helper()
 	u := &unstructured.Unstructured{}
