@@ -25,6 +25,8 @@ func TestSourceIDGolden(t *testing.T) {
 		want             string
 	}{
 		{"rancher", "enforcement", "rancher", map[string]string{"driver": "gke", "a": "b"}, "6c9f0570fcd96339"},
+		// printf 'rancher\0enforcement\0rancher\0a=1\0b=2\0' | sha256sum | cut -c1-16
+		{"rancher", "enforcement", "rancher", map[string]string{"b": "2", "a": "1"}, "2d9ba57e32783940"},
 		{"rancher", "enforcement", "rancher", map[string]string{"driver": "googleKubernetesEngine"}, "d79ab3e43ffbc255"},
 		{"rancher", "enforcement", "rancher", nil, "9c2fe8081654e22d"},
 		{"static", "enforcement", "static", nil, "4af7e3c0b3078a02"},
