@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
 )
 
 // Namespaces of the demo installation (the defaults of design.md).
@@ -23,11 +25,11 @@ const (
 	localArgoCDNamespace   = "argocd"
 )
 
-// staticConfigMap is the static source's default ConfigMap (see services/source-scanner).
-const staticConfigMap = "enforcement-static-clusters"
+// staticConfigMap is the static source's default ConfigMap.
+const staticConfigMap = events.DefaultStaticConfigMap
 
-// demoSecret is the static source's default credentials Secret (spec.source.secretName).
-const demoSecret = "static"
+// demoSecret is the static source's default credentials Secret (spec.source.secretName: the kind).
+const demoSecret = events.SourceKindStatic
 
 // demoClusters is the static source of the demo: two production clusters and one that is still
 // provisioning (present, but not eligible for installs).

@@ -130,7 +130,7 @@ func newHarness(t testing.TB, opts ...harnessOption) *harness {
 	// The rancher source Secret the intents reference.
 	_, err := h.kube.CoreV1().Secrets(h.opNS).Create(context.Background(), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "rancher", Namespace: h.opNS},
-		Data:       map[string][]byte{"url": []byte("https://rancher.example"), "token": []byte("token-s3cr3t"), "caCert": []byte("-----BEGIN CERTIFICATE-----")},
+		Data:       map[string][]byte{"url": []byte("https://rancher.example"), "token": []byte("token-s3cr3t"), "caCert": testCAPEMParsable(t)},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

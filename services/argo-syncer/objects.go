@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
@@ -233,9 +232,9 @@ var errRegistration = errors.New("registration hints are unusable")
 
 // Source kinds whose clusters are registered other than with the source Secret's bearer token.
 const (
-	KindEKS = "eks"
-	KindGKE = "gke"
-	KindOCM = "ocm"
+	KindEKS = events.SourceKindEKS
+	KindGKE = events.SourceKindGKE
+	KindOCM = events.SourceKindOCM
 )
 
 // Registration hint keys (Target.Registration), as the source-scanner's EKS and GKE listers name
@@ -257,39 +256,33 @@ const (
 // convention the source-scanner documents (internal/ocm CredentialsSecretPrefix).
 func OCMCredentialsSecretName(cluster string) string { return ocmCredentialsPrefix + cluster }
 
-// ClusterConfigFromSecret builds Argo CD's cluster connection config from a Secret's data:
-// "token" (or "bearerToken") becomes the bearer token, "caCert" (or "caData", or "ca.crt" as
-// the managed-serviceaccount add-on names it; PEM) the CA, and "insecure" ("true"/"false")
-// skips TLS verification. These are Rancher's keys (design.md, Fixed interfaces), which the
-// static source and OCM's per-cluster Secrets share. EKS and GKE are registered from hints
-// (ClusterConfigFromHints), without credentials.
+// ClusterConfigFromSecret builds Argo CD's cluster connection config from a Secret's data, read
+// by the shared parsers of pkg/events so that argo-syncer and source-scanner accept the same
+// keys: a rancher source Secret (events.ParseRancherSecret: url, token, optional caCert and
+// insecure, as the scanner lists it with) registers its clusters with its token and CA; any
+// other kind's Secret (the static source's, a static cluster's own, OCM's per-cluster
+// "ocm-<cluster>") is a cluster credentials Secret (events.ParseClusterSecret: token or
+// bearerToken, optional caCert, caData or ca.crt, and insecure). EKS and GKE are registered from
+// hints (ClusterConfigFromHints), without credentials.
 func ClusterConfigFromSecret(kind string, data map[string][]byte) (argov1.ClusterConfig, error) {
+	var (
+		creds events.ClusterCredentials
+		err   error
+	)
+	if kind == events.SourceKindRancher {
+		var rc events.RancherCredentials
+		rc, err = events.ParseRancherSecret(data)
+		creds = rc.Cluster()
+	} else {
+		creds, err = events.ParseClusterSecret(data)
+	}
+	if err != nil {
+		return argov1.ClusterConfig{}, fmt.Errorf("%w: %s Secret: %w", errCredentials, kind, err)
+	}
 	var cfg argov1.ClusterConfig
-	token := string(data["token"])
-	if token == "" {
-		token = string(data["bearerToken"])
-	}
-	if strings.TrimSpace(token) == "" {
-		return cfg, fmt.Errorf("%w: %s Secret needs key \"token\"", errCredentials, kind)
-	}
-	cfg.BearerToken = strings.TrimSpace(token)
-	ca := data["caCert"]
-	if len(ca) == 0 {
-		ca = data["caData"]
-	}
-	if len(ca) == 0 {
-		ca = data["ca.crt"]
-	}
-	if len(ca) > 0 {
-		cfg.TLSClientConfig.CAData = ca
-	}
-	if v := strings.TrimSpace(string(data["insecure"])); v != "" {
-		insecure, err := strconv.ParseBool(v)
-		if err != nil {
-			return cfg, fmt.Errorf("%w: %s Secret key \"insecure\" is not a boolean", errCredentials, kind)
-		}
-		cfg.TLSClientConfig.Insecure = insecure
-	}
+	cfg.BearerToken = creds.Token
+	cfg.TLSClientConfig.CAData = creds.CACert
+	cfg.TLSClientConfig.Insecure = creds.Insecure
 	return cfg, nil
 }
 

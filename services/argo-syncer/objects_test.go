@@ -1,12 +1,20 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"math/big"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
 
@@ -163,25 +171,32 @@ func TestRenderProject(t *testing.T) {
 func TestClusterConfigFromSecret(t *testing.T) {
 	tests := []struct {
 		name    string
+		kind    string
 		data    map[string][]byte
 		want    argov1.ClusterConfig
-		wantErr bool
+		wantErr string
 	}{
-		{"token only", map[string][]byte{"url": []byte("https://rancher"), "token": []byte("s3cr3t\n")},
-			argov1.ClusterConfig{BearerToken: "s3cr3t"}, false},
-		{"ca and insecure", map[string][]byte{"token": []byte("tok"), "caCert": []byte("PEM"), "insecure": []byte("true")},
-			argov1.ClusterConfig{BearerToken: "tok", TLSClientConfig: argov1.TLSClientConfig{CAData: []byte("PEM"), Insecure: true}}, false},
-		{"ocm add-on keys", map[string][]byte{"token": []byte("tok"), "ca.crt": []byte("PEM")},
-			argov1.ClusterConfig{BearerToken: "tok", TLSClientConfig: argov1.TLSClientConfig{CAData: []byte("PEM")}}, false},
-		{"no token", map[string][]byte{"url": []byte("https://rancher")}, argov1.ClusterConfig{}, true},
-		{"bad insecure", map[string][]byte{"token": []byte("s3cr3t"), "insecure": []byte("maybe")}, argov1.ClusterConfig{}, true},
+		{"rancher: the original's two keys", "rancher", map[string][]byte{"url": []byte("https://rancher"), "token": []byte("s3cr3t\n")},
+			argov1.ClusterConfig{BearerToken: "s3cr3t"}, ""},
+		{"rancher: ca and insecure", "rancher", map[string][]byte{"url": []byte("https://rancher"), "token": []byte("tok"), "caCert": testCAPEMParsable(t), "insecure": []byte("true")},
+			argov1.ClusterConfig{BearerToken: "tok", TLSClientConfig: argov1.TLSClientConfig{CAData: testCAPEMParsable(t), Insecure: true}}, ""},
+		{"rancher: as the scanner, url is required", "rancher", map[string][]byte{"token": []byte("s3cr3t")}, argov1.ClusterConfig{}, `key "url"`},
+		{"rancher: as the scanner, caCert must be PEM", "rancher", map[string][]byte{"url": []byte("https://rancher"), "token": []byte("s3cr3t"), "caCert": []byte("PEM")},
+			argov1.ClusterConfig{}, `key "caCert"`},
+		{"static: ca and insecure", "static", map[string][]byte{"token": []byte("tok"), "caCert": []byte("PEM"), "insecure": []byte("true")},
+			argov1.ClusterConfig{BearerToken: "tok", TLSClientConfig: argov1.TLSClientConfig{CAData: []byte("PEM"), Insecure: true}}, ""},
+		{"ocm add-on keys", "ocm", map[string][]byte{"token": []byte("tok"), "ca.crt": []byte("PEM")},
+			argov1.ClusterConfig{BearerToken: "tok", TLSClientConfig: argov1.TLSClientConfig{CAData: []byte("PEM")}}, ""},
+		{"no token", "static", map[string][]byte{"url": []byte("https://rancher")}, argov1.ClusterConfig{}, `key "token"`},
+		{"bad insecure", "static", map[string][]byte{"token": []byte("s3cr3t"), "insecure": []byte("maybe")}, argov1.ClusterConfig{}, `key "insecure"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ClusterConfigFromSecret("rancher", tt.data)
-			if tt.wantErr {
-				if !errors.Is(err, errCredentials) {
-					t.Fatalf("error %v, want errCredentials", err)
+			got, err := ClusterConfigFromSecret(tt.kind, tt.data)
+			if tt.wantErr != "" {
+				var ke *events.SecretKeyError
+				if !errors.Is(err, errCredentials) || !errors.As(err, &ke) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want errCredentials naming %s", err, tt.wantErr)
 				}
 				if strings.Contains(err.Error(), "s3cr3t") {
 					t.Fatalf("error %q leaks the token", err)
@@ -199,6 +214,30 @@ func TestClusterConfigFromSecret(t *testing.T) {
 		})
 	}
 }
+
+// testCAPEMParsable is a self-signed CA certificate, which a rancher Secret's caCert must be.
+func testCAPEMParsable(t testing.TB) []byte {
+	t.Helper()
+	caOnce.Do(func() {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "rancher CA"},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	})
+	return caPEM
+}
+
+var (
+	caOnce sync.Once
+	caPEM  []byte
+)
 
 func TestObjectNamesNormalised(t *testing.T) {
 	for _, cluster := range []string{"Prod_Cluster.1", strings.Repeat("a", 80)} {

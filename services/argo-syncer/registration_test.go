@@ -214,7 +214,7 @@ func TestBadRegistrationIsAClearFailure(t *testing.T) {
 		{badCA, ReasonRegistrationInvalid, true, []string{HintCAData, "base64 of a PEM"}},
 		{badArgs, ReasonRegistrationInvalid, true, []string{HintExecArgs, "JSON array"}},
 		{noSecret, ReasonSecretInvalid, false, []string{h.opNS + "/ocm-spoke-nosecret", "not found"}},
-		{noToken, ReasonSecretInvalid, false, []string{"ocm-spoke-notoken", `needs key "token"`}},
+		{noToken, ReasonSecretInvalid, false, []string{"ocm-spoke-notoken", `key "token" is missing`}},
 	} {
 		f := h.outcome(failed(c.in.ID())).(*events.InstallFailed)
 		if f.Reason != c.reason || f.Permanent != c.permanent || f.Cluster != c.in.Cluster.Name {

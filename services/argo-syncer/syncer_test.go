@@ -56,7 +56,7 @@ func TestInstallWritesExactObjects(t *testing.T) {
 	}
 	var typed argov1.ClusterConfig
 	_ = json.Unmarshal(sec.Data["config"], &typed)
-	if string(typed.TLSClientConfig.CAData) != "-----BEGIN CERTIFICATE-----" || typed.TLSClientConfig.Insecure {
+	if string(typed.TLSClientConfig.CAData) != string(testCAPEMParsable(t)) || typed.TLSClientConfig.Insecure {
 		t.Errorf("tls config %+v", typed.TLSClientConfig)
 	}
 

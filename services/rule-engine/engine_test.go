@@ -36,7 +36,7 @@ func TestClusterEventTouchesOnlyItsSourceRules(t *testing.T) {
 	misses := func() float64 { return testutil.ToFloat64(e.metrics.renders.WithLabelValues("miss")) }
 
 	gke := testCluster("g", nil, true)
-	gke.Source.ID = SourceID("rancher", "enforcement", "rancher", map[string]string{"driver": "gke"})
+	gke.Source.ID = events.SourceID("rancher", "enforcement", "rancher", map[string]string{"driver": "gke"})
 	if err := e.applyCluster(ctx, gke, 1); err != nil {
 		t.Fatal(err)
 	}

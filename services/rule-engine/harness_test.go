@@ -161,7 +161,7 @@ func eventually(t testing.TB, timeout time.Duration, f func() error) {
 
 // rancherSource is the source the test rules use: default Secret, no filters.
 func rancherSource() events.SourceRef {
-	return events.SourceRef{Kind: "rancher", ID: SourceID("rancher", "enforcement", "rancher", nil),
+	return events.SourceRef{Kind: "rancher", ID: events.SourceID("rancher", "enforcement", "rancher", nil),
 		SecretNamespace: "enforcement", SecretName: "rancher"}
 }
 

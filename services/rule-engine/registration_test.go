@@ -58,7 +58,7 @@ func TestInstallIntentsCarryRegistrationHints(t *testing.T) {
 		return m
 	}
 	source := func(kind string) events.SourceRef {
-		return events.SourceRef{Kind: kind, ID: SourceID(kind, "enforcement", kind, nil), SecretNamespace: "enforcement", SecretName: kind}
+		return events.SourceRef{Kind: kind, ID: events.SourceID(kind, "enforcement", kind, nil), SecretNamespace: "enforcement", SecretName: kind}
 	}
 	eks := events.Cluster{Source: source("eks"), Key: "arn:aws:eks:eu-west-1:1:cluster/Prod_1", Name: "prod-1",
 		URL: "https://ABC.gr7.eu-west-1.eks.amazonaws.com", Labels: map[string]string{"env": "prod"}, State: "ACTIVE", Eligible: true,

@@ -35,7 +35,7 @@ func loadExampleRule(t testing.TB, file string) *v1beta1.ClusterRule {
 
 func cluster(name string, labels map[string]string) events.Cluster {
 	return events.Cluster{
-		Source: events.SourceRef{Kind: "rancher", ID: SourceID("rancher", "enforcement", "rancher", nil)},
+		Source: events.SourceRef{Kind: "rancher", ID: events.SourceID("rancher", "enforcement", "rancher", nil)},
 		Key:    "c-" + name, Name: name, URL: "https://rancher.example/k8s/clusters/c-" + name,
 		Labels: labels, State: "active", Eligible: true,
 		Attributes: map[string]any{"genericConfig": map[string]any{"driverName": "gke"}, "agentImage": "rancher/agent:v2"},

@@ -21,7 +21,7 @@ import (
 func TestRuleChangesAndDeletionWhileDown(t *testing.T) {
 	e := newEnv(t)
 	stop := e.start()
-	gkeSource := events.SourceRef{Kind: "rancher", ID: SourceID("rancher", "enforcement", "rancher", map[string]string{"driver": "gke"}),
+	gkeSource := events.SourceRef{Kind: "rancher", ID: events.SourceID("rancher", "enforcement", "rancher", map[string]string{"driver": "gke"}),
 		SecretNamespace: "enforcement", SecretName: "rancher"}
 	a := testCluster("a", nil, true)
 	b := testCluster("b", nil, true)

@@ -1,42 +1,14 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
-	"strings"
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
-
-// SourceID is the stable identity of one cluster source: the same (kind, Secret, filters) gives
-// the same id in every service, so a ClusterRule finds the clusters the scanner listed for it.
-// It is the first 16 hex digits of the SHA-256 of
-//
-//	kind \x00 secretNamespace \x00 secretName \x00 (k=v \x00 for each filter, sorted by key)
-//
-// source-scanner computes the same value; it belongs in pkg/events (reported as a wanted move).
-func SourceID(kind, secretNamespace, secretName string, filters map[string]string) string {
-	h := sha256.New()
-	for _, s := range []string{kind, secretNamespace, secretName} {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
-	}
-	keys := make([]string, 0, len(filters))
-	for k := range filters {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		h.Write([]byte(k + "=" + filters[k]))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
-}
 
 // selection is a compiled ClusterRule source: which source it reads and which of that source's
 // clusters it selects. It is built once per rule generation, so matching a cluster costs map
@@ -53,50 +25,30 @@ type selection struct {
 // Secrets live. It fails on a spec the CRD schema cannot reject: no source kind, or label
 // expressions Kubernetes does not accept.
 func compileSelection(src v1beta1.Source, secretNamespace string) (*selection, error) {
+	// The source (kind, Secret, identity filters) is derived where source-scanner derives it,
+	// so the rule selects among the clusters the scanner published under that id.
+	ref, err := src.Ref(secretNamespace)
+	if err != nil {
+		return nil, err
+	}
 	var (
-		kind    string
-		filters map[string]string
-		lbls    map[string]string
-		ignore  []string
+		lbls, claims map[string]string
+		ignore       []string
 	)
-	var claims map[string]string
-	// The filters are what source-scanner puts into the identity too (its sourceOf and the
-	// eks/gke SourceFilters): two rules that list differently are two sources.
 	switch {
 	case src.Rancher != nil:
-		kind, filters, lbls, ignore = "rancher", src.Rancher.Filters, src.Rancher.Labels, src.Rancher.Ignore
+		lbls, ignore = src.Rancher.Labels, src.Rancher.Ignore
 	case src.Static != nil:
-		kind, lbls, ignore = "static", src.Static.Labels, src.Static.Ignore
-		if cm := src.Static.ConfigMap; cm != "" && cm != defaultStaticConfigMap {
-			filters = map[string]string{"configMap": cm}
-		}
+		lbls, ignore = src.Static.Labels, src.Static.Ignore
 	case src.EKS != nil:
-		kind, lbls, ignore = "eks", src.EKS.Tags, src.EKS.Ignore
-		if rs := normaliseList(src.EKS.Regions); len(rs) > 0 {
-			filters = map[string]string{"regions": strings.Join(rs, ",")}
-		}
+		lbls, ignore = src.EKS.Tags, src.EKS.Ignore
 	case src.GKE != nil:
-		kind, lbls, ignore = "gke", src.GKE.Tags, src.GKE.Ignore
-		filters = mergeMaps(src.GKE.Filters, nil)
-		if ps := normaliseList(src.GKE.Projects); len(ps) > 0 {
-			filters = mergeMaps(filters, map[string]string{"projects": strings.Join(ps, ",")})
-		}
+		lbls, ignore = src.GKE.Tags, src.GKE.Ignore
 	case src.OCM != nil:
-		kind, lbls, claims, ignore = "ocm", src.OCM.Labels, src.OCM.Claims, src.OCM.Ignore
-	default:
-		return nil, fmt.Errorf("source: no source kind set (want one of rancher, static, eks, gke, ocm)")
-	}
-	secretName := src.SecretName
-	if secretName == "" {
-		secretName = kind
+		lbls, claims, ignore = src.OCM.Labels, src.OCM.Claims, src.OCM.Ignore
 	}
 	s := &selection{
-		source: events.SourceRef{
-			Kind:            kind,
-			ID:              SourceID(kind, secretNamespace, secretName, filters),
-			SecretNamespace: secretNamespace,
-			SecretName:      secretName,
-		},
+		source: ref,
 		labels: lbls,
 		claims: claims,
 		ignore: make(map[string]bool, len(ignore)),
@@ -133,9 +85,6 @@ func (s *selection) selects(c *events.Cluster) bool {
 	return s.selector == nil || s.selector.Matches(labels.Set(c.Labels))
 }
 
-// defaultStaticConfigMap is the ConfigMap a static source reads when the rule names none.
-const defaultStaticConfigMap = "enforcement-static-clusters"
-
 // ocmClaimsAttribute is where the OCM source publishes a cluster's ClusterClaims (name → value).
 const ocmClaimsAttribute = "clusterClaims"
 
@@ -154,32 +103,6 @@ func hasClaims(c *events.Cluster, want map[string]string) bool {
 		}
 	}
 	return true
-}
-
-// normaliseList trims, sorts and de-duplicates a list (regions, projects), dropping empties.
-func normaliseList(in []string) []string {
-	var out []string
-	for _, s := range in {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
-func mergeMaps(a, b map[string]string) map[string]string {
-	if len(a)+len(b) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(a)+len(b))
-	for k, v := range a {
-		out[k] = v
-	}
-	for k, v := range b {
-		out[k] = v
-	}
-	return out
 }
 
 // sortedKeys returns m's keys in order.

@@ -1,35 +1,18 @@
 package main
 
 import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
-
-func TestSourceID(t *testing.T) {
-	a := SourceID("rancher", "enforcement", "rancher", map[string]string{"driver": "gke", "a": "b"})
-	if len(a) != 16 {
-		t.Fatalf("len = %d", len(a))
-	}
-	// The algorithm source-scanner shares: pinned so that a change is noticed.
-	if want := "6c9f0570fcd96339"; a != want {
-		t.Errorf("SourceID = %s, want %s (sha256 of kind\\0ns\\0secret\\0a=b\\0driver=gke\\0)", a, want)
-	}
-	if a != SourceID("rancher", "enforcement", "rancher", map[string]string{"a": "b", "driver": "gke"}) {
-		t.Error("filter order changes the id")
-	}
-	for _, other := range []string{
-		SourceID("rancher", "enforcement", "rancher", nil),
-		SourceID("rancher", "enforcement", "rancher-secret", map[string]string{"driver": "gke", "a": "b"}),
-		SourceID("gke", "enforcement", "rancher", map[string]string{"driver": "gke", "a": "b"}),
-		SourceID("rancher", "other", "rancher", map[string]string{"driver": "gke", "a": "b"}),
-	} {
-		if other == a {
-			t.Errorf("different source, same id %s", a)
-		}
-	}
-}
 
 func TestSelection(t *testing.T) {
 	base := v1beta1.Source{Rancher: &v1beta1.RancherSource{
@@ -89,39 +72,47 @@ func TestSelection(t *testing.T) {
 	}
 }
 
-// TestSourceIdentityPerKind pins which part of each source kind is its identity, as
-// source-scanner derives it (sourceOf, eks.SourceFilters, gke.SourceFilters).
-func TestSourceIdentityPerKind(t *testing.T) {
-	id := func(kind, secret string, filters map[string]string) string {
-		return SourceID(kind, "enforcement", secret, filters)
+// TestSelectionSourceIsTheRuleSource: for one rule per source kind, with the filters,
+// ConfigMap, regions, projects and secretName that make up a source's identity, the source
+// compileSelection selects is the one Source.Ref derives. source-scanner's
+// TestPublishedSourceIsTheRuleSource runs the real scanner for the same rules and checks that it
+// publishes their clusters under that source, so the rule selects what the scanner announced.
+func TestSelectionSourceIsTheRuleSource(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
 	}
-	tests := []struct {
-		name string
-		src  v1beta1.Source
-		want string
-	}{
-		{"rancher filters", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"driver": "gke"}}},
-			id("rancher", "rancher", map[string]string{"driver": "gke"})},
-		{"secretName", v1beta1.Source{SecretName: "rancher-secret", Rancher: &v1beta1.RancherSource{}}, id("rancher", "rancher-secret", nil)},
-		{"static default ConfigMap", v1beta1.Source{Static: &v1beta1.StaticSource{ConfigMap: "enforcement-static-clusters"}}, id("static", "static", nil)},
-		{"static other ConfigMap", v1beta1.Source{Static: &v1beta1.StaticSource{ConfigMap: "lab"}}, id("static", "static", map[string]string{"configMap": "lab"})},
-		{"eks regions sorted", v1beta1.Source{EKS: &v1beta1.EKSSource{Regions: []string{"us-east-1", " eu-west-1", "us-east-1"}}},
-			id("eks", "eks", map[string]string{"regions": "eu-west-1,us-east-1"})},
-		{"eks no regions", v1beta1.Source{EKS: &v1beta1.EKSSource{}}, id("eks", "eks", nil)},
-		{"gke projects and filters", v1beta1.Source{GKE: &v1beta1.GKESource{Projects: []string{"b", "a"}, Filters: map[string]string{"location": "europe-*"}}},
-			id("gke", "gke", map[string]string{"location": "europe-*", "projects": "a,b"})},
-		{"ocm", v1beta1.Source{OCM: &v1beta1.OCMSource{Claims: map[string]string{"x": "y"}}}, id("ocm", "ocm", nil)},
+	f, err := os.Open(filepath.Join(root, "pkg", "api", "v1beta1", "testdata", "source-identity-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			sel, err := compileSelection(tt.src, "enforcement")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if sel.source.ID != tt.want {
-				t.Errorf("id %s, want %s", sel.source.ID, tt.want)
-			}
-		})
+	defer f.Close()
+	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	kinds := map[string]bool{}
+	for {
+		var rule v1beta1.ClusterRule
+		if err := dec.Decode(&rule); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		want, err := rule.Spec.Source.Ref("enforcement")
+		if err != nil {
+			t.Fatalf("%s: %v", rule.Name, err)
+		}
+		sel, err := compileSelection(rule.Spec.Source, "enforcement")
+		if err != nil {
+			t.Fatalf("%s: %v", rule.Name, err)
+		}
+		if sel.source != want {
+			t.Errorf("%s: selection source %+v, want %+v (Source.Ref)", rule.Name, sel.source, want)
+		}
+		kinds[want.Kind] = true
+	}
+	for _, k := range events.SourceKinds {
+		if !kinds[k] {
+			t.Errorf("no rule of source kind %s", k)
+		}
 	}
 }
 

@@ -84,18 +84,18 @@ func TestSourcesFromRules(t *testing.T) {
 		t.Fatalf("sources:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	// The id is the documented algorithm over (kind, namespace, secret, filters); the default
-	// static ConfigMap adds no filter, another one adds configMap=<name>. The expected values are
-	// the ones rule-engine's TestSourceIdentityPerKind pins for the same specs.
+	// static ConfigMap adds no filter, another one adds configMap=<name> (pkg/events pins the
+	// algorithm's golden values; TestPublishedSourceIsTheRuleSource checks published events).
 	wantIDs := map[string]string{
-		"rancher/rancher":                    scanner.SourceID("rancher", "enforcement", "rancher", map[string]string{"provider": "rke"}),
-		"rancher/rancher-secret":             scanner.SourceID("rancher", "enforcement", "rancher-secret", nil),
-		"static/enforcement-static-clusters": scanner.SourceID("static", "enforcement", "static", nil),
-		"static/lab":                         scanner.SourceID("static", "enforcement", "static", map[string]string{"configMap": "lab"}),
-		"eks/eks a/r8":                       scanner.SourceID("eks", "enforcement", "eks", nil),
-		"eks/eks a/r9":                       scanner.SourceID("eks", "enforcement", "eks", map[string]string{"regions": "eu-west-1,us-east-1"}),
-		"gke/gke":                            scanner.SourceID("gke", "enforcement", "gke", map[string]string{"location": "europe-*", "projects": "a,b"}),
-		"gke/gke-key":                        scanner.SourceID("gke", "enforcement", "gke-key", map[string]string{"projects": "a"}),
-		"ocm/ocm":                            scanner.SourceID("ocm", "enforcement", "ocm", nil),
+		"rancher/rancher":                    events.SourceID("rancher", "enforcement", "rancher", map[string]string{"provider": "rke"}),
+		"rancher/rancher-secret":             events.SourceID("rancher", "enforcement", "rancher-secret", nil),
+		"static/enforcement-static-clusters": events.SourceID("static", "enforcement", "static", nil),
+		"static/lab":                         events.SourceID("static", "enforcement", "static", map[string]string{"configMap": "lab"}),
+		"eks/eks a/r8":                       events.SourceID("eks", "enforcement", "eks", nil),
+		"eks/eks a/r9":                       events.SourceID("eks", "enforcement", "eks", map[string]string{"regions": "eu-west-1,us-east-1"}),
+		"gke/gke":                            events.SourceID("gke", "enforcement", "gke", map[string]string{"location": "europe-*", "projects": "a,b"}),
+		"gke/gke-key":                        events.SourceID("gke", "enforcement", "gke-key", map[string]string{"projects": "a"}),
+		"ocm/ocm":                            events.SourceID("ocm", "enforcement", "ocm", nil),
 	}
 	for _, s := range specs {
 		name := s.Ref.Kind + "/" + s.Ref.SecretName

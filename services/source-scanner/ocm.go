@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"reflect"
@@ -86,10 +84,13 @@ func (l *ocmLister) prepare(ctx context.Context) (client.Reader, error) {
 	if err != nil {
 		return nil, err
 	}
+	var creds events.OCMCredentials
 	fp := "in-cluster"
 	if found {
-		sum := sha256.Sum256(data[ocm.KeyKubeconfig])
-		fp = hex.EncodeToString(sum[:])
+		if creds, err = events.ParseOCMSecret(data); err != nil {
+			return nil, scanner.Degradedf(events.DegradedSecretInvalid, "Secret %s/%s: %w", l.ref.SecretNamespace, l.ref.SecretName, err)
+		}
+		fp = creds.Fingerprint()
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -103,7 +104,7 @@ func (l *ocmLister) prepare(ctx context.Context) (client.Reader, error) {
 	if !found {
 		hub, hubCfg = l.deps.kube, l.deps.kubeCfg
 	} else {
-		hubCfg, err = ocm.HubConfig(data)
+		hubCfg, err = ocm.HubConfig(creds)
 		if err != nil {
 			return nil, scanner.Degradedf(events.DegradedSecretInvalid, "Secret %s/%s: %w", l.ref.SecretNamespace, l.ref.SecretName, err)
 		}

@@ -18,7 +18,6 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/eks"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/gke"
-	"github.com/enforcement-io/enforcement/services/source-scanner/internal/ocm"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/rancher"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/static"
@@ -42,55 +41,26 @@ type sourceSpec struct {
 	ReleaseThrough uint64
 }
 
-// sourceOf derives a rule's source. ok is false for a rule without any source kind.
-//
-// rule-engine must derive the same SourceRef.ID from a rule (its compileSelection, tested by
-// TestSourceIdentityPerKind): kind, OPERATOR_NAMESPACE, spec.source.secretName (default: the
-// kind), and the filters: rancher's spec.source.rancher.filters; for static none with the
-// default ConfigMap, and {"configMap": <name>} with any other, so two ConfigMaps are two sources
-// while the default keeps the id rule-engine computes without filters; for eks
-// {"regions": "<sorted, de-duplicated regions>"} (none without regions); for gke the filters plus
-// {"projects": "<sorted, de-duplicated projects>"}; for ocm none.
+// sourceOf derives a rule's source: its SourceRef is v1beta1.Source.Ref, the derivation
+// rule-engine's selection uses too (TestPublishedSourceIsTheRuleSource runs the scanner against
+// it), and the rest is what the kind's lister needs. ok is false for a rule without any source
+// kind.
 func sourceOf(rule *v1beta1.ClusterRule, operatorNamespace string) (spec sourceSpec, ok bool) {
 	src := rule.Spec.Source
-	var kind string
-	var filters map[string]string
-	switch {
-	case src.Rancher != nil:
-		kind = rancher.Kind
-		filters = src.Rancher.Filters
-		spec.Filters = filters
-	case src.Static != nil:
-		kind = static.Kind
-		spec.ConfigMap = src.Static.ConfigMap
-		if spec.ConfigMap == "" {
-			spec.ConfigMap = static.DefaultConfigMap
-		}
-		if spec.ConfigMap != static.DefaultConfigMap {
-			filters = map[string]string{"configMap": spec.ConfigMap}
-		}
-	case src.EKS != nil:
-		kind = eks.Kind
-		filters = eks.SourceFilters(src.EKS.Regions)
-		spec.Regions = src.EKS.Regions
-	case src.GKE != nil:
-		kind = gke.Kind
-		filters = gke.SourceFilters(src.GKE.Projects, src.GKE.Filters)
-		spec.Projects, spec.Filters = src.GKE.Projects, src.GKE.Filters
-	case src.OCM != nil:
-		kind = ocm.Kind
-	default:
+	ref, err := src.Ref(operatorNamespace)
+	if err != nil {
 		return spec, false
 	}
-	secret := src.SecretName
-	if secret == "" {
-		secret = kind
-	}
-	spec.Ref = events.SourceRef{
-		Kind:            kind,
-		ID:              scanner.SourceID(kind, operatorNamespace, secret, filters),
-		SecretNamespace: operatorNamespace,
-		SecretName:      secret,
+	spec.Ref = ref
+	switch {
+	case src.Rancher != nil:
+		spec.Filters = src.Rancher.Filters
+	case src.Static != nil:
+		spec.ConfigMap = src.Static.ConfigMapName()
+	case src.EKS != nil:
+		spec.Regions = src.EKS.Regions
+	case src.GKE != nil:
+		spec.Projects, spec.Filters = src.GKE.Projects, src.GKE.Filters
 	}
 	return spec, true
 }
@@ -163,16 +133,16 @@ func (closeless) Close() {}
 func (s *sourceSpec) lister(d listerDeps) sourceLister {
 	ref := s.Ref
 	switch ref.Kind {
-	case rancher.Kind:
+	case events.SourceKindRancher:
 		return closeless{scanner.ListerFunc(func(ctx context.Context) ([]events.Cluster, error) {
-			creds, err := secretCredentials(ctx, d.kube, ref, false, rancher.ParseSecret)
+			creds, err := secretCredentials(ctx, d.kube, ref, false, events.ParseRancherSecret)
 			if err != nil {
 				return nil, err
 			}
 			l := &rancher.Lister{Creds: creds, Filters: s.Filters, IgnoreFields: d.cfg.RancherIgnoreFields}
 			return l.List(ctx)
 		})}
-	case eks.Kind:
+	case events.SourceKindEKS:
 		return closeless{eks.NewLister(eks.Options{
 			Regions:            s.Regions,
 			RedescribeInterval: d.cfg.EKSRedescribeInterval,
@@ -181,10 +151,10 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 			STSEndpoint:        d.cfg.EKSSTSEndpoint,
 			// No Secret: the SDK's default chain.
 			Credentials: func(ctx context.Context) (eks.Credentials, error) {
-				return secretCredentials(ctx, d.kube, ref, true, eks.ParseSecret)
+				return secretCredentials(ctx, d.kube, ref, true, events.ParseEKSSecret)
 			},
 		})}
-	case gke.Kind:
+	case events.SourceKindGKE:
 		return closeless{gke.NewLister(gke.Options{
 			Projects: s.Projects,
 			Filters:  s.Filters,
@@ -192,10 +162,10 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 			Endpoint: d.cfg.GKEEndpoint,
 			// No Secret: application default credentials.
 			Credentials: func(ctx context.Context) (gke.Credentials, error) {
-				return secretCredentials(ctx, d.kube, ref, true, gke.ParseSecret)
+				return secretCredentials(ctx, d.kube, ref, true, events.ParseGKESecret)
 			},
 		})}
-	case ocm.Kind:
+	case events.SourceKindOCM:
 		return newOCMLister(ref, d)
 	default:
 		return closeless{scanner.ListerFunc(func(ctx context.Context) ([]events.Cluster, error) {

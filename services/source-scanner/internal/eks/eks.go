@@ -28,7 +28,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,19 +55,6 @@ import (
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
-)
-
-// Kind is the source kind of EKS clusters.
-const Kind = "eks"
-
-// Secret keys of an EKS source. All are optional: with neither access key, the SDK's default
-// credential chain is used (environment, IRSA web identity, EKS Pod Identity, instance role);
-// with role_arn, those credentials assume the role through STS before listing.
-const (
-	KeyAccessKeyID     = "aws_access_key_id"
-	KeySecretAccessKey = "aws_secret_access_key"
-	KeySessionToken    = "aws_session_token"
-	KeyRoleARN         = "role_arn"
 )
 
 // DefaultRedescribeInterval is how long an ACTIVE (or FAILED) cluster's description is trusted
@@ -117,90 +103,9 @@ func transitional(status string) bool {
 // UPDATING. CREATING waits; DELETING and FAILED keep what they have until they are gone.
 func Eligible(status string) bool { return status == StatusActive || status == StatusUpdating }
 
-// Credentials are what an EKS source Secret holds. The zero value means the SDK's default
-// chain. String and LogValue never show the secret parts.
-type Credentials struct {
-	AccessKeyID     string
-	SecretAccessKey string
-	SessionToken    string
-	RoleARN         string
-}
-
-// String describes the credentials without their secrets.
-func (c Credentials) String() string {
-	src := "default chain"
-	if c.AccessKeyID != "" {
-		src = "static key " + c.AccessKeyID
-	}
-	if c.RoleARN != "" {
-		src += ", assuming " + c.RoleARN
-	}
-	return src
-}
-
-// GoString is String, so that %#v does not print the secret either.
-func (c Credentials) GoString() string { return c.String() }
-
-// fingerprint identifies the credentials without keeping them readable (the client and the
-// describe cache are rebuilt when it changes).
-func (c Credentials) fingerprint() string {
-	sum := sha256.Sum256([]byte(c.AccessKeyID + "\x00" + c.SecretAccessKey + "\x00" + c.SessionToken + "\x00" + c.RoleARN))
-	return hex.EncodeToString(sum[:])
-}
-
-// ParseSecret reads an EKS source Secret's data. An empty Secret is the default chain. The two
-// access keys come together; a session token needs them; role_arn must be an IAM role ARN.
-// Messages name keys, never values (except the role ARN, which is not a secret).
-func ParseSecret(data map[string][]byte) (Credentials, error) {
-	get := func(k string) string { return strings.TrimSpace(string(data[k])) }
-	c := Credentials{
-		AccessKeyID:     get(KeyAccessKeyID),
-		SecretAccessKey: get(KeySecretAccessKey),
-		SessionToken:    get(KeySessionToken),
-		RoleARN:         get(KeyRoleARN),
-	}
-	switch {
-	case c.AccessKeyID != "" && c.SecretAccessKey == "":
-		return Credentials{}, fmt.Errorf("key %q is set but %q is missing or empty", KeyAccessKeyID, KeySecretAccessKey)
-	case c.AccessKeyID == "" && c.SecretAccessKey != "":
-		return Credentials{}, fmt.Errorf("key %q is set but %q is missing or empty", KeySecretAccessKey, KeyAccessKeyID)
-	case c.SessionToken != "" && c.AccessKeyID == "":
-		return Credentials{}, fmt.Errorf("key %q needs %q and %q", KeySessionToken, KeyAccessKeyID, KeySecretAccessKey)
-	}
-	if c.RoleARN != "" && !isRoleARN(c.RoleARN) {
-		return Credentials{}, fmt.Errorf("key %q (%q) is not an IAM role ARN (arn:<partition>:iam::<account>:role/<name>)", KeyRoleARN, c.RoleARN)
-	}
-	return c, nil
-}
-
-func isRoleARN(s string) bool {
-	parts := strings.SplitN(s, ":", 6)
-	return len(parts) == 6 && parts[0] == "arn" && parts[1] != "" && parts[2] == "iam" &&
-		strings.HasPrefix(parts[5], "role/") && len(parts[5]) > len("role/")
-}
-
-// SourceFilters is the part of an eks source that takes part in its identity (the filters
-// argument of scanner.SourceID, and of rule-engine's SourceID): the regions, sorted and
-// de-duplicated, as {"regions": "eu-west-1,us-east-1"}; nil when no region is given. Two rules
-// listing different regions with one Secret are two sources.
-func SourceFilters(regions []string) map[string]string {
-	rs := normaliseRegions(regions)
-	if len(rs) == 0 {
-		return nil
-	}
-	return map[string]string{"regions": strings.Join(rs, ",")}
-}
-
-func normaliseRegions(regions []string) []string {
-	var out []string
-	for _, r := range regions {
-		if r = strings.TrimSpace(r); r != "" {
-			out = append(out, r)
-		}
-	}
-	sort.Strings(out)
-	return slices.Compact(out)
-}
+// Credentials are what an EKS source Secret holds (events.ParseEKSSecret reads them, naming the
+// Secret keys in its errors). The zero value means the SDK's default chain.
+type Credentials = events.EKSCredentials
 
 // Options configure a Lister. Only Regions is needed in production; the zero value of every
 // other field is its default.
@@ -316,7 +221,7 @@ func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
 	if err := l.prepare(ctx, creds); err != nil {
 		return nil, err
 	}
-	regions := normaliseRegions(l.opts.Regions)
+	regions := events.NormaliseSourceList(l.opts.Regions)
 	if len(regions) == 0 {
 		if l.cfg.Region == "" {
 			return nil, scanner.Degradedf(events.DegradedInvalidSpec, "eks.regions is empty and the default credential chain names no region (AWS_REGION)")
@@ -362,7 +267,7 @@ func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
 // prepare builds the SDK config for creds, or keeps the current one when they did not change.
 // A change drops the describe cache.
 func (l *Lister) prepare(ctx context.Context, creds Credentials) error {
-	fp := creds.fingerprint()
+	fp := creds.Fingerprint()
 	if fp == l.fingerprint && l.client != nil {
 		return nil
 	}
@@ -403,7 +308,7 @@ func (l *Lister) awsConfig(ctx context.Context, creds Credentials) (aws.Config, 
 				creds.AccessKeyID, creds.SecretAccessKey, creds.SessionToken)),
 			Retryer:    retryer,
 			HTTPClient: l.opts.HTTPClient,
-			Region:     firstNonEmpty(normaliseRegions(l.opts.Regions)...),
+			Region:     firstNonEmpty(events.NormaliseSourceList(l.opts.Regions)...),
 			AppID:      "enforcement-source-scanner",
 		}
 		if cfg.HTTPClient == nil {
@@ -424,7 +329,7 @@ func (l *Lister) awsConfig(ctx context.Context, creds Credentials) (aws.Config, 
 	if creds.RoleARN != "" {
 		region := cfg.Region
 		if region == "" {
-			region = firstNonEmpty(normaliseRegions(l.opts.Regions)...)
+			region = firstNonEmpty(events.NormaliseSourceList(l.opts.Regions)...)
 		}
 		stsClient := sts.NewFromConfig(cfg, func(o *sts.Options) {
 			if region != "" {

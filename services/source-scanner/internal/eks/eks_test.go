@@ -70,63 +70,6 @@ func listOK(t *testing.T, l *Lister) []events.Cluster {
 	return clusters
 }
 
-func TestParseSecret(t *testing.T) {
-	tests := []struct {
-		name    string
-		data    map[string]string
-		want    Credentials
-		wantErr string
-	}{
-		{name: "empty is the default chain", data: nil, want: Credentials{}},
-		{name: "static keys", data: map[string]string{KeyAccessKeyID: " AKID\n", KeySecretAccessKey: testSecret},
-			want: Credentials{AccessKeyID: "AKID", SecretAccessKey: testSecret}},
-		{name: "static keys, session and role", data: map[string]string{KeyAccessKeyID: "AKID", KeySecretAccessKey: testSecret,
-			KeySessionToken: "tok", KeyRoleARN: "arn:aws:iam::111122223333:role/lister"},
-			want: Credentials{AccessKeyID: "AKID", SecretAccessKey: testSecret, SessionToken: "tok", RoleARN: "arn:aws:iam::111122223333:role/lister"}},
-		{name: "role only (default chain assumes it)", data: map[string]string{KeyRoleARN: "arn:aws-cn:iam::111122223333:role/path/lister"},
-			want: Credentials{RoleARN: "arn:aws-cn:iam::111122223333:role/path/lister"}},
-		{name: "key id without secret", data: map[string]string{KeyAccessKeyID: "AKID"}, wantErr: `"aws_secret_access_key" is missing`},
-		{name: "secret without key id", data: map[string]string{KeySecretAccessKey: testSecret}, wantErr: `"aws_access_key_id" is missing`},
-		{name: "session token alone", data: map[string]string{KeySessionToken: "tok"}, wantErr: `"aws_session_token" needs`},
-		{name: "role arn of a user", data: map[string]string{KeyRoleARN: "arn:aws:iam::111122223333:user/bob"}, wantErr: "not an IAM role ARN"},
-		{name: "role arn garbage", data: map[string]string{KeyRoleARN: "lister"}, wantErr: "not an IAM role ARN"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			data := map[string][]byte{}
-			for k, v := range tt.data {
-				data[k] = []byte(v)
-			}
-			got, err := ParseSecret(data)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
-				}
-				if strings.Contains(err.Error(), testSecret) {
-					t.Fatalf("error shows the secret: %v", err)
-				}
-				return
-			}
-			if err != nil || got != tt.want {
-				t.Fatalf("ParseSecret = %v, %v; want %v", got, err, tt.want)
-			}
-			if s := fmt.Sprintf("%v %+v %#v %s", got, got, got, got); strings.Contains(s, testSecret) || (got.SessionToken != "" && strings.Contains(s, got.SessionToken)) {
-				t.Fatalf("formatting the credentials shows a secret: %s", s)
-			}
-		})
-	}
-}
-
-func TestSourceFilters(t *testing.T) {
-	if got := SourceFilters(nil); got != nil {
-		t.Fatalf("SourceFilters(nil) = %v", got)
-	}
-	got := SourceFilters([]string{"us-east-1", " eu-west-1", "us-east-1", ""})
-	if got["regions"] != "eu-west-1,us-east-1" || len(got) != 1 {
-		t.Fatalf("SourceFilters = %v", got)
-	}
-}
-
 func TestEligible(t *testing.T) {
 	for status, want := range map[string]bool{
 		"ACTIVE": true, "UPDATING": true, "CREATING": false, "DELETING": false, "FAILED": false, "PENDING": false, "": false,

@@ -61,8 +61,8 @@ func TestScannerDegradedRemovesNothing(t *testing.T) {
 			sc := scanner.New(kv, events.NewPublisher(js, "/enforcement/source-scanner"), scanner.Config{
 				GracePeriod: time.Minute, ListTimeout: 500 * time.Millisecond, Now: clk.Now,
 			}, scanner.NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
-			ref := events.SourceRef{Kind: Kind, SecretNamespace: "enforcement", SecretName: "eks-" + string(rune('a'+i))}
-			ref.ID = scanner.SourceID(Kind, ref.SecretNamespace, ref.SecretName, SourceFilters([]string{"eu-west-1", "us-east-1"}))
+			ref := events.SourceRef{Kind: events.SourceKindEKS, SecretNamespace: "enforcement", SecretName: "eks-" + string(rune('a'+i))}
+			ref.ID = events.SourceID(ref.Kind, ref.SecretNamespace, ref.SecretName, events.EKSSourceFilters([]string{"eu-west-1", "us-east-1"}))
 			src := scanner.Source{Ref: ref, Lister: l}
 
 			res, err := sc.ScanOnce(ctx, src)

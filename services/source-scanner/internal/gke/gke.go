@@ -19,10 +19,7 @@ package gke
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -43,14 +40,6 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
 )
-
-// Kind is the source kind of GKE clusters.
-const Kind = "gke"
-
-// KeyServiceAccount is the Secret key holding a service-account key (the JSON file
-// `gcloud iam service-accounts keys create` writes). Without a Secret, application default
-// credentials are used (Workload Identity on GKE).
-const KeyServiceAccount = "key.json"
 
 // Attribute keys for Argo CD registration through its exec provider (argocd-k8s-auth gcp, which
 // takes its token from the application default credentials of Argo CD's own pods). argo-syncer
@@ -173,94 +162,10 @@ func field(obj map[string]any, project, key string) (string, bool) {
 	}
 }
 
-// SourceFilters is the part of a gke source that takes part in its identity (the filters
-// argument of scanner.SourceID, and of rule-engine's SourceID): the filters, plus the projects,
-// sorted and de-duplicated, under the key "projects" (a key no filter may use). Two rules
-// listing different projects or with different filters are two sources; tags and ignore are
-// not part of it (rule-engine applies them to the source's clusters).
-func SourceFilters(projects []string, filters map[string]string) map[string]string {
-	out := make(map[string]string, len(filters)+1)
-	for k, v := range filters {
-		out[k] = v
-	}
-	if ps := normaliseProjects(projects); len(ps) > 0 {
-		out["projects"] = strings.Join(ps, ",")
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
-func normaliseProjects(projects []string) []string {
-	var out []string
-	for _, p := range projects {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	sort.Strings(out)
-	return slices.Compact(out)
-}
-
-// Credentials are what a GKE source Secret holds: a service-account key. The zero value means
-// application default credentials. String never shows the key.
-type Credentials struct {
-	KeyJSON []byte
-	// ProjectID is the key's project_id (the default project when the source names none).
-	ProjectID string
-}
-
-// String describes the credentials without the key.
-func (c Credentials) String() string {
-	if len(c.KeyJSON) == 0 {
-		return "application default credentials"
-	}
-	return "service-account key of project " + c.ProjectID
-}
-
-// GoString is String, so that %#v does not print the key either.
-func (c Credentials) GoString() string { return c.String() }
-
-func (c Credentials) fingerprint() string {
-	sum := sha256.Sum256(c.KeyJSON)
-	return hex.EncodeToString(sum[:])
-}
-
-// serviceAccountKey is the part of a key file ParseSecret checks.
-type serviceAccountKey struct {
-	Type         string `json:"type"`
-	ProjectID    string `json:"project_id"`
-	PrivateKeyID string `json:"private_key_id"`
-	PrivateKey   string `json:"private_key"`
-	ClientEmail  string `json:"client_email"`
-	TokenURI     string `json:"token_uri"`
-}
-
-// ParseSecret reads a GKE source Secret's data: key.json must be a service-account key (type
-// "service_account", with client_email and a PEM private_key). Other credential types
-// (external_account, authorized_user) are refused: an external-account configuration can make
-// the client run commands or call arbitrary URLs. Messages never contain the key.
-func ParseSecret(data map[string][]byte) (Credentials, error) {
-	raw := data[KeyServiceAccount]
-	if len(strings.TrimSpace(string(raw))) == 0 {
-		return Credentials{}, fmt.Errorf("key %q is missing or empty", KeyServiceAccount)
-	}
-	var k serviceAccountKey
-	if err := json.Unmarshal(raw, &k); err != nil {
-		return Credentials{}, fmt.Errorf("key %q is not JSON", KeyServiceAccount)
-	}
-	if k.Type != "service_account" {
-		return Credentials{}, fmt.Errorf("key %q has type %q, want a service-account key (type \"service_account\")", KeyServiceAccount, k.Type)
-	}
-	if k.ClientEmail == "" {
-		return Credentials{}, fmt.Errorf("key %q has no client_email", KeyServiceAccount)
-	}
-	if block, _ := pem.Decode([]byte(k.PrivateKey)); block == nil {
-		return Credentials{}, fmt.Errorf("key %q has no PEM private_key", KeyServiceAccount)
-	}
-	return Credentials{KeyJSON: append([]byte(nil), raw...), ProjectID: k.ProjectID}, nil
-}
+// Credentials are what a GKE source Secret holds (events.ParseGKESecret reads them, naming the
+// Secret key in its errors): a service-account key. The zero value means application default
+// credentials (Workload Identity on GKE).
+type Credentials = events.GKECredentials
 
 // Options configure a Lister. Projects (or a key with a project_id) is needed; the zero value
 // of every other field is its default.
@@ -340,7 +245,7 @@ func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
 			return nil, err
 		}
 	}
-	projects := normaliseProjects(l.opts.Projects)
+	projects := events.NormaliseSourceList(l.opts.Projects)
 	if len(projects) == 0 {
 		if creds.ProjectID == "" {
 			return nil, scanner.Degradedf(events.DegradedInvalidSpec, "gke.projects is empty and the credentials name no project")
@@ -387,7 +292,7 @@ func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
 
 // prepare builds the API client for creds, or keeps the current one.
 func (l *Lister) prepare(ctx context.Context, creds Credentials) error {
-	fp := creds.fingerprint()
+	fp := creds.Fingerprint()
 	if l.svc != nil && fp == l.fingerprint {
 		return nil
 	}

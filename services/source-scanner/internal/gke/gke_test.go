@@ -22,7 +22,7 @@ import (
 
 func newTestLister(t testing.TB, f *gkefake.Server, mod func(*Options)) (*Lister, *prometheus.CounterVec) {
 	t.Helper()
-	creds, err := ParseSecret(map[string][]byte{KeyServiceAccount: f.KeyJSON(t)})
+	creds, err := events.ParseGKESecret(map[string][]byte{events.SecretKeyGCPServiceAccount: f.KeyJSON(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,58 +60,6 @@ func names(clusters []events.Cluster) []string {
 	return out
 }
 
-func TestParseSecret(t *testing.T) {
-	f := gkefake.New(t)
-	good := f.KeyJSON(t)
-	var m map[string]any
-	_ = json.Unmarshal(good, &m)
-	with := func(k string, v any) []byte {
-		c := map[string]any{}
-		for kk, vv := range m {
-			c[kk] = vv
-		}
-		if v == nil {
-			delete(c, k)
-		} else {
-			c[k] = v
-		}
-		b, _ := json.Marshal(c)
-		return b
-	}
-	tests := []struct {
-		name    string
-		data    []byte
-		wantErr string
-	}{
-		{name: "service-account key", data: good},
-		{name: "missing", data: nil, wantErr: `"key.json" is missing`},
-		{name: "not JSON", data: []byte("-----BEGIN PRIVATE KEY-----"), wantErr: "not JSON"},
-		{name: "external account", data: with("type", "external_account"), wantErr: `type "external_account"`},
-		{name: "no email", data: with("client_email", nil), wantErr: "no client_email"},
-		{name: "no private key", data: with("private_key", "nope"), wantErr: "no PEM private_key"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := ParseSecret(map[string][]byte{KeyServiceAccount: tt.data})
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tt.wantErr)
-				}
-				if strings.Contains(err.Error(), "PRIVATE KEY") {
-					t.Fatalf("error shows the key: %v", err)
-				}
-				return
-			}
-			if err != nil || c.ProjectID != "proj-a" || len(c.KeyJSON) == 0 {
-				t.Fatalf("ParseSecret = %v, %v", c, err)
-			}
-			if s := fmt.Sprintf("%v %+v %#v", c, c, c); strings.Contains(s, "PRIVATE") {
-				t.Fatalf("formatting shows the key: %s", s)
-			}
-		})
-	}
-}
-
 func TestValidateFilters(t *testing.T) {
 	tests := []struct {
 		filters map[string]string
@@ -129,16 +77,6 @@ func TestValidateFilters(t *testing.T) {
 		if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
 			t.Errorf("ValidateFilters(%v) = %v, want %q", tt.filters, err, tt.wantErr)
 		}
-	}
-}
-
-func TestSourceFilters(t *testing.T) {
-	got := SourceFilters([]string{"b", "a", "b"}, map[string]string{"location": "eu*"})
-	if len(got) != 2 || got["projects"] != "a,b" || got["location"] != "eu*" {
-		t.Fatalf("SourceFilters = %v", got)
-	}
-	if SourceFilters(nil, nil) != nil {
-		t.Fatal("SourceFilters(nil, nil) is not nil")
 	}
 }
 

@@ -76,8 +76,8 @@ func TestScannerDegradedRemovesNothing(t *testing.T) {
 			sc := scanner.New(kv, events.NewPublisher(js, "/enforcement/source-scanner"), scanner.Config{
 				GracePeriod: time.Minute, ListTimeout: 500 * time.Millisecond, Now: clk.Now,
 			}, scanner.NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
-			ref := events.SourceRef{Kind: Kind, SecretNamespace: "enforcement", SecretName: "gke-" + string(rune('a'+i))}
-			ref.ID = scanner.SourceID(Kind, ref.SecretNamespace, ref.SecretName, SourceFilters([]string{"proj-a", "proj-b"}, nil))
+			ref := events.SourceRef{Kind: events.SourceKindGKE, SecretNamespace: "enforcement", SecretName: "gke-" + string(rune('a'+i))}
+			ref.ID = events.SourceID(ref.Kind, ref.SecretNamespace, ref.SecretName, events.GKESourceFilters([]string{"proj-a", "proj-b"}, nil))
 			src := scanner.Source{Ref: ref, Lister: l}
 
 			res, err := sc.ScanOnce(ctx, src)

@@ -8,7 +8,7 @@
 // the rule engine re-evaluates. A hub label wins over a claim of the same name.
 //
 // The hub is the scanner's own API server (in-cluster), or the one named by the `kubeconfig`
-// key of the source Secret when that Secret exists.
+// key of the source Secret (events.SecretKeyKubeconfig) when that Secret exists.
 package ocm
 
 import (
@@ -26,12 +26,6 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/events"
 )
 
-// Kind is the source kind of ManagedClusters.
-const Kind = "ocm"
-
-// KeyKubeconfig is the source Secret key with a kubeconfig for a remote hub.
-const KeyKubeconfig = "kubeconfig"
-
 // AttributeClaims is the attribute that holds a cluster's claims (name → value).
 const AttributeClaims = "clusterClaims"
 
@@ -44,15 +38,12 @@ const CredentialsSecretPrefix = "ocm-"
 // ManagedClusterList is the GroupVersionKind listed.
 var ManagedClusterList = schema.GroupVersionKind{Group: "cluster.open-cluster-management.io", Version: "v1", Kind: "ManagedClusterList"}
 
-// HubConfig builds the client configuration of a remote hub from a source Secret's kubeconfig.
-func HubConfig(data map[string][]byte) (*rest.Config, error) {
-	raw, ok := data[KeyKubeconfig]
-	if !ok || len(raw) == 0 {
-		return nil, fmt.Errorf("key %q is missing or empty", KeyKubeconfig)
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
+// HubConfig builds the client configuration of a remote hub from an ocm source Secret
+// (events.ParseOCMSecret). An unusable kubeconfig is an error naming the Secret key.
+func HubConfig(creds events.OCMCredentials) (*rest.Config, error) {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(creds.Kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("key %q is not a usable kubeconfig: %w", KeyKubeconfig, err)
+		return nil, fmt.Errorf("key %q is not a usable kubeconfig: %w", events.SecretKeyKubeconfig, err)
 	}
 	return cfg, nil
 }

@@ -2,11 +2,13 @@ package ocm
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
@@ -81,13 +83,9 @@ func TestListManagedClustersOnARealHub(t *testing.T) {
 	}
 }
 
-func TestHubConfigRejectsABadSecret(t *testing.T) {
-	for name, data := range map[string]map[string][]byte{
-		"missing key": {},
-		"not yaml":    {KeyKubeconfig: []byte("{{{")},
-	} {
-		if _, err := HubConfig(data); err == nil {
-			t.Errorf("%s: HubConfig succeeded", name)
-		}
+func TestHubConfigRejectsABadKubeconfig(t *testing.T) {
+	_, err := HubConfig(events.OCMCredentials{Kubeconfig: []byte("{{{")})
+	if err == nil || !strings.Contains(err.Error(), `key "kubeconfig"`) {
+		t.Errorf("HubConfig = %v, want an error naming the key", err)
 	}
 }

@@ -19,23 +19,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
-)
-
-// Kind is the source kind of Rancher clusters.
-const Kind = "rancher"
-
-// Secret keys of a Rancher source (design.md, "Fixed interfaces"); url and token are the
-// original operator's two keys.
-const (
-	KeyURL      = "url"
-	KeyToken    = "token"
-	KeyCACert   = "caCert"
-	KeyInsecure = "insecure"
 )
 
 // maxPageBytes bounds one page's body; a larger answer is treated as garbage, not read forever.
@@ -53,55 +40,11 @@ var VolatileFields = []string{
 	"transitioning", "transitioningMessage",
 }
 
-// Credentials are what a Rancher source Secret holds. Token never leaves this package except in
-// the Authorization header of requests to URL's host.
-type Credentials struct {
-	URL      *url.URL
-	Token    string
-	CACert   []byte
-	Insecure bool
-}
-
-// ParseSecret reads a source Secret's data. A missing url or token, a url that is not absolute
-// http(s), an insecure value that is not a boolean or a caCert without a PEM certificate is an
-// error (the scanner reports it as SecretInvalid). Messages never contain the token.
-func ParseSecret(data map[string][]byte) (Credentials, error) {
-	var c Credentials
-	raw := strings.TrimSpace(string(data[KeyURL]))
-	if raw == "" {
-		return c, errors.New(`key "url" is missing or empty`)
-	}
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return c, fmt.Errorf(`key "url" (%q) is not an absolute http or https URL`, raw)
-	}
-	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v3")
-	u.RawQuery, u.Fragment = "", ""
-	c.URL = u
-	c.Token = strings.TrimSpace(string(data[KeyToken]))
-	if c.Token == "" {
-		return c, errors.New(`key "token" is missing or empty`)
-	}
-	if v := strings.TrimSpace(string(data[KeyInsecure])); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return c, fmt.Errorf(`key "insecure" (%q) is not a boolean`, v)
-		}
-		c.Insecure = b
-	}
-	if ca := data[KeyCACert]; len(ca) > 0 {
-		if !x509.NewCertPool().AppendCertsFromPEM(ca) {
-			return c, errors.New(`key "caCert" holds no PEM certificate`)
-		}
-		c.CACert = ca
-	}
-	return c, nil
-}
-
 // Lister lists one Rancher source: the server of Creds, narrowed by Filters (query parameters
 // of /v3/clusters, as the original's rule filters).
 type Lister struct {
-	Creds   Credentials
+	// Creds are the source Secret's, parsed by events.ParseRancherSecret.
+	Creds   events.RancherCredentials
 	Filters map[string]string
 	// IgnoreFields are further top-level fields left out of the attributes (RANCHER_IGNORE_FIELDS),
 	// for installations whose cluster objects carry other fields that change on every scan.

@@ -19,47 +19,10 @@ import (
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
 )
 
-func TestParseSecret(t *testing.T) {
-	tests := []struct {
-		name    string
-		data    map[string][]byte
-		wantErr string
-		wantURL string
-	}{
-		{"original two keys", map[string][]byte{"url": []byte("https://rancher.test.com"), "token": []byte("abc94943#434!")}, "", "https://rancher.test.com"},
-		{"trailing slash and /v3", map[string][]byte{"url": []byte("https://r.example/v3/"), "token": []byte("s3cr3t-tok")}, "", "https://r.example"},
-		{"missing url", map[string][]byte{"token": []byte("s3cr3t-tok")}, `"url" is missing`, ""},
-		{"relative url", map[string][]byte{"url": []byte("rancher.local"), "token": []byte("s3cr3t-tok")}, "not an absolute", ""},
-		{"missing token", map[string][]byte{"url": []byte("https://r")}, `"token" is missing`, ""},
-		{"bad insecure", map[string][]byte{"url": []byte("https://r"), "token": []byte("s3cr3t-tok"), "insecure": []byte("maybe")}, "not a boolean", ""},
-		{"bad caCert", map[string][]byte{"url": []byte("https://r"), "token": []byte("s3cr3t-tok"), "caCert": []byte("nope")}, "no PEM", ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := rancher.ParseSecret(tt.data)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tt.wantErr)
-				}
-				if tok := string(tt.data["token"]); tok != "" && strings.Contains(err.Error(), tok) {
-					t.Fatalf("error %q contains the token", err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if c.URL.String() != tt.wantURL {
-				t.Fatalf("url = %s, want %s", c.URL, tt.wantURL)
-			}
-		})
-	}
-}
-
 // lister returns a lister for srv that trusts its certificate.
 func lister(t testing.TB, srv *rancherfake.Server, filters map[string]string) *rancher.Lister {
 	t.Helper()
-	creds, err := rancher.ParseSecret(map[string][]byte{"url": []byte(srv.URL), "token": []byte(srv.Token), "caCert": srv.CACertPEM()})
+	creds, err := events.ParseRancherSecret(map[string][]byte{"url": []byte(srv.URL), "token": []byte(srv.Token), "caCert": srv.CACertPEM()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +131,7 @@ func TestListDegradedReasons(t *testing.T) {
 func TestListRefusesTLSWithoutTrust(t *testing.T) {
 	srv := rancherfake.New(t, "tok", 10)
 	srv.SetClusters(rancherfake.Cluster("c-1", "a", "active", nil))
-	creds, _ := rancher.ParseSecret(map[string][]byte{"url": []byte(srv.URL), "token": []byte("tok")})
+	creds, _ := events.ParseRancherSecret(map[string][]byte{"url": []byte(srv.URL), "token": []byte("tok")})
 	if _, err := (&rancher.Lister{Creds: creds}).List(context.Background()); err == nil {
 		t.Fatal("listing succeeded against an untrusted certificate")
 	}
@@ -199,7 +162,7 @@ func TestTokenNeverLeavesTheSourceHost(t *testing.T) {
 	defer source.Close()
 	for _, mode := range []string{"next", "redirect"} {
 		u, _ := url.Parse(source.URL)
-		l := &rancher.Lister{Creds: rancher.Credentials{URL: u, Token: "secret-token"}, Filters: map[string]string{"mode": mode}}
+		l := &rancher.Lister{Creds: events.RancherCredentials{URL: u, Token: "secret-token"}, Filters: map[string]string{"mode": mode}}
 		if _, err := l.List(context.Background()); err == nil {
 			t.Errorf("%s: listing succeeded through another host", mode)
 		}

@@ -9,34 +9,6 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/events"
 )
 
-func TestSourceID(t *testing.T) {
-	base := SourceID("rancher", "enforcement", "rancher", map[string]string{"a": "1", "b": "2"})
-	if len(base) != 16 {
-		t.Fatalf("id %q: want 16 hex characters", base)
-	}
-	// Golden value (printf 'rancher\0enforcement\0rancher\0a=1\0b=2\0' | sha256sum): rule-engine
-	// computes the same; changing the algorithm breaks the contract.
-	if want := "2d9ba57e32783940"; base != want {
-		t.Fatalf("id = %s, want %s", base, want)
-	}
-	same := SourceID("rancher", "enforcement", "rancher", map[string]string{"b": "2", "a": "1"})
-	if same != base {
-		t.Errorf("filter order changed the id")
-	}
-	for name, other := range map[string]string{
-		"kind":      SourceID("static", "enforcement", "rancher", map[string]string{"a": "1", "b": "2"}),
-		"namespace": SourceID("rancher", "other", "rancher", map[string]string{"a": "1", "b": "2"}),
-		"secret":    SourceID("rancher", "enforcement", "rancher-2", map[string]string{"a": "1", "b": "2"}),
-		"filter":    SourceID("rancher", "enforcement", "rancher", map[string]string{"a": "1", "b": "3"}),
-		"no filter": SourceID("rancher", "enforcement", "rancher", nil),
-		"shifted":   SourceID("rancher", "enforcemen", "trancher", map[string]string{"a": "1", "b": "2"}),
-	} {
-		if other == base {
-			t.Errorf("%s: different source, same id", name)
-		}
-	}
-}
-
 func cluster(key string, labels map[string]string) events.Cluster {
 	return events.Cluster{Key: key, Name: "n-" + key, URL: "https://" + key, Labels: labels, State: "active", Eligible: true,
 		Attributes: map[string]any{"id": key, "nodes": float64(3)}}

@@ -63,12 +63,12 @@ func newHarness(t *testing.T, pageSize int) *harness {
 	h.cfg = scanner.Config{GracePeriod: grace, MaxRemovalFraction: 0.1, ListTimeout: 10 * time.Second, Now: h.clock.Now}
 	h.connect()
 	h.rancher = rancherfake.New(t, "tok-3a9c", pageSize)
-	creds, err := rancher.ParseSecret(map[string][]byte{"url": []byte(h.rancher.URL), "token": []byte(h.rancher.Token), "caCert": h.rancher.CACertPEM()})
+	creds, err := events.ParseRancherSecret(map[string][]byte{"url": []byte(h.rancher.URL), "token": []byte(h.rancher.Token), "caCert": h.rancher.CACertPEM()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := events.SourceRef{Kind: rancher.Kind, SecretNamespace: "enforcement", SecretName: "rancher"}
-	ref.ID = scanner.SourceID(ref.Kind, ref.SecretNamespace, ref.SecretName, nil)
+	ref := events.SourceRef{Kind: events.SourceKindRancher, SecretNamespace: "enforcement", SecretName: "rancher"}
+	ref.ID = events.SourceID(ref.Kind, ref.SecretNamespace, ref.SecretName, nil)
 	h.src = scanner.Source{Ref: ref, Lister: &rancher.Lister{Creds: creds}}
 	return h
 }
@@ -306,7 +306,7 @@ func TestDegradedRemovesNothing(t *testing.T) {
 			if d := evs[0].(*events.SourceDegraded); d.Known != 20 || d.Scan == 0 || strings.Contains(d.Message, "tok-3a9c") {
 				t.Fatalf("degraded = %+v", d)
 			}
-			if got := testutil.ToFloat64(h.metrics.Degraded.WithLabelValues(rancher.Kind, tc.reason)); got != 3 {
+			if got := testutil.ToFloat64(h.metrics.Degraded.WithLabelValues(events.SourceKindRancher, tc.reason)); got != 3 {
 				t.Fatalf("degraded metric = %g, want 3", got)
 			}
 
@@ -345,7 +345,7 @@ func TestBreakerHoldsRemovalsUntilReleased(t *testing.T) {
 	if !strings.Contains(d.Message, fmt.Sprintf(`%s="%d"`, scanner.ReleaseAnnotation, res.Scan)) {
 		t.Fatalf("message %q does not say how to release", d.Message)
 	}
-	if got := testutil.ToFloat64(h.metrics.RemovalsHeld.WithLabelValues(rancher.Kind, h.src.Ref.ID)); got != 5 {
+	if got := testutil.ToFloat64(h.metrics.RemovalsHeld.WithLabelValues(events.SourceKindRancher, h.src.Ref.ID)); got != 5 {
 		t.Fatalf("removals held gauge = %g", got)
 	}
 	tripScan := res.Scan
@@ -466,10 +466,10 @@ func TestMetricsLint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("metric %s: %s", p.Metric, p.Text)
 	}
-	if got := testutil.ToFloat64(h.metrics.ClustersKnown.WithLabelValues(rancher.Kind, h.src.Ref.ID)); got != 2 {
+	if got := testutil.ToFloat64(h.metrics.ClustersKnown.WithLabelValues(events.SourceKindRancher, h.src.Ref.ID)); got != 2 {
 		t.Fatalf("clusters known = %g", got)
 	}
-	if got := testutil.ToFloat64(h.metrics.Scans.WithLabelValues(rancher.Kind, scanner.ResultComplete)); got != 1 {
+	if got := testutil.ToFloat64(h.metrics.Scans.WithLabelValues(events.SourceKindRancher, scanner.ResultComplete)); got != 1 {
 		t.Fatalf("scans = %g", got)
 	}
 }

@@ -16,12 +16,6 @@ import (
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/rancher"
 )
 
-// Kind is the source kind of statically listed clusters.
-const Kind = "static"
-
-// DefaultConfigMap is the ConfigMap read when a rule's source.static.configMap is empty.
-const DefaultConfigMap = "enforcement-static-clusters"
-
 // DataKey is the ConfigMap key that holds the cluster list.
 const DataKey = "clusters.yaml"
 
