@@ -34,25 +34,40 @@ type Request struct {
 	Authorization string
 }
 
-// Server is a fake Rancher. Its methods are safe for concurrent use.
-type Server struct {
-	*httptest.Server
-	// Token is the bearer token the server accepts.
+// Handler is the fake Rancher's v3 API as an http.Handler, holding the listing and the
+// failures a test sets. New serves one over TLS for a test; a program serves one itself (the
+// container tests' fake Rancher, with Admin as its control API). Its methods are safe for
+// concurrent use.
+type Handler struct {
+	// Token is the bearer token the API accepts.
 	Token string
 
 	mu       sync.Mutex
 	clusters []map[string]any
 	pageSize int
-	status   map[int]int // page → HTTP status to answer
+	status   map[int]int // page → HTTP status to answer; page 0: every page
 	mode     map[int]int // page → Fail* mode
 	requests []Request
+}
+
+// NewHandler returns the API of a fake Rancher accepting token, with pages of pageSize
+// clusters and an empty listing.
+func NewHandler(token string, pageSize int) *Handler {
+	return &Handler{Token: token, pageSize: pageSize, status: map[int]int{}, mode: map[int]int{}}
+}
+
+// Server is a fake Rancher served over TLS for the length of a test: the httptest server and
+// its Handler.
+type Server struct {
+	*httptest.Server
+	*Handler
 }
 
 // New starts a fake Rancher over TLS (httptest's certificate; use Certificate() as caCert)
 // accepting token, with pages of pageSize clusters. It stops when the test ends.
 func New(t testing.TB, token string, pageSize int) *Server {
-	s := &Server{Token: token, pageSize: pageSize, status: map[int]int{}, mode: map[int]int{}}
-	s.Server = httptest.NewTLSServer(http.HandlerFunc(s.serve))
+	h := NewHandler(token, pageSize)
+	s := &Server{Server: httptest.NewTLSServer(h), Handler: h}
 	t.Cleanup(s.Close)
 	return s
 }
@@ -63,39 +78,40 @@ func (s *Server) CACertPEM() []byte {
 }
 
 // SetClusters replaces the cluster objects the server lists (in this order).
-func (s *Server) SetClusters(clusters ...map[string]any) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.clusters = clusters
+func (h *Handler) SetClusters(clusters ...map[string]any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.clusters = clusters
 }
 
-// FailPage makes page (1-based) answer with an HTTP status (e.g. 500, 401) until Heal.
-func (s *Server) FailPage(page, status int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.status[page] = status
+// FailPage makes page (1-based; 0 for every page) answer with an HTTP status (e.g. 500, 401)
+// until Heal.
+func (h *Handler) FailPage(page, status int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.status[page] = status
 }
 
 // BreakPage makes page answer in a Fail* mode until Heal.
-func (s *Server) BreakPage(page, mode int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.mode[page] = mode
+func (h *Handler) BreakPage(page, mode int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.mode[page] = mode
 }
 
 // Heal removes every failure.
-func (s *Server) Heal() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.status = map[int]int{}
-	s.mode = map[int]int{}
+func (h *Handler) Heal() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.status = map[int]int{}
+	h.mode = map[int]int{}
 }
 
 // Requests returns the requests seen so far.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
+func (h *Handler) Requests() []Request {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Request(nil), h.requests...)
 }
 
 // Cluster returns a cluster object shaped like Rancher v2.x's /v3/clusters data items, with the
@@ -138,15 +154,17 @@ func Cluster(id, name, state string, labels map[string]string) map[string]any {
 	}
 }
 
-func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	s.requests = append(s.requests, Request{Path: r.URL.Path, Query: r.URL.RawQuery, Authorization: r.Header.Get("Authorization")})
-	s.mu.Unlock()
+// ServeHTTP answers GET /v3/clusters as Rancher v2.x does, one page at a time, and fails as
+// told by FailPage and BreakPage.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	h.requests = append(h.requests, Request{Path: r.URL.Path, Query: r.URL.RawQuery, Authorization: r.Header.Get("Authorization")})
+	h.mu.Unlock()
 	if r.URL.Path != "/v3/clusters" {
 		http.NotFound(w, r)
 		return
 	}
-	if r.Header.Get("Authorization") != "Bearer "+s.Token {
+	if r.Header.Get("Authorization") != "Bearer "+h.Token {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusUnauthorized)
 		_, _ = w.Write([]byte(`{"type":"error","status":"401","message":"must authenticate"}`))
@@ -154,18 +172,21 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	marker, _ := strconv.Atoi(q.Get("marker"))
-	page := marker/max(1, s.pageSize) + 1
+	page := marker/max(1, h.pageSize) + 1
 
-	s.mu.Lock()
-	status, mode := s.status[page], s.mode[page]
+	h.mu.Lock()
+	status, mode := h.status[page], h.mode[page]
+	if status == 0 {
+		status = h.status[0]
+	}
 	var matched []map[string]any
-	for _, c := range s.clusters {
+	for _, c := range h.clusters {
 		if matches(c, q) {
 			matched = append(matched, c)
 		}
 	}
-	pageSize := s.pageSize
-	s.mu.Unlock()
+	pageSize := h.pageSize
+	h.mu.Unlock()
 
 	switch {
 	case status != 0:
