@@ -26,6 +26,7 @@ type clusterVars struct {
 	hash string
 }
 
+// get returns the cluster's variables and their hash, computing them on the first call.
 func (cv *clusterVars) get(c *events.Cluster) (map[string]any, string) {
 	if cv.vars == nil {
 		cv.vars = templateVars(c)
