@@ -31,24 +31,7 @@ func TestInstallIntentsCarryRegistrationHints(t *testing.T) {
 	pub := &recordingPublisher{}
 	e := newEngine(slog.New(slog.NewTextHandler(io.Discard, nil)), newMemStore(), pub, newRenderer(nil, time.Second), newMetrics(nil), time.Minute)
 	ctx := context.Background()
-	for _, src := range []v1beta1.Source{
-		{EKS: &v1beta1.EKSSource{}, MatchLabels: map[string]string{"env": "prod"}},
-		{GKE: &v1beta1.GKESource{}},
-		{Rancher: &v1beta1.RancherSource{}},
-	} {
-		kind := "rancher"
-		if src.EKS != nil {
-			kind = "eks"
-		} else if src.GKE != nil {
-			kind = "gke"
-		}
-		cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: kind, UID: types.UID("u-" + kind), Generation: 1},
-			Spec: v1beta1.ClusterRuleSpec{Source: src, Enforcements: []v1beta1.Enforcement{
-				{Name: "agent", Repo: "https://git.example/agent", Path: "${{ region }}"}}}}
-		if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	applySourceRules(t, e)
 	// Attributes as they arrive in a cluster event: decoded JSON, so the args list is []any.
 	attrs := func(raw string) map[string]any {
 		var m map[string]any
@@ -126,5 +109,30 @@ func TestInstallIntentsCarryRegistrationHints(t *testing.T) {
 	}
 	if un, ok := pub.evs[0].(*events.UninstallIntent); !ok || un.Cluster.Registration != nil {
 		t.Errorf("uninstall intent %+v", pub.evs[0])
+	}
+}
+
+// applySourceRules applies one rule per source kind (eks with a label selector, gke, rancher),
+// each with one templated enforcement.
+func applySourceRules(t *testing.T, e *engine) {
+	t.Helper()
+	ctx := context.Background()
+	for _, src := range []v1beta1.Source{
+		{EKS: &v1beta1.EKSSource{}, MatchLabels: map[string]string{"env": "prod"}},
+		{GKE: &v1beta1.GKESource{}},
+		{Rancher: &v1beta1.RancherSource{}},
+	} {
+		kind := "rancher"
+		if src.EKS != nil {
+			kind = "eks"
+		} else if src.GKE != nil {
+			kind = "gke"
+		}
+		cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: kind, UID: types.UID("u-" + kind), Generation: 1},
+			Spec: v1beta1.ClusterRuleSpec{Source: src, Enforcements: []v1beta1.Enforcement{
+				{Name: "agent", Repo: "https://git.example/agent", Path: "${{ region }}"}}}}
+		if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

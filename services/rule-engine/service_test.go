@@ -51,6 +51,7 @@ func twoEnforcements() []v1beta1.Enforcement {
 // TestMatchingIntentsAndStatus walks one rule through every intent case: new match, ignore,
 // labels, label selector, eligibility, no longer matching, changed spec, removed and added
 // enforcements, cluster gone, install outcomes in the status, and rule deletion through the finalizer.
+// Each phase below starts from the state the one before it left.
 func TestMatchingIntentsAndStatus(t *testing.T) {
 	e := newEnv(t)
 	e.vars["SOURCE_DEGRADED_TTL"] = "3s"
@@ -70,6 +71,19 @@ func TestMatchingIntentsAndStatus(t *testing.T) {
 	}
 
 	a := testCluster("a", norman, true)
+	got := matchAppearedClusters(e, a)
+	statusFollowsOutcomes(e, got)
+	statusShowsSourceDegraded(e)
+	want := reevaluateUpdatedClusters(e, a)
+	want = ruleEditsReachMatchedClusters(e, want)
+	goneClusterIsOrphaned(e, want)
+	ruleDeletionUninstallsTheRest(e)
+}
+
+// matchAppearedClusters: of five appeared clusters only a gets installs (ignored, admin,
+// dev-env do not match; prov is not eligible), and both a and prov count as matched.
+func matchAppearedClusters(e *env, a events.Cluster) []events.Event {
+	t := e.t
 	e.publish(
 		appeared(a, 1),
 		appeared(testCluster("ignored", norman, true), 2),
@@ -92,8 +106,12 @@ func TestMatchingIntentsAndStatus(t *testing.T) {
 		}
 		return nil
 	})
+	return got
+}
 
-	// Outcomes: one succeeded, one failed twice; then a trigger holds it.
+// statusFollowsOutcomes: one install succeeded, one failed twice; then a trigger holds it
+// until it is installed too.
+func statusFollowsOutcomes(e *env, got []events.Event) {
 	i0, i1 := got[0].(*events.InstallIntent), got[1].(*events.InstallIntent)
 	e.publish(&events.InstallSucceeded{IntentID: i0.ID(), Rule: i0.Rule, Cluster: "a", Enforcement: "guestbook",
 		Application: "a-guestbook", Created: true, SpecHash: i0.SpecHash})
@@ -119,15 +137,23 @@ func TestMatchingIntentsAndStatus(t *testing.T) {
 		}
 		return nil
 	})
+}
 
-	// The source degrades: condition; then the breaker holds removals.
+// statusShowsSourceDegraded: the source degrades, then its breaker holds removals; both show
+// in the condition until SOURCE_DEGRADED_TTL passes.
+func statusShowsSourceDegraded(e *env) {
 	e.publish(&events.SourceDegraded{Source: rancherSource(), Scan: 7, Reason: events.DegradedListFailed, Message: "rancher: 502"})
 	e.waitReady("dev", v1beta1.ReasonSourceDegraded, nil)
 	e.publish(&events.SourceDegraded{Source: rancherSource(), Scan: 8, Reason: events.DegradedRemovalsHeld, Message: "3 of 5", HeldRemovals: []string{"x", "y", "z"}})
 	e.waitReady("dev", v1beta1.ReasonRemovalsHeld, nil)
 	// With no further degraded event the condition expires after SOURCE_DEGRADED_TTL.
 	e.waitReady("dev", v1beta1.ReasonInstalled, nil)
+}
 
+// reevaluateUpdatedClusters: updated clusters are evaluated again (eligibility, labels). It
+// returns the intents expected so far.
+func reevaluateUpdatedClusters(e *env, a events.Cluster) []string {
+	t := e.t
 	want := []string{"install a guestbook", "install a helm-guestbook"}
 	// An ineligible cluster that becomes eligible gets its installs; going back keeps them.
 	e.publish(&events.ClusterUpdated{Cluster: testCluster("prov", norman, true), Revision: 6, Changed: []string{"eligible"}})
@@ -138,14 +164,20 @@ func TestMatchingIntentsAndStatus(t *testing.T) {
 	// a stops matching (label), then matches again: uninstall with the rule's policy, reinstall.
 	e.publish(&events.ClusterUpdated{Cluster: testCluster("a", map[string]string{"cattle.io/creator": "norman", "env": "dev"}, true), Revision: 8})
 	want = append(want, "uninstall a guestbook NoLongerMatches", "uninstall a helm-guestbook NoLongerMatches")
-	got = e.waitIntents(want...)
+	got := e.waitIntents(want...)
 	if u := got[len(got)-1].(*events.UninstallIntent); u.DeletionPolicy != events.DeletionCascade || u.Cluster.Gone {
 		t.Errorf("uninstall = %+v", u)
 	}
 	e.publish(&events.ClusterUpdated{Cluster: a, Revision: 9})
 	want = append(want, "install a guestbook", "install a helm-guestbook")
 	e.waitIntents(want...)
+	return want
+}
 
+// ruleEditsReachMatchedClusters: a changed and a removed enforcement, then an added one, reach
+// the clusters the rule matches (prov, ineligible now, keeps what it has).
+func ruleEditsReachMatchedClusters(e *env, want []string) []string {
+	t := e.t
 	// Rule edit: drop helm-guestbook, change guestbook's path.
 	e.updateRule("dev", func(cr *v1beta1.ClusterRule) {
 		cr.Spec.Enforcements = cr.Spec.Enforcements[:1]
@@ -161,8 +193,12 @@ func TestMatchingIntentsAndStatus(t *testing.T) {
 	})
 	want = append(want, "install a monitoring")
 	eventually(t, 20*time.Second, func() error { return sameIntentSet(e.intents(), want, "prov") })
+	return want
+}
 
-	// a is gone: ClusterGone, orphaning, target marked gone.
+// goneClusterIsOrphaned: a is gone: ClusterGone, orphaning, target marked gone.
+func goneClusterIsOrphaned(e *env, want []string) {
+	t := e.t
 	e.publish(&events.ClusterGone{Source: rancherSource(), Key: "c-a", Name: "a", Revision: 10, LastSeen: time.Now()})
 	want = append(want, "uninstall a guestbook ClusterGone", "uninstall a monitoring ClusterGone")
 	eventually(t, 20*time.Second, func() error { return sameIntentSet(e.intents(), want, "prov") })
@@ -176,8 +212,12 @@ func TestMatchingIntentsAndStatus(t *testing.T) {
 	if gone == nil || !gone.Cluster.Gone || gone.DeletionPolicy != events.DeletionOrphan || gone.Cluster.Revision != 10 {
 		t.Errorf("gone uninstall = %+v", gone)
 	}
+}
 
-	// Deleting the rule uninstalls everything it still has (prov, ineligible now) and lets go.
+// ruleDeletionUninstallsTheRest: deleting the rule uninstalls everything it still has (prov,
+// ineligible now) and lets go.
+func ruleDeletionUninstallsTheRest(e *env) {
+	t := e.t
 	if err := e.c.Delete(context.Background(), e.rule("dev")); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,89 @@
+package main
+
+// Clusters. The source-scanner's cluster events keep the engine's view of the clusters: an
+// appeared or updated cluster is recorded and evaluated against the rules that can match it; a
+// gone cluster has every pair uninstalled (orphaning) and is forgotten. Inventory revisions
+// order the events: a record older than the one known is a stale redelivery and is ignored.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+// applyCluster records an appeared or updated cluster and re-evaluates the rules that can match
+// it. A record older than the one known (a stale redelivery) is ignored.
+func (e *engine) applyCluster(ctx context.Context, c events.Cluster, revision uint64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cid := clusterID(c.Source.ID, c.Key)
+	if old := e.clusters[cid]; old != nil && old.Revision > revision {
+		return nil
+	}
+	rec := &clusterRecord{Cluster: c, Revision: revision}
+	if err := e.commit(ctx, e.evalCluster(ctx, cid, rec)); err != nil {
+		return fmt.Errorf("cluster %s: %w", c.Name, err)
+	}
+	if err := e.store.putCluster(ctx, cid, rec); err != nil {
+		return fmt.Errorf("cluster %s: %w", c.Name, err)
+	}
+	e.setCluster(cid, rec)
+	for _, r := range e.rulesBySource[c.Source.ID] {
+		e.notify(r.key)
+	}
+	return nil
+}
+
+// evalCluster evaluates a cluster's new record against the rules of its source, which decide
+// whether it matches, and the rules of another source that still hold a pair for it (their
+// source changed), which let it go. The cluster's variables are computed once for all of them.
+func (e *engine) evalCluster(ctx context.Context, cid string, rec *clusterRecord) *change {
+	src := rec.Cluster.Source.ID
+	ch := &change{}
+	cv := &clusterVars{}
+	for _, r := range e.rulesBySource[src] {
+		e.evalPairVars(ctx, r, r.key, cid, rec, 0, ch, cv)
+	}
+	for rule, m := range e.pairs {
+		if _, ok := m[cid]; ok && e.rulesBySource[src][rule] == nil {
+			e.evalPairVars(ctx, e.rules[rule], rule, cid, rec, 0, ch, cv)
+		}
+	}
+	return ch
+}
+
+// applyClusterGone uninstalls every pair of a cluster its source no longer lists (reason
+// ClusterGone, always orphaning: there is no cluster to delete resources from) and forgets it.
+func (e *engine) applyClusterGone(ctx context.Context, g *events.ClusterGone) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cid := clusterID(g.Source.ID, g.Key)
+	if old := e.clusters[cid]; old != nil && old.Revision > g.Revision {
+		return nil // it came back after this event was written
+	}
+	ch := &change{}
+	for rule, m := range e.pairs {
+		if _, ok := m[cid]; ok {
+			e.evalPair(ctx, e.rules[rule], rule, cid, nil, g.Revision, ch)
+		}
+	}
+	if err := e.commit(ctx, ch); err != nil {
+		return fmt.Errorf("cluster %s: %w", g.Name, err)
+	}
+	if err := e.store.deleteCluster(ctx, cid); err != nil {
+		return fmt.Errorf("cluster %s: %w", g.Name, err)
+	}
+	e.removeCluster(cid)
+	for _, r := range e.rulesBySource[g.Source.ID] {
+		delete(r.templateErrors, cid)
+		e.notify(r.key)
+	}
+	return nil
+}
+
+// targetOf is the install target of a known cluster, with the cluster's own source reference.
+func targetOf(rec *clusterRecord) events.Target {
+	c := &rec.Cluster
+	return events.Target{Name: c.Name, Key: c.Key, URL: c.URL, Source: c.Source, Revision: rec.Revision}
+}

@@ -1,0 +1,114 @@
+package main
+
+// Committing a decision. Evaluating inputs only describes a change (intents to publish, pair
+// records to write); commit carries it out in the one order that survives a crash: publish the
+// intents, persist the pair records, and only then apply them in memory and count them.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+// persistParallel bounds concurrent KV writes of one commit.
+const persistParallel = 32
+
+// commitTimeout bounds one commit.
+const commitTimeout = 2 * time.Minute
+
+// publishBatch bounds how many intents are in flight at once.
+const publishBatch = 512
+
+// change is the outcome of evaluating inputs: intents to publish, then pair states to persist
+// (nil: delete) and apply. Nothing is applied in memory until both publish and persist worked,
+// so a failed step is retried from the same starting point.
+type change struct {
+	intents []events.Event
+	pairs   []pairUpdate
+}
+
+// pairUpdate is the next record of one pair; a nil next deletes it.
+type pairUpdate struct {
+	rule, cid string
+	next      *pairState
+}
+
+// commit publishes the intents, persists the pairs and applies them in memory. It runs to the
+// end even when ctx is cancelled (shutdown), within commitTimeout: stopping between the publish
+// and the persist would leave intents the state does not know about.
+func (e *engine) commit(ctx context.Context, ch *change) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	if err := e.publish(ctx, ch.intents); err != nil {
+		return err
+	}
+	if err := e.persist(ctx, ch.pairs); err != nil {
+		return err
+	}
+	e.countIntents(ch.intents)
+	for _, u := range ch.pairs {
+		e.setPair(u.rule, u.cid, u.next)
+	}
+	return nil
+}
+
+// publish sends the intents in order, publishBatch at a time, each batch acknowledged before the
+// next is sent.
+func (e *engine) publish(ctx context.Context, intents []events.Event) error {
+	for start := 0; start < len(intents); start += publishBatch {
+		batch := intents[start:min(start+publishBatch, len(intents))]
+		if err := e.pub.PublishAll(ctx, batch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// countIntents counts published intents by kind (and uninstall reason).
+func (e *engine) countIntents(intents []events.Event) {
+	for _, ev := range intents {
+		switch i := ev.(type) {
+		case *events.InstallIntent:
+			e.metrics.intents.WithLabelValues("install", "").Inc()
+		case *events.UninstallIntent:
+			e.metrics.intents.WithLabelValues("uninstall", i.Reason).Inc()
+		}
+	}
+}
+
+// persist stores the pair records, up to persistParallel at a time: a rule over thousands of
+// clusters would otherwise wait for thousands of sequential KV round trips. Records of different
+// pairs are independent, so their order does not matter.
+func (e *engine) persist(ctx context.Context, updates []pairUpdate) error {
+	sem := make(chan struct{}, persistParallel)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, u := range updates {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := e.persistOne(ctx, u); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// persistOne writes or deletes one pair record.
+func (e *engine) persistOne(ctx context.Context, u pairUpdate) error {
+	if u.next == nil {
+		return e.store.deletePair(ctx, u.rule, u.cid)
+	}
+	return e.store.putPair(ctx, u.rule, u.cid, u.next)
+}

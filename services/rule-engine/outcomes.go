@@ -1,0 +1,175 @@
+package main
+
+// Outcomes. What the other services report back is folded into the state behind each rule's
+// status: install outcomes (argo-syncer), trigger outcomes (trigger-dispatcher) into the record
+// of the one enforcement they concern, and "source degraded" (source-scanner) into a per-source
+// mark that the status shows for a while. An outcome for an intent the pair no longer holds, or
+// one already counted (redelivery), changes nothing.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+// degradation is the last "source degraded" event of a source.
+type degradation struct {
+	reason, message string
+	held            []string
+	at              time.Time
+}
+
+// enfOutcome is an outcome addressed to one enforcement of one pair.
+type enfOutcome struct {
+	rule          events.RuleRef
+	cluster, name string
+	// fold applies the outcome to the enforcement's state; false: it does not concern that
+	// state (an outcome of another intent, or nothing to change), which stays as it is.
+	fold func(st *enfState) bool
+}
+
+// applyOutcome folds an install, trigger or source outcome into the state behind the status.
+func (e *engine) applyOutcome(ctx context.Context, ev events.Event, meta events.Meta) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if d, ok := ev.(*events.SourceDegraded); ok {
+		e.applyDegraded(d, meta)
+		return nil
+	}
+	o, ok := enfOutcomeOf(ev)
+	if !ok {
+		return nil // uninstall done and anything else: nothing to keep
+	}
+	return e.foldOutcome(ctx, ev.ID(), o)
+}
+
+// applyDegraded marks the source degraded and tells its rules. Kept in memory only: after a
+// restart the condition clears, as it would after the TTL.
+func (e *engine) applyDegraded(d *events.SourceDegraded, meta events.Meta) {
+	at := meta.Time
+	if at.IsZero() {
+		at = e.now()
+	}
+	if prev := e.degraded[d.Source.ID]; prev != nil && prev.at.After(at) {
+		return // an older scan's report
+	}
+	e.degraded[d.Source.ID] = &degradation{reason: d.Reason, message: d.Message, held: d.HeldRemovals, at: at}
+	for _, r := range e.rulesBySource[d.Source.ID] {
+		e.notify(r.key)
+	}
+}
+
+// enfOutcomeOf addresses an install or trigger outcome to its enforcement; false for any other
+// event.
+func enfOutcomeOf(ev events.Event) (enfOutcome, bool) {
+	switch o := ev.(type) {
+	case *events.InstallSucceeded:
+		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, func(st *enfState) bool { return st.foldInstallSucceeded(o) }}, true
+	case *events.InstallFailed:
+		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, func(st *enfState) bool { return st.foldInstallFailed(o) }}, true
+	case *events.TriggerFailed:
+		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, func(st *enfState) bool { return st.foldTriggerFailed(o) }}, true
+	case *events.TriggerDelivered:
+		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, func(st *enfState) bool { return st.foldTriggerDelivered(o) }}, true
+	}
+	return enfOutcome{}, false
+}
+
+// foldOutcome applies the outcome with event id id to its enforcement's record: stored first,
+// then applied in memory and the rule notified.
+func (e *engine) foldOutcome(ctx context.Context, id string, o enfOutcome) error {
+	key := o.rule.Namespace + "/" + o.rule.Name
+	cid, ok := e.pairByName[key+"\x00"+o.cluster]
+	if !ok {
+		return nil
+	}
+	p := e.pairs[key][cid]
+	st := p.Enforcements[o.name]
+	if st == nil || st.LastOutcome == id {
+		return nil // not ours any more, or a redelivery already counted
+	}
+	// Copy on write: memory changes only after the record is stored.
+	next := p.clone()
+	nst := next.Enforcements[o.name]
+	if !o.fold(nst) {
+		return nil
+	}
+	nst.LastOutcome = id
+	if err := e.store.putPair(ctx, key, cid, next); err != nil {
+		return err
+	}
+	e.setPair(key, cid, next)
+	e.notify(key)
+	return nil
+}
+
+// foldInstallSucceeded: the Application is installed, which clears a failure and a trigger
+// block. It concerns the current intent, or one with the same spec.
+func (st *enfState) foldInstallSucceeded(o *events.InstallSucceeded) bool {
+	if st.SpecHash != o.SpecHash && st.IntentID != o.IntentID {
+		return false
+	}
+	st.Installed, st.Failure, st.TriggerBlocked = true, nil, ""
+	return true
+}
+
+// foldInstallFailed records the failure of the current intent, counting failures in a row.
+func (st *enfState) foldInstallFailed(o *events.InstallFailed) bool {
+	if st.IntentID != o.IntentID {
+		return false
+	}
+	count := int32(1)
+	if st.Failure != nil {
+		count = st.Failure.Count + 1
+	}
+	st.Installed = false
+	st.Failure = &failure{Reason: o.Reason, Message: truncate(o.Message, 512), Count: count}
+	return true
+}
+
+// foldTriggerFailed records a trigger failure of the current intent under failurePolicy Fail.
+// Only a beforeInstall failure holds the install (argo-syncer does not create the Application).
+// An afterInstall one comes after the Application was created: it is reported, but the install
+// is not blocked.
+func (st *enfState) foldTriggerFailed(o *events.TriggerFailed) bool {
+	if st.IntentID != o.IntentID || o.FailurePolicy != "Fail" {
+		return false
+	}
+	msg := fmt.Sprintf("%s trigger: %s", o.Phase, truncate(o.Message, 256))
+	if o.Phase == events.PhaseAfterInstall {
+		st.AfterInstallFailed = msg
+	} else {
+		st.TriggerBlocked = msg
+	}
+	return true
+}
+
+// foldTriggerDelivered clears what a failure of the same phase of the current intent left: the
+// afterInstall failure or the trigger block.
+func (st *enfState) foldTriggerDelivered(o *events.TriggerDelivered) bool {
+	if st.IntentID != o.IntentID {
+		return false
+	}
+	if o.Phase == events.PhaseAfterInstall {
+		if st.AfterInstallFailed == "" {
+			return false
+		}
+		st.AfterInstallFailed = ""
+		return true
+	}
+	if st.TriggerBlocked == "" {
+		return false
+	}
+	st.TriggerBlocked = ""
+	return true
+}
+
+// truncate cuts s to n bytes, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,220 @@
+package main
+
+// Pair evaluation. A (rule, cluster) pair is the unit of decision: given what the pair was last
+// told to install, the rule as compiled and the cluster as the view has it, evalPair appends to a
+// change the install and uninstall intents the pair needs and its next record. It decides only;
+// commit carries the change out.
+
+import (
+	"context"
+	"errors"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+// evalPair decides what one (rule, cluster) pair needs and appends it to ch. r may be nil (a
+// rule not loaded yet: its pairs are only touched when their cluster is gone); rec is nil when
+// the cluster is gone (goneRevision) or unknown.
+func (e *engine) evalPair(ctx context.Context, r *ruleState, rule, cid string, rec *clusterRecord, goneRevision uint64, ch *change) {
+	e.evalPairVars(ctx, r, rule, cid, rec, goneRevision, ch, &clusterVars{})
+}
+
+// clusterVars computes a cluster's template variables and their hash at most once, however many
+// rules evaluate the cluster.
+type clusterVars struct {
+	vars map[string]any
+	hash string
+}
+
+// get returns the cluster's variables and their hash, computing them on the first call.
+func (cv *clusterVars) get(c *events.Cluster) (map[string]any, string) {
+	if cv.vars == nil {
+		cv.vars = templateVars(c)
+		cv.hash = varsHash(cv.vars)
+	}
+	return cv.vars, cv.hash
+}
+
+// evalPairVars is evalPair with the cluster's variables shared across rules. The decision table,
+// in order:
+//
+//	cluster gone (or unknown)          -> uninstall all (ClusterGone, orphan) and drop the pair
+//	rule unknown or invalid            -> keep the pair as it is
+//	rule no longer selects the cluster -> uninstall all (NoLongerMatches, rule's policy), drop
+//	cluster present but not eligible   -> keep the pair as it is (eligibility never removes)
+//	same render key and URL as before  -> nothing to do
+//	template error                     -> keep the pair, record the error for the status
+//	otherwise                          -> install what is new or changed, uninstall what the
+//	                                      render no longer has (EnforcementRemoved)
+func (e *engine) evalPairVars(ctx context.Context, r *ruleState, rule, cid string, rec *clusterRecord, goneRevision uint64, ch *change, cv *clusterVars) {
+	old := e.pairs[rule][cid]
+	switch {
+	case rec == nil:
+		uninstallMissing(r, rule, cid, old, goneRevision, ch)
+	case r == nil || r.invalid != nil:
+		// Unknown or unusable rule: keep what the pair has.
+	case !r.sel.selects(&rec.Cluster):
+		delete(r.templateErrors, cid)
+		uninstallUnselected(r, rule, cid, rec, old, ch)
+	case !rec.Cluster.Eligible:
+		// Present but not eligible: keeps what it has, gets nothing new.
+	default:
+		e.evalSelected(ctx, r, rule, cid, rec, old, ch, cv)
+	}
+}
+
+// uninstallMissing drops the pair of a cluster that is gone (goneRevision: ClusterGone, the
+// target marked gone) or not in the view (NoLongerMatches), orphaning what it had either way.
+// r may be nil; the pair's own rule reference is used then.
+func uninstallMissing(r *ruleState, rule, cid string, old *pairState, goneRevision uint64, ch *change) {
+	if old == nil {
+		return // nothing was installed here
+	}
+	target := old.Cluster
+	target.Gone, target.Revision = true, max(goneRevision, target.Revision)
+	reason := events.UninstallClusterGone
+	if goneRevision == 0 { // not gone, just not in the view: treat as no longer selected
+		target.Gone, reason = false, events.UninstallNoLongerMatches
+	}
+	ref := old.Rule
+	if r != nil {
+		ref = r.ref
+	}
+	ch.intents = append(ch.intents, uninstalls(ref, target, old, reason, events.DeletionOrphan)...)
+	ch.pairs = append(ch.pairs, pairUpdate{rule: rule, cid: cid})
+}
+
+// uninstallUnselected drops the pair of a cluster the rule no longer selects, under the rule's
+// deletion policy.
+func uninstallUnselected(r *ruleState, rule, cid string, rec *clusterRecord, old *pairState, ch *change) {
+	if old == nil {
+		return
+	}
+	ch.intents = append(ch.intents, uninstalls(r.ref, targetOf(rec), old, events.UninstallNoLongerMatches, r.deletionPolicy)...)
+	ch.pairs = append(ch.pairs, pairUpdate{rule: rule, cid: cid})
+}
+
+// evalSelected renders the rule for a selected and eligible cluster, then diffs the render
+// against what the pair has. A template error touches only this pair: it keeps what it has.
+func (e *engine) evalSelected(ctx context.Context, r *ruleState, rule, cid string, rec *clusterRecord, old *pairState, ch *change, cv *clusterVars) {
+	vars, renderKey := r.renderInput(&rec.Cluster, cv)
+	if old != nil && old.RenderKey == renderKey && old.Cluster.URL == rec.Cluster.URL {
+		return // nothing changed since the last render
+	}
+	enfs, err := e.renderPair(ctx, r, renderKey, vars)
+	if err != nil {
+		e.metrics.renderErrors.Inc()
+		r.templateErrors[cid] = [2]string{rec.Cluster.Name, err.Error()}
+		return
+	}
+	delete(r.templateErrors, cid)
+	next, intents := r.diffPair(rec, old, renderKey, enfs)
+	ch.intents = append(ch.intents, intents...)
+	ch.pairs = append(ch.pairs, pairUpdate{rule: rule, cid: cid, next: next})
+}
+
+// renderInput returns what rendering the rule for a cluster takes: the cluster's variables
+// (none for a rule without templates) and the render key, which changes whenever the render can.
+func (r *ruleState) renderInput(c *events.Cluster, cv *clusterVars) (map[string]any, string) {
+	if !r.compiled.templated {
+		return nil, r.renderPrefix + "static"
+	}
+	vars, hash := cv.get(c)
+	return vars, r.renderPrefix + hash
+}
+
+// diffPair returns the pair's next record for a render, and the intents that take the cluster
+// there: installs of what is new or changed, in render order, then uninstalls of what the
+// render no longer has (EnforcementRemoved), in name order.
+//
+// Enforcements are identified by their rendered name (the Application is named after it), so a
+// template that renames an enforcement is an install of the new name and an uninstall of the
+// old one.
+func (r *ruleState) diffPair(rec *clusterRecord, old *pairState, renderKey string, enfs []events.Enforcement) (*pairState, []events.Event) {
+	target := targetOf(rec)
+	// The rule's own reference to its source Secret: the ids are equal, and the rule is where
+	// the Secret name and namespace are defined.
+	target.Source = r.sel.source
+	next := &pairState{Rule: r.ref, Cluster: target, RenderKey: renderKey, DeletionPolicy: r.deletionPolicy,
+		Enforcements: make(map[string]*enfState, len(enfs))}
+	var intents []events.Event
+	for i := range enfs {
+		en := &enfs[i]
+		hash := specHash(en, rec.Cluster.URL)
+		if prev := oldEnf(old, en.Name); prev != nil && prev.SpecHash == hash {
+			// Unchanged: keep its intent id and outcomes; the new generation needs no intent.
+			cp := *prev
+			next.Enforcements[en.Name] = &cp
+			continue
+		}
+		intent := &events.InstallIntent{Rule: r.ref, Cluster: withRegistration(target, &rec.Cluster), Enforcement: *en, SpecHash: hash,
+			Triggers: r.triggers, DeletionPolicy: r.deletionPolicy}
+		intents = append(intents, intent)
+		next.Enforcements[en.Name] = &enfState{SpecHash: hash, IntentID: intent.ID()}
+	}
+	if old != nil {
+		intents = append(intents, uninstalls(r.ref, target, removedFrom(old, next), events.UninstallEnforcementRemoved, r.deletionPolicy)...)
+	}
+	return next, intents
+}
+
+// oldEnf is the state of the named enforcement in p, or nil (no pair, or not in it).
+func oldEnf(p *pairState, name string) *enfState {
+	if p == nil {
+		return nil
+	}
+	return p.Enforcements[name]
+}
+
+// removedFrom is a pair holding the enforcements of old that next no longer has.
+func removedFrom(old, next *pairState) *pairState {
+	removed := &pairState{Enforcements: map[string]*enfState{}}
+	for name, st := range old.Enforcements {
+		if next.Enforcements[name] == nil {
+			removed.Enforcements[name] = st
+		}
+	}
+	return removed
+}
+
+// renderPair renders a rule for one cluster, through the render cache for templated rules: a
+// template whose output changes on every call (uuid) is rendered once per (generation, vars).
+func (e *engine) renderPair(ctx context.Context, r *ruleState, key string, vars map[string]any) ([]events.Enforcement, error) {
+	if !r.compiled.templated {
+		return r.static, r.staticErr
+	}
+	// A cache read error is not fatal: rendering again is correct, only maybe not identical for
+	// a non-deterministic template.
+	if enfs, ok, err := e.store.getRender(ctx, key); err == nil && ok {
+		e.metrics.renders.WithLabelValues("hit").Inc()
+		return enfs, nil
+	}
+	if r.runaway[key] {
+		return nil, errRenderTimeout
+	}
+	e.metrics.renders.WithLabelValues("miss").Inc()
+	enfs, err := e.renderer.renderSafely(r.compiled, vars)
+	if errors.Is(err, errRenderTimeout) {
+		r.runaway[key] = true
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := e.store.putRender(ctx, key, enfs); err != nil {
+		e.log.Warn("Render not cached", "rule", r.key, "error", err)
+	}
+	return enfs, nil
+}
+
+// uninstalls returns one uninstall intent per enforcement of the pair, in name order. A gone
+// target, or no policy, always orphans.
+func uninstalls(ref events.RuleRef, target events.Target, p *pairState, reason, policy string) []events.Event {
+	if policy == "" || target.Gone {
+		policy = events.DeletionOrphan
+	}
+	var out []events.Event
+	for _, name := range sortedKeys(p.Enforcements) {
+		out = append(out, &events.UninstallIntent{Rule: ref, Cluster: target, Enforcement: name, Reason: reason, DeletionPolicy: policy})
+	}
+	return out
+}

@@ -1,0 +1,192 @@
+package main
+
+// Rules. A ClusterRule is compiled once per generation (selection, enforcements, triggers,
+// deletion policy) into a ruleState; applying it evaluates the rule over the clusters of its
+// source and the pairs it already holds, and deleting it uninstalls every pair it holds.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+// ruleState is one compiled ClusterRule.
+type ruleState struct {
+	key            string // namespace/name
+	ref            events.RuleRef
+	sel            *selection
+	invalid        error // the spec cannot be used; existing pairs are kept as they are
+	compiled       *compiledRule
+	triggers       *events.Triggers
+	deletionPolicy string
+	// renderPrefix is "<uid>.<generation>.", the rule part of render cache keys.
+	renderPrefix string
+	// static is the render of a rule without templates (the same for every cluster).
+	static    []events.Enforcement
+	staticErr error
+	// templateErrors are the pairs whose render failed, by cluster id: cluster name and message.
+	templateErrors map[string][2]string
+	// runaway are the render keys whose render timed out: not tried again in this generation.
+	runaway map[string]bool
+}
+
+// ruleFromSpec compiles a ClusterRule. secretNamespace is OPERATOR_NAMESPACE.
+func ruleFromSpec(cr *v1beta1.ClusterRule, secretNamespace string) *ruleState {
+	r := &ruleState{
+		key:            cr.Namespace + "/" + cr.Name,
+		ref:            events.RuleRef{Namespace: cr.Namespace, Name: cr.Name, UID: string(cr.UID), Generation: cr.Generation},
+		deletionPolicy: cr.Spec.DeletionPolicy,
+		templateErrors: map[string][2]string{},
+		runaway:        map[string]bool{},
+	}
+	if r.deletionPolicy == "" {
+		r.deletionPolicy = events.DeletionOrphan
+	}
+	r.renderPrefix = string(cr.UID) + "." + strconv.FormatInt(cr.Generation, 10) + "."
+	r.sel, r.invalid = compileSelection(cr.Spec.Source, secretNamespace)
+	if r.invalid == nil && len(cr.Spec.Enforcements) == 0 {
+		r.invalid = errors.New("spec.enforcements: at least one enforcement is required")
+	}
+	r.compiled = compile(cr.Spec.Enforcements)
+	if !r.compiled.templated {
+		r.static, r.staticErr = (&Renderer{}).render(r.compiled, nil)
+		if r.staticErr != nil && r.invalid == nil {
+			r.invalid = r.staticErr
+		}
+	}
+	if t := cr.Spec.Triggers; t != nil && (t.BeforeInstall != nil || t.AfterInstall != nil) {
+		r.triggers = &events.Triggers{BeforeInstall: trigger(t.BeforeInstall), AfterInstall: trigger(t.AfterInstall)}
+	}
+	return r
+}
+
+// trigger is a rule's trigger as intents carry it, with the original's defaults filled in.
+func trigger(t *v1beta1.Trigger) *events.Trigger {
+	if t == nil {
+		return nil
+	}
+	out := &events.Trigger{Endpoint: t.Endpoint, TimeoutSeconds: int(t.Timeout), FailurePolicy: t.FailurePolicy, SigningSecret: t.SigningSecret}
+	if out.TimeoutSeconds == 0 {
+		out.TimeoutSeconds = 5 // the original's default
+	}
+	if out.FailurePolicy == "" {
+		out.FailurePolicy = "Ignore"
+	}
+	return out
+}
+
+// applyRule evaluates a new or changed rule against its clusters. The same uid and generation
+// as the rule already known is a no-op, so status-only reconciles cost nothing.
+func (e *engine) applyRule(ctx context.Context, r *ruleState) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if old := e.rules[r.key]; old != nil && old.ref.UID == r.ref.UID && old.ref.Generation == r.ref.Generation {
+		return nil
+	}
+	if r.invalid != nil {
+		e.log.Warn("Rule spec is invalid; its clusters keep what they have", "rule", r.key, "error", r.invalid)
+		e.indexRule(r)
+		e.notify(r.key)
+		return nil
+	}
+	if err := e.commit(ctx, e.evalRule(ctx, r)); err != nil {
+		return fmt.Errorf("rule %s: %w", r.key, err)
+	}
+	e.indexRule(r)
+	e.notify(r.key)
+	if r.compiled.templated {
+		e.purgeRendersLater(r.ref.UID, r.ref.Generation)
+	}
+	return nil
+}
+
+// evalRule evaluates a rule over its clusters: those of its source, plus those it holds pairs
+// for (which may be of the source it had before this change).
+func (e *engine) evalRule(ctx context.Context, r *ruleState) *change {
+	ch := &change{}
+	seen := map[string]bool{}
+	for cid := range e.bySource[r.sel.source.ID] {
+		seen[cid] = true
+		e.evalPair(ctx, r, r.key, cid, e.clusters[cid], 0, ch)
+	}
+	for cid := range e.pairs[r.key] {
+		if !seen[cid] {
+			// A cluster of another source (the rule's source changed) or one no longer known.
+			e.evalPair(ctx, r, r.key, cid, e.clusters[cid], 0, ch)
+		}
+	}
+	return ch
+}
+
+// purgeRendersLater drops the render cache entries of a rule's older generations (all of them
+// when generation is 0) in the background: they can never be read again, and the cache bucket
+// has no TTL. Failing only leaves garbage behind.
+func (e *engine) purgeRendersLater(uid string, generation int64) {
+	if uid == "" {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := e.store.purgeRenders(ctx, uid, generation); err != nil {
+			e.log.Warn("Old renders not purged", "uid", uid, "error", err)
+		}
+	}()
+}
+
+// deleteRule uninstalls every pair of the rule (reason RuleDeleted) and forgets it. ref is the
+// rule as last seen; with a zero ref the stored pairs' own rule reference is used.
+func (e *engine) deleteRule(ctx context.Context, key string, ref events.RuleRef, deletionPolicy string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ch, uids := e.ruleDeletion(key, ref, deletionPolicy)
+	if err := e.commit(ctx, ch); err != nil {
+		return fmt.Errorf("rule %s: %w", key, err)
+	}
+	if old := e.rules[key]; old != nil {
+		uids[old.ref.UID] = true
+		if old.sel != nil {
+			delete(e.rulesBySource[old.sel.source.ID], key)
+		}
+	}
+	for uid := range uids {
+		e.purgeRendersLater(uid, 0)
+	}
+	delete(e.rules, key)
+	e.metrics.rules.Set(float64(len(e.rules)))
+	return nil
+}
+
+// ruleDeletion is the change that uninstalls every pair of a deleted rule, and the rule uids
+// those pairs were installed under (whose renders are to be purged).
+func (e *engine) ruleDeletion(key string, ref events.RuleRef, deletionPolicy string) (*change, map[string]bool) {
+	ch := &change{}
+	uids := map[string]bool{}
+	for cid, p := range e.pairs[key] {
+		uids[p.Rule.UID] = true
+		rr, policy := ref, deletionPolicy
+		if rr.Name == "" {
+			rr, policy = p.Rule, p.DeletionPolicy
+		}
+		target := p.Cluster
+		if rec := e.clusters[cid]; rec != nil {
+			target = targetOf(rec)
+			target.Source = p.Cluster.Source // the rule's Secret reference, as installed
+		}
+		ch.intents = append(ch.intents, uninstalls(rr, target, p, events.UninstallRuleDeleted, policy)...)
+		ch.pairs = append(ch.pairs, pairUpdate{rule: key, cid: cid})
+	}
+	return ch, uids
+}
+
+// ruleKeysWithPairs lists the rules the engine holds install records for.
+func (e *engine) ruleKeysWithPairs() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return sortedKeys(e.pairs)
+}

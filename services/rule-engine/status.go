@@ -1,0 +1,173 @@
+package main
+
+// Status. A rule's status is computed from the engine's state on demand (the controller asks
+// after a notice): the clusters it matches, what each enforcement's last outcome says, and one
+// Ready condition whose reason is the most important thing wrong, in the order of
+// pkg/api/v1beta1/conditions.go. Lists are capped and sorted, so the status is stable between
+// writes when nothing changed.
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
+	"github.com/enforcement-io/enforcement/pkg/events"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// status computes a rule's status from the state. It returns how long until a time-bound
+// condition (source degraded) expires, or 0.
+func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus, time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := v1beta1.ClusterRuleStatus{ObservedGeneration: generation}
+	r := e.rules[key]
+	if r == nil {
+		return st, 0
+	}
+	cond := metav1Condition(generation)
+	if r.invalid != nil {
+		cond.Status, cond.Reason, cond.Message = "False", v1beta1.ReasonInvalidSpec, r.invalid.Error()
+		st.Conditions = append(st.Conditions, cond)
+		return st, 0
+	}
+	clusters := e.matchedClusters(r)
+	st.MatchedClusters = int32(len(clusters))
+	st.Clusters = clusters[:min(len(clusters), v1beta1.MaxStatusEntries)]
+
+	t := tallyEnforcements(e.pairs[key])
+	st.InstalledApplications = t.installed
+	st.InstallErrorCount = t.installFailed + int32(t.afterFailed)
+	st.InstallErrors = t.installErrors[:min(len(t.installErrors), v1beta1.MaxStatusEntries)]
+
+	deg, requeue := e.activeDegradation(r.sel.source.ID)
+	cond.Status, cond.Reason, cond.Message = readyCondition(r, &t, deg, st.MatchedClusters)
+	st.Conditions = append(st.Conditions, cond)
+	return st, requeue
+}
+
+// matchedClusters are the clusters the rule selects, counted from the view (present and
+// selected, eligible or not), sorted by name.
+func (e *engine) matchedClusters(r *ruleState) []v1beta1.ClusterStatus {
+	var names []v1beta1.ClusterStatus
+	for cid := range e.bySource[r.sel.source.ID] {
+		if c := &e.clusters[cid].Cluster; r.sel.selects(c) {
+			names = append(names, v1beta1.ClusterStatus{Name: c.Name, URL: c.URL})
+		}
+	}
+	slices.SortFunc(names, func(a, b v1beta1.ClusterStatus) int { return compareStrings(a.Name, b.Name) })
+	return names
+}
+
+// enfTally counts a rule's enforcements by their last outcome.
+type enfTally struct {
+	installed     int32 // confirmed by argo-syncer
+	installFailed int32 // the last install failed
+	pending       int   // neither yet
+	blocked       int   // held by a failing beforeInstall trigger
+	blockedMsg    string
+	afterFailed   int // installed, but an afterInstall trigger with failurePolicy Fail failed
+	// installErrors lists the failed installs and afterInstall failures, sorted by
+	// cluster/enforcement.
+	installErrors []v1beta1.InstallError
+}
+
+// tallyEnforcements counts the enforcements of a rule's pairs: installed, failed or pending,
+// and trigger blocks and afterInstall failures besides.
+func tallyEnforcements(pairs map[string]*pairState) enfTally {
+	var t enfTally
+	for _, p := range pairs {
+		for name, es := range p.Enforcements {
+			t.add(p.Cluster.Name, name, es)
+		}
+	}
+	slices.SortFunc(t.installErrors, func(a, b v1beta1.InstallError) int {
+		return compareStrings(a.Cluster+"/"+a.Enforcement, b.Cluster+"/"+b.Enforcement)
+	})
+	return t
+}
+
+// add counts one enforcement of a cluster.
+func (t *enfTally) add(cluster, name string, es *enfState) {
+	switch {
+	case es.Installed:
+		t.installed++
+	case es.Failure != nil:
+		t.installFailed++
+		t.installErrors = append(t.installErrors, v1beta1.InstallError{Cluster: cluster, Enforcement: name,
+			Reason: es.Failure.Reason, Message: es.Failure.Message, Count: es.Failure.Count})
+	default:
+		t.pending++
+	}
+	if es.TriggerBlocked != "" {
+		t.blocked++
+		t.blockedMsg = fmt.Sprintf("%s on %s: %s", name, cluster, es.TriggerBlocked)
+	}
+	// An afterInstall trigger that failed under Fail: the Application is installed (and counted
+	// so), the failure is listed with the install errors under its own reason.
+	if es.AfterInstallFailed != "" && es.Failure == nil {
+		t.afterFailed++
+		t.installErrors = append(t.installErrors, v1beta1.InstallError{Cluster: cluster, Enforcement: name,
+			Reason: v1beta1.ReasonAfterInstallFailed, Message: es.AfterInstallFailed, Count: 1})
+	}
+}
+
+// activeDegradation is the source's degradation while it is within degradedTTL, and how long
+// until it expires; nil and 0 otherwise.
+func (e *engine) activeDegradation(sourceID string) (*degradation, time.Duration) {
+	deg := e.degraded[sourceID]
+	if deg == nil {
+		return nil, 0
+	}
+	left := deg.at.Add(e.degradedTTL).Sub(e.now())
+	if left <= 0 {
+		return nil, 0
+	}
+	return deg, left
+}
+
+// readyCondition is the Ready condition's status, reason and message: the most important reason
+// wins, in the order of conditions.go.
+func readyCondition(r *ruleState, t *enfTally, deg *degradation, matched int32) (status metav1.ConditionStatus, reason, message string) {
+	switch {
+	case len(r.templateErrors) > 0:
+		cid := sortedKeys(r.templateErrors)[0]
+		te := r.templateErrors[cid]
+		return "False", v1beta1.ReasonTemplateError,
+			fmt.Sprintf("templates failed on %d cluster(s); %s: %s", len(r.templateErrors), te[0], te[1])
+	case deg != nil && deg.reason == events.DegradedRemovalsHeld:
+		return "False", v1beta1.ReasonRemovalsHeld,
+			fmt.Sprintf("source %s holds %d removal(s) until an operator releases them: %s", r.sel.source.Kind, len(deg.held), deg.message)
+	case deg != nil:
+		return "False", v1beta1.ReasonSourceDegraded,
+			fmt.Sprintf("source %s: %s: %s", r.sel.source.Kind, deg.reason, deg.message)
+	case t.blocked > 0:
+		return "False", v1beta1.ReasonTriggerBlocked,
+			fmt.Sprintf("%d install(s) held by a failing trigger; %s", t.blocked, t.blockedMsg)
+	case t.installFailed > 0:
+		return "False", v1beta1.ReasonInstallFailed,
+			fmt.Sprintf("%d install(s) failed; see status.installErrors", t.installFailed)
+	case t.afterFailed > 0:
+		return "False", v1beta1.ReasonAfterInstallFailed,
+			fmt.Sprintf("%d afterInstall trigger(s) with failurePolicy Fail failed after the Application was created; see status.installErrors", t.afterFailed)
+	case t.pending > 0:
+		return "False", v1beta1.ReasonProgressing,
+			fmt.Sprintf("%d install(s) issued, %d confirmed", t.pending+int(t.installed), t.installed)
+	case matched == 0:
+		return "True", v1beta1.ReasonNoClusters, "no cluster matches the rule yet"
+	}
+	return "True", v1beta1.ReasonInstalled,
+		fmt.Sprintf("%d application(s) installed on %d cluster(s)", t.installed, matched)
+}
+
+// compareStrings orders strings for slices.SortFunc.
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
