@@ -58,6 +58,10 @@ type ConsumerOptions struct {
 	Logger *slog.Logger
 	// Metrics, if set, counts outcomes and handling time.
 	Metrics *Metrics
+	// Routes, if set, is the consumer's handler table (the handler passed to Consume calls its
+	// Handle); Consume runs its Check before binding and fails, naming the types, if the table
+	// does not handle exactly the types routed to the consumer.
+	Routes *Router
 }
 
 func (o *ConsumerOptions) defaults() {
@@ -123,6 +127,11 @@ type Consumer struct {
 // shut down.
 func Consume(ctx context.Context, js jetstream.JetStream, h Handler, opts ConsumerOptions) (*Consumer, error) {
 	opts.defaults()
+	if opts.Routes != nil {
+		if err := opts.Routes.Check(); err != nil {
+			return nil, fmt.Errorf("consumer %s: handler table: %w", opts.Name, err)
+		}
+	}
 	cons, err := js.Consumer(ctx, opts.Stream, opts.Name)
 	if err != nil {
 		return nil, fmt.Errorf("bind consumer %s: %w", opts.Name, err)

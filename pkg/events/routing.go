@@ -113,7 +113,8 @@ func On[E Event](h func(ctx context.Context, e E, m Meta) error) Route {
 
 // Router is the handler table of one consumer: one typed handler per event type the catalog
 // routes to it, instead of a type switch. Its Handle method is the consumer's Handler; Check
-// (run by Router.Consume at start, and by each service's tests) reports a routed type without a
+// (run by Consume at start when ConsumerOptions.Routes is set, as Router.Consume does, and by
+// each service's tests) reports a routed type without a
 // handler and a handler of a type the consumer never receives.
 type Router struct {
 	consumer string
@@ -171,14 +172,13 @@ func (r *Router) Handle(ctx context.Context, e Event, m Meta) error {
 	return h(ctx, e, m)
 }
 
-// Consume checks the table (see Check) and then consumes with it, like Consume with r.Handle.
-// opts.Name, the durable consumer to bind, defaults to the table's consumer.
+// Consume consumes with the table: Consume with r.Handle and opts.Routes set to r, so the table
+// is checked before binding. opts.Name, the durable consumer to bind, defaults to the table's
+// consumer.
 func (r *Router) Consume(ctx context.Context, js jetstream.JetStream, opts ConsumerOptions) (*Consumer, error) {
-	if err := r.Check(); err != nil {
-		return nil, fmt.Errorf("handler table: %w", err)
-	}
 	if opts.Name == "" {
 		opts.Name = r.consumer
 	}
+	opts.Routes = r
 	return Consume(ctx, js, r.Handle, opts)
 }

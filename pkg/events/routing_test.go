@@ -218,6 +218,10 @@ func TestRouterConsumeChecksTheTableAndIgnoresUnroutedEvents(t *testing.T) {
 		!strings.Contains(err.Error(), "consumer rule-engine receives io.enforcement.cluster.gone.v1 but has no handler for it") {
 		t.Fatalf("Consume with an incomplete table: %v", err)
 	}
+	if _, err := Consume(ctx, js, partial.Handle, ConsumerOptions{Name: ConsumerRuleEngine, Routes: partial}); err == nil ||
+		!strings.Contains(err.Error(), "consumer rule-engine receives io.enforcement.source.degraded.v1 but has no handler for it") {
+		t.Fatalf("Consume with an incomplete table in the options: %v", err)
+	}
 
 	seen := make(chan string, 4)
 	r := NewRouter(ConsumerRuleEngine, On(func(_ context.Context, e *ClusterAppeared, _ Meta) error {
