@@ -301,3 +301,27 @@ func TestREADMERoutingTableIsCurrent(t *testing.T) {
 		t.Fatal("the routing table of README.md is out of date with the catalog: run hack/generate.sh")
 	}
 }
+
+// An installation whose durable consumers still have the filters written by hand before the
+// routing was declared takes the derived ones when the topology is applied at start.
+func TestApplyReplacesTheHandWrittenFilters(t *testing.T) {
+	_, js := connect(t, startNATS(t, ""), TopologyOptions{})
+	ctx := context.Background()
+	old, _ := DefaultTopology(TopologyOptions{}).Consumer(ConsumerRuleEngine)
+	old.FilterSubjects = []string{"enforcement.cluster.>", "enforcement.source.>", "enforcement.install.>",
+		"enforcement.uninstall.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>"}
+	if _, err := js.CreateOrUpdateConsumer(ctx, StreamName, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := DefaultTopology(TopologyOptions{}).Apply(ctx, js); err != nil {
+		t.Fatalf("apply over the hand-written filters: %v", err)
+	}
+	cons, err := js.Consumer(ctx, StreamName, ConsumerRuleEngine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := DefaultTopology(TopologyOptions{}).Consumer(ConsumerRuleEngine)
+	if got := cons.CachedInfo().Config.FilterSubjects; !slices.Equal(got, want.FilterSubjects) {
+		t.Fatalf("filters after apply %q, want %q", got, want.FilterSubjects)
+	}
+}
