@@ -10,7 +10,9 @@ import (
 )
 
 // AsyncAPI returns the AsyncAPI 3.0 document of the contract: one channel and one message per
-// event type, with the subject's parameters and the payload's JSON schema. It is generated from
+// event type, with the subject's parameters and the payload's JSON schema, one send operation
+// per type and one receive operation per consumer the catalog routes the type to (tagged with
+// the consumer's name, e.g. "rule-engine-receives-cluster-appeared"). It is generated from
 // the catalog and the Go types, which stay the single source of truth; asyncapi.yaml in this
 // package is its committed copy and a test keeps the two equal (UPDATE_ASYNCAPI=1 rewrites it).
 func AsyncAPI() ([]byte, error) {
@@ -48,14 +50,23 @@ func AsyncAPI() ([]byte, error) {
 			"channel": map[string]any{"$ref": "#/channels/" + key},
 			"summary": d.Summary,
 		}
+		for _, c := range d.Consumers {
+			operations[c+"-receives-"+key] = map[string]any{
+				"action":      "receive",
+				"channel":     map[string]any{"$ref": "#/channels/" + key},
+				"summary":     d.Summary,
+				"description": receiveDescription(c, d),
+				"tags":        []any{map[string]any{"name": c}},
+			}
+		}
 	}
 	doc := map[string]any{
 		"asyncapi": "3.0.0",
 		"info": map[string]any{
 			"title":   "Enforcement events",
 			"version": "v1",
-			"description": "Every event Enforcement publishes, as CloudEvents 1.0 in binary mode over NATS " +
-				"JetStream (stream " + StreamName + "). Generated from pkg/events; do not edit.",
+			"description": "Every event Enforcement publishes, and which service receives it, as CloudEvents 1.0 " +
+				"in binary mode over NATS JetStream (stream " + StreamName + "). Generated from pkg/events; do not edit.",
 		},
 		"defaultContentType": contentJSON,
 		"channels":           channels,
@@ -63,6 +74,15 @@ func AsyncAPI() ([]byte, error) {
 		"components":         map[string]any{"messages": messages},
 	}
 	return yaml.Marshal(doc)
+}
+
+// receiveDescription says which durable consumer receives the type, with its filter subject.
+func receiveDescription(consumer string, d descriptor) string {
+	if consumer == ConsumerClaimWriter {
+		return "Received by policy-watcher's claim writer on each managed cluster: durable consumer " +
+			ConsumerClaimWriter + "-{cluster}, filter " + strings.Join(d.Subject, ".") + " with its own cluster."
+	}
+	return "Received by the durable consumer " + consumer + ", filter " + filterOf(d.Subject, nil) + "."
 }
 
 func ceHeadersSchema(eventType string) map[string]any {

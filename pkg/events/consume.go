@@ -15,7 +15,9 @@ import (
 
 // Handler handles one event. It returns nil when the event is done (the message is acknowledged),
 // an error wrapping ErrPermanent or ErrInvalidEvent when retrying cannot help (the message becomes
-// a dead letter with the error as its reason), and any other error to have it retried with backoff.
+// a dead letter with the error as its reason), an error wrapping ErrNoHandler when the event is
+// not its to handle (acknowledged and logged, see Router), and any other error to have it retried
+// with backoff.
 // Handlers must be idempotent: a message may be delivered more than once.
 type Handler func(ctx context.Context, e Event, m Meta) error
 
@@ -56,6 +58,10 @@ type ConsumerOptions struct {
 	Logger *slog.Logger
 	// Metrics, if set, counts outcomes and handling time.
 	Metrics *Metrics
+	// Routes, if set, is the consumer's handler table (the handler passed to Consume calls its
+	// Handle); Consume runs its Check before binding and fails, naming the types, if the table
+	// does not handle exactly the types routed to the consumer.
+	Routes *Router
 }
 
 func (o *ConsumerOptions) defaults() {
@@ -121,6 +127,11 @@ type Consumer struct {
 // shut down.
 func Consume(ctx context.Context, js jetstream.JetStream, h Handler, opts ConsumerOptions) (*Consumer, error) {
 	opts.defaults()
+	if opts.Routes != nil {
+		if err := opts.Routes.Check(); err != nil {
+			return nil, fmt.Errorf("consumer %s: handler table: %w", opts.Name, err)
+		}
+	}
 	cons, err := js.Consumer(ctx, opts.Stream, opts.Name)
 	if err != nil {
 		return nil, fmt.Errorf("bind consumer %s: %w", opts.Name, err)
@@ -220,10 +231,13 @@ func (c *Consumer) process(msg jetstream.Msg) bool {
 		cancel()
 		c.opts.Metrics.observe(meta.Type, time.Since(start))
 		if err == nil {
-			if ackErr := msg.Ack(); ackErr != nil {
-				c.opts.Logger.Warn("Ack failed; the event will be redelivered", "consumer", c.opts.Name, "id", meta.ID, "error", ackErr)
-			}
-			c.opts.Metrics.outcome(meta.Type, "acked")
+			c.ack(msg, meta, "acked")
+			return true
+		}
+		if errors.Is(err, ErrNoHandler) {
+			// Not this consumer's to act on (see ErrNoHandler): acknowledged, kept in the stream.
+			c.opts.Logger.Warn("Ignored event", "consumer", c.opts.Name, "type", meta.Type, "id", meta.ID, "reason", err.Error())
+			c.ack(msg, meta, "ignored")
 			return true
 		}
 		attempt := int(meta.NumDelivered) - 1 + local
@@ -245,6 +259,15 @@ func (c *Consumer) process(msg jetstream.Msg) bool {
 			return false
 		}
 	}
+}
+
+// ack acknowledges a finished message and counts it under outcome. A failed ack only means the
+// message comes again, which handlers must tolerate anyway.
+func (c *Consumer) ack(msg jetstream.Msg, meta Meta, outcome string) {
+	if err := msg.Ack(); err != nil {
+		c.opts.Logger.Warn("Ack failed; the event will be redelivered", "consumer", c.opts.Name, "id", meta.ID, "error", err)
+	}
+	c.opts.Metrics.outcome(meta.Type, outcome)
 }
 
 // keepAlive tells the server the message is still being worked on, so AckWait never triggers a

@@ -23,44 +23,50 @@ type Event interface {
 	subjectKeys() []string
 }
 
-// descriptor is one catalog entry: how an event type is named, where it travels and what it means.
+// descriptor is one catalog entry: how an event type is named, where it travels, what it means
+// and which consumers receive it.
 type descriptor struct {
 	Type    string
 	Subject []string // literal tokens and {parameters}, in order
 	Summary string
 	new     func() Event
+	// Consumers receive the type (ConsumerRuleEngine, ...); nil when no service consumes it (it
+	// is kept in the stream for audit). The consumers' filters, the AsyncAPI receive operations
+	// and the handler tables' check all derive from this field: see routing.go.
+	Consumers []string
 }
 
-// catalog lists every event of the contract. Type names and subjects are written out here, once.
+// catalog lists every event of the contract. Type names, subjects and who receives each type are
+// written out here, once.
 var catalog = []descriptor{
 	{"io.enforcement.cluster.appeared.v1", []string{SubjectRoot, "cluster", "appeared", "{sourceKind}", "{sourceId}", "{cluster}"},
-		"A source lists a cluster the inventory did not know.", func() Event { return &ClusterAppeared{} }},
+		"A source lists a cluster the inventory did not know.", func() Event { return &ClusterAppeared{} }, []string{ConsumerRuleEngine}},
 	{"io.enforcement.cluster.updated.v1", []string{SubjectRoot, "cluster", "updated", "{sourceKind}", "{sourceId}", "{cluster}"},
-		"A known cluster's labels, URL, state or attributes changed.", func() Event { return &ClusterUpdated{} }},
+		"A known cluster's labels, URL, state or attributes changed.", func() Event { return &ClusterUpdated{} }, []string{ConsumerRuleEngine}},
 	{"io.enforcement.cluster.gone.v1", []string{SubjectRoot, "cluster", "gone", "{sourceKind}", "{sourceId}", "{cluster}"},
-		"A cluster was absent from complete listings for the whole grace period.", func() Event { return &ClusterGone{} }},
+		"A cluster was absent from complete listings for the whole grace period.", func() Event { return &ClusterGone{} }, []string{ConsumerRuleEngine}},
 	{"io.enforcement.source.degraded.v1", []string{SubjectRoot, "source", "degraded", "{sourceKind}", "{sourceId}"},
-		"A scan did not produce a complete listing (or removals are held); nothing was removed.", func() Event { return &SourceDegraded{} }},
+		"A scan did not produce a complete listing (or removals are held); nothing was removed.", func() Event { return &SourceDegraded{} }, []string{ConsumerRuleEngine}},
 	{"io.enforcement.intent.install.v1", []string{SubjectRoot, "intent", "install", "{cluster}", "{ruleNamespace}", "{rule}"},
-		"Make one (cluster, enforcement) Application exist as rendered.", func() Event { return &InstallIntent{} }},
+		"Make one (cluster, enforcement) Application exist as rendered.", func() Event { return &InstallIntent{} }, []string{ConsumerArgoSyncer, ConsumerTriggerDispatcher}},
 	{"io.enforcement.intent.uninstall.v1", []string{SubjectRoot, "intent", "uninstall", "{cluster}", "{ruleNamespace}", "{rule}"},
-		"Remove one (cluster, enforcement) Application Enforcement owns.", func() Event { return &UninstallIntent{} }},
+		"Remove one (cluster, enforcement) Application Enforcement owns.", func() Event { return &UninstallIntent{} }, []string{ConsumerArgoSyncer}},
 	{"io.enforcement.install.succeeded.v1", []string{SubjectRoot, "install", "succeeded", "{cluster}", "{ruleNamespace}", "{rule}"},
-		"An install intent's Application exists as rendered.", func() Event { return &InstallSucceeded{} }},
+		"An install intent's Application exists as rendered.", func() Event { return &InstallSucceeded{} }, []string{ConsumerRuleEngine, ConsumerTriggerDispatcher}},
 	{"io.enforcement.install.failed.v1", []string{SubjectRoot, "install", "failed", "{cluster}", "{ruleNamespace}", "{rule}"},
-		"An install intent could not be carried out.", func() Event { return &InstallFailed{} }},
+		"An install intent could not be carried out.", func() Event { return &InstallFailed{} }, []string{ConsumerRuleEngine}},
 	{"io.enforcement.uninstall.done.v1", []string{SubjectRoot, "uninstall", "done", "{cluster}", "{ruleNamespace}", "{rule}"},
-		"An uninstall intent was carried out.", func() Event { return &UninstallDone{} }},
+		"An uninstall intent was carried out.", func() Event { return &UninstallDone{} }, []string{ConsumerRuleEngine}},
 	{"io.enforcement.trigger.delivered.v1", []string{SubjectRoot, "trigger", "delivered", "{phase}", "{cluster}", "{ruleNamespace}", "{rule}"},
-		"A beforeInstall or afterInstall webhook answered 2xx.", func() Event { return &TriggerDelivered{} }},
+		"A beforeInstall or afterInstall webhook answered 2xx.", func() Event { return &TriggerDelivered{} }, []string{ConsumerRuleEngine, ConsumerArgoSyncer}},
 	{"io.enforcement.trigger.failed.v1", []string{SubjectRoot, "trigger", "failed", "{phase}", "{cluster}", "{ruleNamespace}", "{rule}"},
-		"A webhook did not answer 2xx after all retries.", func() Event { return &TriggerFailed{} }},
+		"A webhook did not answer 2xx after all retries.", func() Event { return &TriggerFailed{} }, []string{ConsumerRuleEngine, ConsumerArgoSyncer}},
 	{"io.enforcement.trigger.attempted.v1", []string{SubjectRoot, "trigger", "attempted", "{phase}", "{cluster}", "{ruleNamespace}", "{rule}"},
-		"One HTTP attempt of a beforeInstall or afterInstall webhook delivery, with its result.", func() Event { return &TriggerAttempted{} }},
+		"One HTTP attempt of a beforeInstall or afterInstall webhook delivery, with its result.", func() Event { return &TriggerAttempted{} }, nil},
 	{"io.enforcement.compliance.changed.v1", []string{SubjectRoot, "compliance", "changed", "{cluster}"},
-		"The folded OCM Policy compliance of a managed cluster took a new value.", func() Event { return &ComplianceChanged{} }},
+		"The folded OCM Policy compliance of a managed cluster took a new value.", func() Event { return &ComplianceChanged{} }, []string{ConsumerClaimWriter}},
 	{"io.enforcement.claim.updated.v1", []string{SubjectRoot, "claim", "updated", "{cluster}"},
-		"The claim writer wrote the compliance ClusterClaim.", func() Event { return &ClaimUpdated{} }},
+		"The claim writer wrote the compliance ClusterClaim.", func() Event { return &ClaimUpdated{} }, nil},
 }
 
 var byType = func() map[string]*descriptor {

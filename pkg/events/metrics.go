@@ -15,7 +15,7 @@ type Metrics struct {
 
 // NewMetrics registers the consumer metrics of a service on reg:
 //
-//	enforcement_<service>_events_handled_total{type,outcome}   outcome: acked, retried, dead_lettered, handed_back
+//	enforcement_<service>_events_handled_total{type,outcome}   outcome: acked, ignored, retried, dead_lettered, handed_back
 //	enforcement_<service>_event_handling_seconds{type}
 //
 // service is the service name ("rule-engine"); '-' becomes '_'. Labels are low-cardinality:

@@ -13,16 +13,25 @@ const (
 	// StreamName is the one stream that keeps every event (and every dead letter) for audit.
 	StreamName = "ENFORCEMENT"
 
-	// Durable consumer names, one per consuming service.
+	// Consumers, one per consuming service: the catalog routes event types to these names.
+	// The first three are also the names of their durable consumers in DefaultTopology.
 	ConsumerRuleEngine        = "rule-engine"
 	ConsumerArgoSyncer        = "argo-syncer"
 	ConsumerTriggerDispatcher = "trigger-dispatcher"
+	// ConsumerClaimWriter is policy-watcher's claim writer. It has one durable consumer per
+	// managed cluster, ClaimWriterConsumer(cluster), which receives that cluster's events only.
+	ConsumerClaimWriter = "claim-writer"
 
 	// Key-value buckets.
-	BucketInventory   = "enforcement-inventory"    // source-scanner: clusters per source, scan records
-	BucketRenderCache = "enforcement-render-cache" // rule-engine: rendered enforcements per (rule generation, cluster)
-	BucketTriggers    = "enforcement-triggers"     // trigger-dispatcher: delivery records
+	BucketInventory       = "enforcement-inventory"         // source-scanner: clusters per source, scan records
+	BucketRenderCache     = "enforcement-render-cache"      // rule-engine: rendered enforcements per (rule generation, cluster)
+	BucketTriggers        = "enforcement-triggers"          // trigger-dispatcher: delivery records
+	BucketRuleEngineState = "enforcement-rule-engine-state" // rule-engine: cluster view and per (rule, cluster) install records
 )
+
+// sharedConsumers are the consumers with one durable consumer for the whole installation, in
+// the order DefaultTopology declares them.
+var sharedConsumers = []string{ConsumerRuleEngine, ConsumerArgoSyncer, ConsumerTriggerDispatcher}
 
 // Topology is the JetStream set-up as data: the stream, the durable consumers and the key-value
 // buckets. Apply creates what is missing and updates what differs, so every service can apply it
@@ -71,18 +80,22 @@ func (o TopologyOptions) withDefaults() TopologyOptions {
 // DefaultTopology returns Enforcement's topology with the given options.
 func DefaultTopology(opts TopologyOptions) Topology {
 	o := opts.withDefaults()
-	consumer := func(name string, subjects ...string) jetstream.ConsumerConfig {
-		return jetstream.ConsumerConfig{
-			Durable:        name,
-			Description:    "Enforcement " + name,
-			FilterSubjects: subjects,
+	consumers := make([]jetstream.ConsumerConfig, 0, len(sharedConsumers))
+	for _, name := range sharedConsumers {
+		consumers = append(consumers, jetstream.ConsumerConfig{
+			Durable:     name,
+			Description: "Enforcement " + name,
+			// One filter per event type the catalog routes to the consumer, so that it receives
+			// exactly those (the rule engine, say, the trigger outcomes but not the per-attempt
+			// trigger.attempted events, which are for audit and metrics).
+			FilterSubjects: filterSubjects(name, nil),
 			DeliverPolicy:  jetstream.DeliverAllPolicy,
 			AckPolicy:      jetstream.AckExplicitPolicy,
 			AckWait:        o.AckWait,
 			MaxDeliver:     o.MaxDeliver,
 			MaxAckPending:  4096,
 			Replicas:       o.Replicas,
-		}
+		})
 	}
 	return Topology{
 		Stream: jetstream.StreamConfig{
@@ -96,32 +109,25 @@ func DefaultTopology(opts TopologyOptions) Topology {
 			Duplicates:  o.DuplicateWindow,
 			Replicas:    o.Replicas,
 		},
-		Consumers: []jetstream.ConsumerConfig{
-			// The trigger outcomes only: the dispatcher's per-attempt events are for audit and
-			// metrics, and neither consumer acts on them.
-			consumer(ConsumerRuleEngine,
-				"enforcement.cluster.>", "enforcement.source.>", "enforcement.install.>",
-				"enforcement.uninstall.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>"),
-			consumer(ConsumerArgoSyncer, "enforcement.intent.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>"),
-			consumer(ConsumerTriggerDispatcher, "enforcement.intent.install.>", "enforcement.install.succeeded.>"),
-		},
+		Consumers: consumers,
 		Buckets: []jetstream.KeyValueConfig{
 			{Bucket: BucketInventory, Description: "source-scanner inventory", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas},
 			{Bucket: BucketRenderCache, Description: "rule-engine render cache", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas},
 			{Bucket: BucketTriggers, Description: "trigger-dispatcher delivery records", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas, TTL: 30 * 24 * time.Hour},
+			{Bucket: BucketRuleEngineState, Description: "rule-engine cluster view and install records", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas},
 		},
 	}
 }
 
 // ClaimWriterConsumer is the durable consumer of one managed cluster's claim writer
-// (policy-watcher): it sees only that cluster's compliance events.
+// (policy-watcher): it sees only that cluster's events of the types the catalog routes to
+// ConsumerClaimWriter.
 func ClaimWriterConsumer(cluster string, opts TopologyOptions) jetstream.ConsumerConfig {
 	o := opts.withDefaults()
-	name := "claim-writer-" + EscapeToken(cluster)
-	return jetstream.ConsumerConfig{
+	name := ConsumerClaimWriter + "-" + EscapeToken(cluster)
+	cfg := jetstream.ConsumerConfig{
 		Durable:       name,
 		Description:   "Enforcement claim writer for cluster " + cluster,
-		FilterSubject: "enforcement.compliance.changed." + EscapeToken(cluster),
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       o.AckWait,
@@ -129,6 +135,13 @@ func ClaimWriterConsumer(cluster string, opts TopologyOptions) jetstream.Consume
 		MaxAckPending: 64,
 		Replicas:      o.Replicas,
 	}
+	// One type today, so one FilterSubject, as the consumer was always declared.
+	if subjects := filterSubjects(ConsumerClaimWriter, map[string]string{"cluster": cluster}); len(subjects) == 1 {
+		cfg.FilterSubject = subjects[0]
+	} else {
+		cfg.FilterSubjects = subjects
+	}
+	return cfg
 }
 
 // Apply creates or updates the stream, the consumers and the buckets. It is idempotent: applying

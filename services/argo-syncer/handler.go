@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -29,28 +30,42 @@ type Handler struct {
 	stream  string
 	logger  *slog.Logger
 	metrics *Metrics
+
+	routesOnce sync.Once
+	routes     *events.Router
 }
 
-// Handle is the events.Handler: intents, and beforeInstall trigger outcomes. Other events are
-// acknowledged and ignored.
+// Handle is the events.Handler: it hands each event to its handler in Routes.
 func (h *Handler) Handle(ctx context.Context, e events.Event, m events.Meta) error {
-	switch ev := e.(type) {
-	case *events.InstallIntent:
-		return h.install(ctx, ev, true)
-	case *events.UninstallIntent:
-		return h.uninstall(ctx, ev)
-	case *events.TriggerDelivered:
-		if ev.Phase != events.PhaseBeforeInstall {
-			return nil
-		}
-		return h.release(ctx, ev.IntentID, ev.IntentSequence)
-	case *events.TriggerFailed:
-		if ev.Phase != events.PhaseBeforeInstall || ev.FailurePolicy == "Fail" {
-			return nil
-		}
-		return h.release(ctx, ev.IntentID, ev.IntentSequence)
-	}
-	return nil
+	return h.Routes().Handle(ctx, e, m)
+}
+
+// Routes is the handler table of the argo-syncer consumer: intents, and beforeInstall trigger
+// outcomes (an afterInstall outcome changes nothing here).
+func (h *Handler) Routes() *events.Router {
+	h.routesOnce.Do(func() {
+		h.routes = events.NewRouter(events.ConsumerArgoSyncer,
+			events.On(func(ctx context.Context, ev *events.InstallIntent, _ events.Meta) error {
+				return h.install(ctx, ev, true)
+			}),
+			events.On(func(ctx context.Context, ev *events.UninstallIntent, _ events.Meta) error {
+				return h.uninstall(ctx, ev)
+			}),
+			events.On(func(ctx context.Context, ev *events.TriggerDelivered, _ events.Meta) error {
+				if ev.Phase != events.PhaseBeforeInstall {
+					return nil
+				}
+				return h.release(ctx, ev.IntentID, ev.IntentSequence)
+			}),
+			events.On(func(ctx context.Context, ev *events.TriggerFailed, _ events.Meta) error {
+				if ev.Phase != events.PhaseBeforeInstall || ev.FailurePolicy == "Fail" {
+					return nil
+				}
+				return h.release(ctx, ev.IntentID, ev.IntentSequence)
+			}),
+		)
+	})
+	return h.routes
 }
 
 // install runs one install intent and publishes its outcome. A permanent failure is published and

@@ -147,6 +147,7 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 	}
 	consumer, err := events.Consume(ctx, js, h.Handle, events.ConsumerOptions{
 		Name:        events.ConsumerArgoSyncer,
+		Routes:      h.Routes(),
 		Concurrency: cfg.Concurrency,
 		Logger:      logger,
 		Metrics:     events.NewMetrics(reg, serviceName),

@@ -177,7 +177,7 @@ func startNATS(ctx context.Context, cfg config, claims *claimStore, health *serv
 	publisher := events.NewPublisher(js, "/enforcement/"+serviceName)
 	writer := &claimWriter{claimName: cfg.ClaimName, claims: claims, publisher: publisher, metrics: m,
 		logger: logger.With("component", "claim-writer")}
-	consumer, err := events.Consume(ctx, js, writer.handle, events.ConsumerOptions{
+	consumer, err := writer.routes().Consume(ctx, js, events.ConsumerOptions{
 		Name:    consumerCfg.Durable,
 		Backoff: events.ExponentialBackoff(250*time.Millisecond, 30*time.Second),
 		Metrics: events.NewMetrics(reg, serviceName),

@@ -163,7 +163,7 @@ func TestNATSModeEndToEnd(t *testing.T) {
 // The claim writer dead-letters an event for another claim name instead of writing it.
 func TestClaimWriterRejectsForeignClaim(t *testing.T) {
 	cw := &claimWriter{claimName: "mine"}
-	err := cw.handle(context.Background(), &events.ComplianceChanged{Cluster: "c", Claim: "theirs", Value: events.Compliant}, events.Meta{})
+	err := cw.write(context.Background(), &events.ComplianceChanged{Cluster: "c", Claim: "theirs", Value: events.Compliant}, events.Meta{})
 	if err == nil || !errorsIsPermanent(err) {
 		t.Fatalf("foreign claim: %v, want a permanent error", err)
 	}

@@ -26,13 +26,15 @@ type claimWriter struct {
 	logger    *slog.Logger
 }
 
-// handle is the events.Handler of the claim writer. Events of another type or for another claim
-// are dead-lettered (their reason says why); API errors are retried by the consumer.
-func (cw *claimWriter) handle(ctx context.Context, e events.Event, _ events.Meta) error {
-	cc, ok := e.(*events.ComplianceChanged)
-	if !ok {
-		return events.Permanent(fmt.Errorf("claim writer: unexpected event type %s", e.Type()))
-	}
+// routes is the handler table of the claim writer's consumer: compliance changed, written by
+// write.
+func (cw *claimWriter) routes() *events.Router {
+	return events.NewRouter(events.ConsumerClaimWriter, events.On(cw.write))
+}
+
+// write applies one compliance changed event to the ClusterClaim. An event for another claim is
+// dead-lettered (its reason says why); API errors are retried by the consumer.
+func (cw *claimWriter) write(ctx context.Context, cc *events.ComplianceChanged, _ events.Meta) error {
 	if cc.Claim != cw.claimName {
 		return events.Permanent(fmt.Errorf("compliance changed %s is for ClusterClaim %q; this writer writes %q",
 			cc.ID(), cc.Claim, cw.claimName))

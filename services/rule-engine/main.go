@@ -189,7 +189,7 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 		return err
 	}
 	// The engine's memory comes back from its KV bucket before anything can change it.
-	st, err := openKVStore(ctx, js, 1)
+	st, err := openKVStore(ctx, js)
 	if err != nil {
 		return err
 	}
@@ -280,7 +280,7 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 		}
 		return err
 	}
-	consumer, err := events.Consume(ctx, js, eventHandler(eng), events.ConsumerOptions{
+	consumer, err := eventRoutes(eng).Consume(ctx, js, events.ConsumerOptions{
 		Name: events.ConsumerRuleEngine, Metrics: events.NewMetrics(reg, serviceName), Logger: logger})
 	if err != nil {
 		stopMgr()
@@ -318,21 +318,33 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 	return runErr
 }
 
-// eventHandler routes consumed events to the engine. Every engine error is transient (NATS or
-// KV unavailable) and retried by the consumer; a malformed event never reaches here.
-func eventHandler(eng *engine) events.Handler {
-	return func(ctx context.Context, ev events.Event, meta events.Meta) error {
-		switch e := ev.(type) {
-		case *events.ClusterAppeared:
+// eventRoutes is the handler table of the rule-engine consumer: it routes consumed events to
+// the engine. Every engine error is transient (NATS or KV unavailable) and retried by the
+// consumer; a malformed event never reaches here.
+func eventRoutes(eng *engine) *events.Router {
+	return events.NewRouter(events.ConsumerRuleEngine,
+		events.On(func(ctx context.Context, e *events.ClusterAppeared, _ events.Meta) error {
 			return eng.applyCluster(ctx, e.Cluster, e.Revision)
-		case *events.ClusterUpdated:
+		}),
+		events.On(func(ctx context.Context, e *events.ClusterUpdated, _ events.Meta) error {
 			return eng.applyCluster(ctx, e.Cluster, e.Revision)
-		case *events.ClusterGone:
+		}),
+		events.On(func(ctx context.Context, e *events.ClusterGone, _ events.Meta) error {
 			return eng.applyClusterGone(ctx, e)
-		default:
-			return eng.applyOutcome(ctx, ev, meta)
-		}
-	}
+		}),
+		events.On(outcome[*events.SourceDegraded](eng)),
+		events.On(outcome[*events.InstallSucceeded](eng)),
+		events.On(outcome[*events.InstallFailed](eng)),
+		events.On(outcome[*events.TriggerDelivered](eng)),
+		events.On(outcome[*events.TriggerFailed](eng)),
+		// An uninstall needs no record: the pair was forgotten when its intent was published.
+		events.On(func(context.Context, *events.UninstallDone, events.Meta) error { return nil }),
+	)
+}
+
+// outcome is the handler of an outcome event type: engine.applyOutcome.
+func outcome[E events.Event](eng *engine) func(context.Context, E, events.Meta) error {
+	return func(ctx context.Context, e E, m events.Meta) error { return eng.applyOutcome(ctx, e, m) }
 }
 
 // evaluateAllRules waits for the rule cache and evaluates every rule that is not being deleted,

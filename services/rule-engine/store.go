@@ -4,9 +4,11 @@ package main
 // was last told to install) must survive a restart: the durable consumer does not redeliver
 // acknowledged cluster events, and the diff against "what was installed" is what turns a changed
 // rule into install and uninstall intents. Both live in a KV bucket of the rule engine's own
-// (BucketState), written after the intents are published and before the event is acknowledged,
-// so a crash in between replays the event and republishes the same (deduplicated) intents.
-// Rendered enforcements are cached in events.BucketRenderCache.
+// (events.BucketRuleEngineState: the cluster view "cluster.<cid>" and the per-(rule, cluster)
+// install records "pair.<rule>.<cid>"), written after the intents are published and before the
+// event is acknowledged, so a crash in between replays the event and republishes the same
+// (deduplicated) intents. Rendered enforcements are cached in events.BucketRenderCache. Both
+// buckets are declared by the shared topology, which creates them.
 
 import (
 	"context"
@@ -21,11 +23,6 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// BucketState is the rule engine's own KV bucket: the cluster view ("cluster.<cid>") and the
-// per-(rule, cluster) install records ("pair.<rule>.<cid>"). It is not part of the shared
-// topology because no other service reads it.
-const BucketState = "enforcement-rule-engine-state"
 
 // clusterRecord is one cluster of the view, with the inventory revision it was last seen at.
 type clusterRecord struct {
@@ -125,15 +122,12 @@ type kvStore struct {
 	render jetstream.KeyValue
 }
 
-// openKVStore creates the state bucket if needed (History 1, file storage) and binds the render
-// cache bucket, which the shared topology declares.
-func openKVStore(ctx context.Context, js jetstream.JetStream, replicas int) (*kvStore, error) {
-	state, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: BucketState, Description: "rule-engine cluster view and install records",
-		Storage: jetstream.FileStorage, History: 1, Replicas: max(replicas, 1),
-	})
+// openKVStore binds the state and the render cache buckets, which the shared topology declares
+// (events.DefaultTopology, applied before).
+func openKVStore(ctx context.Context, js jetstream.JetStream) (*kvStore, error) {
+	state, err := js.KeyValue(ctx, events.BucketRuleEngineState)
 	if err != nil {
-		return nil, fmt.Errorf("apply bucket %s: %w", BucketState, err)
+		return nil, fmt.Errorf("bind bucket %s: %w", events.BucketRuleEngineState, err)
 	}
 	render, err := js.KeyValue(ctx, events.BucketRenderCache)
 	if err != nil {
@@ -180,7 +174,7 @@ func (s *kvStore) load(ctx context.Context) (map[string]*clusterRecord, map[stri
 	pairs := map[string]map[string]*pairState{}
 	w, err := s.state.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, nil, fmt.Errorf("watch %s: %w", BucketState, err)
+		return nil, nil, fmt.Errorf("watch %s: %w", events.BucketRuleEngineState, err)
 	}
 	defer w.Stop()
 	for {

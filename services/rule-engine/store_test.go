@@ -30,7 +30,7 @@ func TestKVStore(t *testing.T) {
 	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
 		t.Fatal(err)
 	}
-	st, err := openKVStore(ctx, js, 1)
+	st, err := openKVStore(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func (s *failingStore) putPair(ctx context.Context, rule, cid string, p *pairSta
 func TestPublishThenPersistFailureIsRepublishedOnce(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	kv, err := openKVStore(ctx, e.js, 1)
+	kv, err := openKVStore(ctx, e.js)
 	if err != nil {
 		t.Fatal(err)
 	}

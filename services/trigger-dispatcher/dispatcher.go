@@ -47,6 +47,7 @@ type dispatcher struct {
 
 	stopOnce sync.Once
 	stopCh   chan struct{}
+	routes   *events.Router
 }
 
 func newDispatcher(cfg config, deps dispatcherDeps) *dispatcher {
@@ -54,7 +55,7 @@ func newDispatcher(cfg config, deps dispatcherDeps) *dispatcher {
 		deps.logger = discardLogger()
 	}
 	stop := make(chan struct{})
-	return &dispatcher{
+	d := &dispatcher{
 		cfg:            cfg,
 		dispatcherDeps: deps,
 		stopCh:         stop,
@@ -69,6 +70,13 @@ func newDispatcher(cfg config, deps dispatcherDeps) *dispatcher {
 			stop:        stop,
 		},
 	}
+	d.routes = dispatcherRoutes(d)
+	return d
+}
+
+// dispatcherRoutes is the handler table of the trigger-dispatcher consumer.
+func dispatcherRoutes(d *dispatcher) *events.Router {
+	return events.NewRouter(events.ConsumerTriggerDispatcher, events.On(d.onIntent), events.On(d.onSucceeded))
 }
 
 // shutdown makes deliveries that wait for a retry give up; their events are handed back.
@@ -89,13 +97,7 @@ func (d *dispatcher) handle(ctx context.Context, e events.Event, m events.Meta) 
 		return errShuttingDown
 	default:
 	}
-	switch ev := e.(type) {
-	case *events.InstallIntent:
-		return d.onIntent(ctx, ev, m)
-	case *events.InstallSucceeded:
-		return d.onSucceeded(ctx, ev, m)
-	}
-	return nil
+	return d.routes.Handle(ctx, e, m)
 }
 
 // onIntent arms the afterInstall delivery and delivers beforeInstall when the Application does

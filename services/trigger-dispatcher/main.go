@@ -164,6 +164,7 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 	})
 	consumer, err := events.Consume(ctx, js, d.handle, events.ConsumerOptions{
 		Name:    events.ConsumerTriggerDispatcher,
+		Routes:  d.routes,
 		Backoff: events.ExponentialBackoff(cfg.ConsumerBackoffBase, 30*time.Second),
 		// A handler fails (retryably) only when NATS or Kubernetes do; dead-lettering the event
 		// then would skip a delivery that argo-syncer waits for, so it is retried until they are

@@ -1,0 +1,11 @@
+package main
+
+import "testing"
+
+// The handler table handles exactly the event types the catalog routes to rule-engine: a route
+// added in pkg/events without a handler here fails this test (and the service's start).
+func TestRoutesCoverTheConsumer(t *testing.T) {
+	if err := eventRoutes(&engine{}).Check(); err != nil {
+		t.Fatal(err)
+	}
+}
