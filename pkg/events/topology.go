@@ -22,6 +22,10 @@ const (
 	BucketInventory   = "enforcement-inventory"    // source-scanner: clusters per source, scan records
 	BucketRenderCache = "enforcement-render-cache" // rule-engine: rendered enforcements per (rule generation, cluster)
 	BucketTriggers    = "enforcement-triggers"     // trigger-dispatcher: delivery records
+
+	// BucketInstallGates holds argo-syncer's install intents that wait for their beforeInstall
+	// trigger, one entry per rule and Application.
+	BucketInstallGates = "enforcement-install-gates"
 )
 
 // Topology is the JetStream set-up as data: the stream, the durable consumers and the key-value
@@ -103,12 +107,13 @@ func DefaultTopology(opts TopologyOptions) Topology {
 				"enforcement.cluster.>", "enforcement.source.>", "enforcement.install.>",
 				"enforcement.uninstall.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>"),
 			consumer(ConsumerArgoSyncer, "enforcement.intent.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>"),
-			consumer(ConsumerTriggerDispatcher, "enforcement.intent.install.>", "enforcement.install.succeeded.>"),
+			consumer(ConsumerTriggerDispatcher, "enforcement.intent.install.>", "enforcement.install.gated.>", "enforcement.install.succeeded.>"),
 		},
 		Buckets: []jetstream.KeyValueConfig{
 			{Bucket: BucketInventory, Description: "source-scanner inventory", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas},
 			{Bucket: BucketRenderCache, Description: "rule-engine render cache", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas},
 			{Bucket: BucketTriggers, Description: "trigger-dispatcher delivery records", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas, TTL: 30 * 24 * time.Hour},
+			{Bucket: BucketInstallGates, Description: "argo-syncer install intents waiting for beforeInstall", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas},
 		},
 	}
 }
