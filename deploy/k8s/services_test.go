@@ -47,7 +47,7 @@ var serviceValues = map[string]map[string]any{
 	"source-scanner":     {"config": map[string]any{"scanInterval": "1s"}},
 	"rule-engine":        nil,
 	"argo-syncer":        {"config": map[string]any{"argocdNamespace": svcArgoNS}},
-	"trigger-dispatcher": {"config": map[string]any{"argocdNamespace": svcArgoNS}, "rbac": map[string]any{"signingSecretNamespaces": []any{svcTeamNS}}},
+	"trigger-dispatcher": {"rbac": map[string]any{"signingSecretNamespaces": []any{svcTeamNS}}},
 	"policy-watcher":     {"config": map[string]any{"watchNamespace": svcWatchNS, "pollIntervalSec": "1", "stableDurationSec": "0"}},
 }
 
