@@ -321,6 +321,8 @@ func narrate(m *nats.Msg) string {
 			return fmt.Sprintf("Created Application %s/%s", localArgoCDNamespace, e.Application)
 		}
 		return fmt.Sprintf("Updated Application %s/%s", localArgoCDNamespace, e.Application)
+	case *events.InstallGated:
+		return fmt.Sprintf("Install of %s on %s waits for its beforeInstall webhook", e.Intent.Enforcement.Name, e.Intent.Cluster.Name)
 	case *events.InstallFailed:
 		return fmt.Sprintf("Install of %s on %s failed (%s): %s", e.Enforcement, e.Cluster, e.Reason, e.Message)
 	case *events.UninstallDone:

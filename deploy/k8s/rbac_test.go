@@ -35,7 +35,7 @@ var rbacValues = map[string]map[string]any{
 	"source-scanner":     {"config": map[string]any{"operatorNamespace": opsNS}},
 	"rule-engine":        nil,
 	"argo-syncer":        {"config": map[string]any{"operatorNamespace": opsNS, "argocdNamespace": argoNS}},
-	"trigger-dispatcher": {"config": map[string]any{"argocdNamespace": argoNS}, "rbac": map[string]any{"signingSecretNamespaces": []any{teamNS}}},
+	"trigger-dispatcher": {"rbac": map[string]any{"signingSecretNamespaces": []any{teamNS}}},
 	"policy-watcher":     {"config": map[string]any{"watchNamespace": clusterNS}},
 }
 
@@ -138,11 +138,11 @@ var rbacExpectations = map[string]struct{ allowed, denied [][]access }{
 	},
 	"trigger-dispatcher": {
 		allowed: [][]access{
-			verbs(argoGroup, "applications", "", argoNS, "get", "list", "watch"),
 			verbs("", "secrets", "", teamNS, "get"),
 		},
 		denied: [][]access{
-			verbs(argoGroup, "applications", "", argoNS, "create", "update", "patch", "delete"),
+			// argo-syncer owns the beforeInstall gate: the dispatcher reads no Application.
+			verbs(argoGroup, "applications", "", argoNS, "get", "list", "watch", "create", "update", "patch", "delete"),
 			verbs("", "secrets", "", teamNS, "list", "watch", "create", "update", "delete"),
 			verbs("", "secrets", "", argoNS, "get", "list"), // Argo CD's cluster credentials
 			verbs("", "secrets", "", opsNS, "get"),          // source credentials

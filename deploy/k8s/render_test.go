@@ -68,7 +68,7 @@ func customValues(chartName string) map[string]any {
 		vals["rbac"] = map[string]any{"sourceSecretNamespaces": []any{"enf-system", "team-a"}}
 	case "trigger-dispatcher":
 		vals["replicaCount"] = 3
-		vals["config"] = map[string]any{"argocdNamespace": "gitops", "defaultTimeout": "10s", "maxAttempts": 7,
+		vals["config"] = map[string]any{"defaultTimeout": "10s", "maxAttempts": 7,
 			"backoffBase": "1s", "backoffMax": "1m", "blockedRetryInterval": "0", "deniedNetworks": "none",
 			"allowedNetworks": "10.0.0.0/8", "consumerBackoffBase": "2s"}
 		vals["rbac"] = map[string]any{"signingSecretNamespaces": []any{"team-a", "team-b"}}
@@ -100,8 +100,8 @@ var wantEnv = map[string]struct{ defaults, custom map[string]string }{
 			"SOURCE_SECRET_TTL": "1m", "SHUTDOWN_TIMEOUT": "20s"},
 	},
 	"trigger-dispatcher": {
-		defaults: map[string]string{"ARGOCD_NAMESPACE": "argocd"},
-		custom: map[string]string{"ARGOCD_NAMESPACE": "gitops", "TRIGGER_DEFAULT_TIMEOUT": "10s", "TRIGGER_MAX_ATTEMPTS": "7",
+		defaults: map[string]string{},
+		custom: map[string]string{"TRIGGER_DEFAULT_TIMEOUT": "10s", "TRIGGER_MAX_ATTEMPTS": "7",
 			"TRIGGER_BACKOFF_BASE": "1s", "TRIGGER_BACKOFF_MAX": "1m", "TRIGGER_BLOCKED_RETRY_INTERVAL": "0",
 			"TRIGGER_DENIED_NETWORKS": "none", "TRIGGER_ALLOWED_NETWORKS": "10.0.0.0/8", "CONSUMER_BACKOFF_BASE": "2s"},
 	},

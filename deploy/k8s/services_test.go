@@ -6,24 +6,17 @@ package k8s
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"maps"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
@@ -47,7 +40,7 @@ var serviceValues = map[string]map[string]any{
 	"source-scanner":     {"config": map[string]any{"scanInterval": "1s"}},
 	"rule-engine":        nil,
 	"argo-syncer":        {"config": map[string]any{"argocdNamespace": svcArgoNS}},
-	"trigger-dispatcher": {"config": map[string]any{"argocdNamespace": svcArgoNS}, "rbac": map[string]any{"signingSecretNamespaces": []any{svcTeamNS}}},
+	"trigger-dispatcher": {"rbac": map[string]any{"signingSecretNamespaces": []any{svcTeamNS}}},
 	"policy-watcher":     {"config": map[string]any{"watchNamespace": svcWatchNS, "pollIntervalSec": "1", "stableDurationSec": "0"}},
 }
 
@@ -97,13 +90,9 @@ func TestServicesRunWithChartRBAC(t *testing.T) {
 
 	// source-scanner reports the rule's source as degraded, because the Rancher Secret does not
 	// exist: "not found" proves it could ask for it, where "forbidden" would not.
-	nc, err := nats.Connect(bus.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	js := bus.JetStream(t)
 	degraded := make(chan *nats.Msg, 64)
-	if _, err := nc.ChanSubscribe("enforcement.source.degraded.>", degraded); err != nil {
+	if _, err := js.Conn().ChanSubscribe("enforcement.source.degraded.>", degraded); err != nil {
 		t.Fatal(err)
 	}
 
@@ -123,7 +112,7 @@ func TestServicesRunWithChartRBAC(t *testing.T) {
 			}
 		}
 		env := envMap(t, deployment(t, objs).Spec.Template.Spec.Containers[0])
-		env["METRICS_ADDR"], env["HEALTH_ADDR"] = freeAddr(t), freeAddr(t)
+		env["METRICS_ADDR"], env["HEALTH_ADDR"] = testenv.FreeAddr(t), testenv.FreeAddr(t)
 		if env["NATS_URL"] != "" {
 			env["NATS_URL"] = bus.URL()
 		}
@@ -174,13 +163,9 @@ func TestServicesRunWithChartRBAC(t *testing.T) {
 	if err := kube.Client.Create(ctx, &unstructured.Unstructured{Object: source}); err != nil {
 		t.Fatalf("create source Secret: %v", err)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	appeared := &events.ClusterAppeared{Revision: 1, Cluster: events.Cluster{
 		Source: events.SourceRef{Kind: "rancher", SecretNamespace: svcNS, SecretName: "rancher",
-			ID: sourceID("rancher", svcNS, "rancher", map[string]string{"driver": "googleKubernetesEngine"})},
+			ID: events.SourceID("rancher", svcNS, "rancher", map[string]string{"driver": "googleKubernetesEngine"})},
 		Key: "c-prod1", Name: "prod-1", URL: "https://127.0.0.1:1/k8s/clusters/c-prod1", State: "active", Eligible: true,
 		Attributes: map[string]any{"id": "c-prod1", "driver": "googleKubernetesEngine"},
 	}}
@@ -205,20 +190,6 @@ func TestServicesRunWithChartRBAC(t *testing.T) {
 			t.Logf("%s output:\n%s", name, out)
 		}
 	}
-}
-
-// sourceID is a ClusterRule source's identity as rule-engine and source-scanner compute it
-// (services/rule-engine/source.go documents the formula): the first 16 hex digits of the
-// SHA-256 of kind, Secret namespace and name, and the sorted filters, each ended by a NUL.
-func sourceID(kind, secretNamespace, secretName string, filters map[string]string) string {
-	h := sha256.New()
-	for _, s := range []string{kind, secretNamespace, secretName} {
-		h.Write([]byte(s + "\x00"))
-	}
-	for _, k := range slices.Sorted(maps.Keys(filters)) {
-		h.Write([]byte(k + "=" + filters[k] + "\x00"))
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // buildServices compiles the five services from this repository into a temporary directory.
@@ -262,13 +233,13 @@ type serviceProcess struct {
 	name   string
 	cmd    *exec.Cmd
 	health string
-	out    *syncBuffer
+	out    *testenv.SyncBuffer
 	done   chan error
 }
 
 func startService(t *testing.T, path string, env map[string]string) *serviceProcess {
 	t.Helper()
-	p := &serviceProcess{name: filepath.Base(path), health: env["HEALTH_ADDR"], out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &serviceProcess{name: filepath.Base(path), health: env["HEALTH_ADDR"], out: &testenv.SyncBuffer{}, done: make(chan error, 1)}
 	p.cmd = exec.Command(path)
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)
@@ -290,8 +261,7 @@ func startService(t *testing.T, path string, env map[string]string) *serviceProc
 // waitReady waits until /readyz answers 200; it fails the test if the process exits first.
 func (p *serviceProcess) waitReady(t *testing.T, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	testenv.Eventually(t, timeout, func() error {
 		select {
 		case err := <-p.done:
 			p.done <- err
@@ -299,15 +269,15 @@ func (p *serviceProcess) waitReady(t *testing.T, timeout time.Duration) {
 		default:
 		}
 		resp, err := http.Get("http://" + p.health + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return fmt.Errorf("%s not ready: %w\n%s", p.name, err, p.output())
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s not ready after %s:\n%s", p.name, timeout, p.output())
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s not ready: /readyz answers %s\n%s", p.name, resp.Status, p.output())
+		}
+		return nil
+	})
 }
 
 // stop sends SIGTERM, as the kubelet does, and waits for a clean exit.
@@ -328,45 +298,8 @@ func (p *serviceProcess) stop(timeout time.Duration) error {
 
 func (p *serviceProcess) output() string { return p.out.String() }
 
-// eventually polls cond every 100 ms until it holds; after timeout it marks the test failed
-// (and carries on, so that the services are still stopped and their output checked).
+// eventually is testenv.EventuallyTrue in a subtest named what: a timeout fails the subtest
+// and the test carries on, so that the services are still stopped and their output checked.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Errorf("timed out after %s waiting until %s", timeout, what)
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// syncBuffer collects a process's output; safe for concurrent writes and reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	t.Run(what, func(t *testing.T) { testenv.EventuallyTrue(t, timeout, what, cond) })
 }

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -53,6 +54,8 @@ var catalog = []descriptor{
 		"Remove one (cluster, enforcement) Application Enforcement owns.", func() Event { return &UninstallIntent{} }, []string{ConsumerArgoSyncer}},
 	{"io.enforcement.install.succeeded.v1", []string{SubjectRoot, "install", "succeeded", "{cluster}", "{ruleNamespace}", "{rule}"},
 		"An install intent's Application exists as rendered.", func() Event { return &InstallSucceeded{} }, []string{ConsumerRuleEngine, ConsumerTriggerDispatcher}},
+	{"io.enforcement.install.gated.v1", []string{SubjectRoot, "install", "gated", "{cluster}", "{ruleNamespace}", "{rule}"},
+		"An install intent waits for its beforeInstall trigger before its Application is created.", func() Event { return &InstallGated{} }, []string{ConsumerTriggerDispatcher}},
 	{"io.enforcement.install.failed.v1", []string{SubjectRoot, "install", "failed", "{cluster}", "{ruleNamespace}", "{rule}"},
 		"An install intent could not be carried out.", func() Event { return &InstallFailed{} }, []string{ConsumerRuleEngine}},
 	{"io.enforcement.uninstall.done.v1", []string{SubjectRoot, "uninstall", "done", "{cluster}", "{ruleNamespace}", "{rule}"},
@@ -207,6 +210,27 @@ func (e *InstallSucceeded) Validate() error {
 }
 func (e *InstallSucceeded) subjectKeys() []string {
 	return []string{e.Cluster, e.Rule.Namespace, e.Rule.Name}
+}
+
+// InstallGated
+
+func (*InstallGated) Type() string          { return "io.enforcement.install.gated.v1" }
+func (e *InstallGated) ID() string          { return "install-gated:" + e.IntentID }
+func (e *InstallGated) OrderingKey() string { return pairKey(e.Intent.Rule, e.Intent.Cluster.Name) }
+func (e *InstallGated) Validate() error {
+	if err := required("install gated: intentId, application", e.IntentID, e.Application); err != nil {
+		return err
+	}
+	if err := e.Intent.Validate(); err != nil {
+		return fmt.Errorf("install gated: %w", err)
+	}
+	if e.Intent.Triggers == nil || e.Intent.Triggers.BeforeInstall == nil {
+		return errors.New("install gated: intent has no beforeInstall trigger")
+	}
+	return nil
+}
+func (e *InstallGated) subjectKeys() []string {
+	return []string{e.Intent.Cluster.Name, e.Intent.Rule.Namespace, e.Intent.Rule.Name}
 }
 
 // InstallFailed

@@ -59,6 +59,7 @@ func TestSubjectsAreFilterableByKindSourceAndCluster(t *testing.T) {
 		"io.enforcement.intent.install.v1":     "enforcement.intent.install.prod%2Eeu-1.team-a.dev%2Erule",
 		"io.enforcement.intent.uninstall.v1":   "enforcement.intent.uninstall.prod%2Eeu-1.team-a.dev%2Erule",
 		"io.enforcement.install.succeeded.v1":  "enforcement.install.succeeded.prod%2Eeu-1.team-a.dev%2Erule",
+		"io.enforcement.install.gated.v1":      "enforcement.install.gated.prod%2Eeu-1.team-a.dev%2Erule",
 		"io.enforcement.install.failed.v1":     "enforcement.install.failed.prod%2Eeu-1.team-a.dev%2Erule",
 		"io.enforcement.uninstall.done.v1":     "enforcement.uninstall.done.prod%2Eeu-1.team-a.dev%2Erule",
 		"io.enforcement.trigger.delivered.v1":  "enforcement.trigger.delivered.beforeInstall.prod%2Eeu-1.team-a.dev%2Erule",

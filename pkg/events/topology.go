@@ -27,6 +27,10 @@ const (
 	BucketRenderCache     = "enforcement-render-cache"      // rule-engine: rendered enforcements per (rule generation, cluster)
 	BucketTriggers        = "enforcement-triggers"          // trigger-dispatcher: delivery records
 	BucketRuleEngineState = "enforcement-rule-engine-state" // rule-engine: cluster view and per (rule, cluster) install records
+
+	// BucketInstallGates holds argo-syncer's install intents that wait for their beforeInstall
+	// trigger, one entry per rule and Application.
+	BucketInstallGates = "enforcement-install-gates"
 )
 
 // sharedConsumers are the consumers with one durable consumer for the whole installation, in
@@ -115,6 +119,7 @@ func DefaultTopology(opts TopologyOptions) Topology {
 			{Bucket: BucketRenderCache, Description: "rule-engine render cache", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas},
 			{Bucket: BucketTriggers, Description: "trigger-dispatcher delivery records", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas, TTL: 30 * 24 * time.Hour},
 			{Bucket: BucketRuleEngineState, Description: "rule-engine cluster view and install records", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas},
+			{Bucket: BucketInstallGates, Description: "argo-syncer install intents waiting for beforeInstall", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas},
 		},
 	}
 }

@@ -206,6 +206,20 @@ type InstallSucceeded struct {
 	SpecHash string `json:"specHash"`
 }
 
+// InstallGated reports that argo-syncer holds an install intent back until its beforeInstall
+// trigger has answered: the intent has a beforeInstall trigger and its Application does not
+// exist. It carries the whole intent, so that trigger-dispatcher can deliver the webhook from
+// this event alone. argo-syncer keeps the waiting intent itself and creates the Application on
+// the trigger's outcome only if that intent is still the one waiting for the Application.
+type InstallGated struct {
+	IntentID string `json:"intentId"`
+	// IntentSequence is the install intent's stream sequence, as argo-syncer received it.
+	IntentSequence uint64 `json:"intentSequence,omitempty"`
+	Application    string `json:"application"`
+	// Intent is the install intent that waits; its triggers hold the beforeInstall webhook.
+	Intent InstallIntent `json:"intent"`
+}
+
 // InstallFailed reports that an install intent could not be carried out.
 type InstallFailed struct {
 	IntentID    string  `json:"intentId"`
@@ -240,8 +254,8 @@ const (
 type TriggerDelivered struct {
 	DeliveryID string `json:"deliveryId"`
 	IntentID   string `json:"intentId"`
-	// IntentSequence is the install intent's stream sequence; argo-syncer reads the intent back
-	// from the stream with it when a beforeInstall trigger released the install.
+	// IntentSequence is the install intent's stream sequence, for the record (argo-syncer
+	// matches trigger outcomes to the intent waiting for its Application by IntentID).
 	IntentSequence uint64  `json:"intentSequence,omitempty"`
 	Phase          string  `json:"phase"`
 	Rule           RuleRef `json:"rule"`

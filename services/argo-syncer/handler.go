@@ -2,22 +2,22 @@ package main
 
 // The handler turns events from the argo-syncer consumer into Syncer calls and outcome events.
 //
-// Trigger choreography (shared with trigger-dispatcher): an install intent with a beforeInstall
-// trigger whose Application does not exist yet is acknowledged without writing anything.
+// Trigger choreography (shared with trigger-dispatcher, see gates.go): an install intent with a
+// beforeInstall trigger whose Application does not exist yet is recorded as waiting in
+// argo-syncer's own bucket and announced with InstallGated; nothing is written to Kubernetes.
 // trigger-dispatcher calls the webhook and publishes TriggerDelivered, or TriggerFailed with the
 // trigger's failure policy. On TriggerDelivered, or TriggerFailed with policy Ignore, the handler
-// reads the intent back from the stream by its sequence and installs it; with policy Fail it does
-// nothing (rule-engine reports the install as blocked). Updates of existing Applications never
-// wait. InstallSucceeded{Created: true} is the afterInstall moment for trigger-dispatcher.
+// installs the waiting intent if it is still the one waiting for its Application; with policy
+// Fail the intent keeps waiting (rule-engine reports the install as blocked) until a later
+// TriggerDelivered of a retried delivery. Updates of existing Applications never wait.
+// InstallSucceeded{Created: true} is the afterInstall moment for trigger-dispatcher.
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
-
-	"github.com/nats-io/nats.go/jetstream"
+	"time"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 )
@@ -26,8 +26,7 @@ import (
 type Handler struct {
 	syncer  *Syncer
 	pub     *events.Publisher
-	js      jetstream.JetStream
-	stream  string
+	gates   *gateStore
 	logger  *slog.Logger
 	metrics *Metrics
 
@@ -45,8 +44,8 @@ func (h *Handler) Handle(ctx context.Context, e events.Event, m events.Meta) err
 func (h *Handler) Routes() *events.Router {
 	h.routesOnce.Do(func() {
 		h.routes = events.NewRouter(events.ConsumerArgoSyncer,
-			events.On(func(ctx context.Context, ev *events.InstallIntent, _ events.Meta) error {
-				return h.install(ctx, ev, true)
+			events.On(func(ctx context.Context, ev *events.InstallIntent, m events.Meta) error {
+				return h.install(ctx, ev, m.Sequence)
 			}),
 			events.On(func(ctx context.Context, ev *events.UninstallIntent, _ events.Meta) error {
 				return h.uninstall(ctx, ev)
@@ -55,35 +54,104 @@ func (h *Handler) Routes() *events.Router {
 				if ev.Phase != events.PhaseBeforeInstall {
 					return nil
 				}
-				return h.release(ctx, ev.IntentID, ev.IntentSequence)
+				return h.release(ctx, ev.Rule, ev.Cluster, ev.Enforcement, ev.IntentID)
 			}),
-			events.On(func(ctx context.Context, ev *events.TriggerFailed, _ events.Meta) error {
-				if ev.Phase != events.PhaseBeforeInstall || ev.FailurePolicy == "Fail" {
-					return nil
-				}
-				return h.release(ctx, ev.IntentID, ev.IntentSequence)
-			}),
+			events.On(h.onTriggerFailed),
 		)
 	})
 	return h.routes
 }
 
-// install runs one install intent and publishes its outcome. A permanent failure is published and
-// acknowledged (the event is the record); any other failure is published and retried.
-func (h *Handler) install(ctx context.Context, in *events.InstallIntent, gate bool) error {
-	res, err := h.syncer.Install(ctx, in, gate)
-	if err == nil {
-		if res.Waiting {
-			h.metrics.intent("install", "waiting")
-			h.logger.Info("Waiting for beforeInstall trigger", "application", res.Application, "intent", in.ID())
-			return nil
+// onTriggerFailed releases a waiting install after a beforeInstall failure under policy Ignore;
+// under Fail the install stays waiting (a retried delivery may still release it).
+func (h *Handler) onTriggerFailed(ctx context.Context, ev *events.TriggerFailed, _ events.Meta) error {
+	if ev.Phase != events.PhaseBeforeInstall {
+		return nil
+	}
+	if ev.FailurePolicy == "Fail" {
+		h.logger.Info("Install blocked by its beforeInstall trigger", "intent", ev.IntentID,
+			"application", events.ApplicationName(ev.Cluster, ev.Enforcement), "rule", ev.Rule.String())
+		return nil
+	}
+	return h.release(ctx, ev.Rule, ev.Cluster, ev.Enforcement, ev.IntentID)
+}
+
+// install runs one install intent. One that has to wait for its beforeInstall trigger is
+// recorded and announced; any other is carried out and its outcome published.
+func (h *Handler) install(ctx context.Context, in *events.InstallIntent, seq uint64) error {
+	res, err := h.syncer.Install(ctx, in, true)
+	if err == nil && res.Waiting {
+		return h.hold(ctx, in, seq, res.Application)
+	}
+	return h.finish(ctx, in, res, err)
+}
+
+// hold records the intent as the one waiting for its Application, then publishes InstallGated.
+// Recording first makes a crash in between harmless: the redelivered intent records the same
+// entry again and publishes the event under the same id.
+func (h *Handler) hold(ctx context.Context, in *events.InstallIntent, seq uint64, app string) error {
+	key := gateKey(in.Rule, app)
+	cur, _, err := h.gates.get(ctx, key)
+	if err != nil {
+		return err
+	}
+	if cur == nil || cur.IntentID != in.ID() {
+		if cur != nil {
+			h.logger.Info("Replaced install waiting for beforeInstall", "application", app, "intent", in.ID(), "replaced", cur.IntentID)
 		}
+		entry := &gateEntry{IntentID: in.ID(), IntentSequence: seq, Application: app, Intent: *in, Since: time.Now().UTC()}
+		if err := h.gates.put(ctx, key, entry); err != nil {
+			return err
+		}
+	}
+	if _, err := h.pub.Publish(ctx, &events.InstallGated{IntentID: in.ID(), IntentSequence: seq, Application: app, Intent: *in}); err != nil {
+		return err
+	}
+	h.metrics.intent("install", "waiting")
+	h.logger.Info("Waiting for beforeInstall trigger", "application", app, "intent", in.ID())
+	return nil
+}
+
+// release installs the intent waiting for the Application of (rule, cluster, enforcement) when
+// it is intentID. Otherwise the outcome is late: the intent was replaced by a newer one or
+// uninstalled, and nothing is written.
+func (h *Handler) release(ctx context.Context, rule events.RuleRef, cluster, enforcement, intentID string) error {
+	app := events.ApplicationName(cluster, enforcement)
+	entry, _, err := h.gates.get(ctx, gateKey(rule, app))
+	if err != nil {
+		return err
+	}
+	if entry == nil || entry.IntentID != intentID {
+		h.logger.Info("Install intent no longer waiting for beforeInstall; nothing to release",
+			"application", app, "intent", intentID, "rule", rule.String())
+		return nil
+	}
+	in := &entry.Intent
+	res, err := h.syncer.Install(ctx, in, false)
+	// The entry exists only while the Application did not exist when the intent arrived, and
+	// every other intent for the Application replaces or removes it. An Application already as
+	// this intent renders it was therefore created by an earlier run of this release that
+	// stopped before it reported and removed the entry: that run was the creation.
+	if err == nil && res.Unchanged {
+		res.Created = true
+	}
+	return h.finish(ctx, in, res, err)
+}
+
+// finish publishes the outcome of an install that was carried out (or failed), then removes any
+// intent waiting for the same Application: this one, released, or an older one it supersedes. A
+// permanent failure is published and acknowledged (the event is the record); any other failure
+// is published and retried, and the entry stays until the intent is done.
+func (h *Handler) finish(ctx context.Context, in *events.InstallIntent, res InstallResult, err error) error {
+	if err == nil {
 		h.metrics.intent("install", "installed")
-		_, err := h.pub.Publish(ctx, &events.InstallSucceeded{
+		if _, err := h.pub.Publish(ctx, &events.InstallSucceeded{
 			IntentID: in.ID(), Rule: in.Rule, Cluster: in.Cluster.Name, Enforcement: in.Enforcement.Name,
 			Application: res.Application, Created: res.Created, SpecHash: in.SpecHash,
-		})
-		return err
+		}); err != nil {
+			return err
+		}
+		return h.ungate(ctx, in.Rule, res.Application, in.ID())
 	}
 	h.metrics.intent("install", "failed")
 	f := &failure{reason: ReasonAPIError, err: err}
@@ -94,14 +162,29 @@ func (h *Handler) install(ctx context.Context, in *events.InstallIntent, gate bo
 	}); pubErr != nil {
 		return errors.Join(err, pubErr)
 	}
-	if f.permanent {
-		h.logger.Error("Install rejected", "application", res.Application, "reason", f.reason, "error", f.err)
-		return nil
+	if !f.permanent {
+		return err
+	}
+	h.logger.Error("Install rejected", "application", res.Application, "reason", f.reason, "error", f.err)
+	return h.ungate(ctx, in.Rule, res.Application, in.ID())
+}
+
+// ungate removes the intent waiting for the rule's Application, if any; by names the intent
+// that made it obsolete, for the log.
+func (h *Handler) ungate(ctx context.Context, rule events.RuleRef, app, by string) error {
+	waiting, err := h.gates.drop(ctx, gateKey(rule, app))
+	if err == nil && waiting != "" && waiting != by {
+		h.logger.Info("Dropped install waiting for beforeInstall", "application", app, "intent", waiting, "by", by)
 	}
 	return err
 }
 
 func (h *Handler) uninstall(ctx context.Context, in *events.UninstallIntent) error {
+	// The waiting install goes first, so that its trigger's outcome, however late, creates
+	// nothing; a crash after this step repeats the uninstall, which finds no entry.
+	if err := h.ungate(ctx, in.Rule, events.ApplicationName(in.Cluster.Name, in.Enforcement), in.ID()); err != nil {
+		return err
+	}
 	res, err := h.syncer.Uninstall(ctx, in)
 	if err != nil {
 		var f *failure
@@ -116,63 +199,4 @@ func (h *Handler) uninstall(ctx context.Context, in *events.UninstallIntent) err
 		Application: res.Application, Deleted: res.Deleted,
 	})
 	return err
-}
-
-// release installs the intent a beforeInstall trigger waited for, read back from the stream by
-// its sequence. It skips the install when an uninstall of the same Application was published
-// after the intent.
-func (h *Handler) release(ctx context.Context, intentID string, seq uint64) error {
-	if seq == 0 {
-		return events.Permanent(fmt.Errorf("trigger outcome for intent %s carries no intent sequence", intentID))
-	}
-	stream, err := h.js.Stream(ctx, h.stream)
-	if err != nil {
-		return fmt.Errorf("open stream %s: %w", h.stream, err)
-	}
-	raw, err := stream.GetMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return events.Permanent(fmt.Errorf("intent %s at sequence %d is no longer in the stream", intentID, seq))
-	}
-	if err != nil {
-		return fmt.Errorf("read intent %s at sequence %d: %w", intentID, seq, err)
-	}
-	in, _, err := events.DecodeAs[*events.InstallIntent](raw.Subject, raw.Header, raw.Data)
-	if err != nil {
-		return events.Permanent(fmt.Errorf("intent at sequence %d: %w", seq, err))
-	}
-	if in.ID() != intentID {
-		return events.Permanent(fmt.Errorf("sequence %d holds intent %s, not %s", seq, in.ID(), intentID))
-	}
-	superseded, err := h.uninstalledSince(ctx, stream, in, seq)
-	if err != nil {
-		return err
-	}
-	if superseded {
-		h.logger.Info("Skipping released install: an uninstall followed it", "intent", intentID)
-		return nil
-	}
-	return h.install(ctx, in, false)
-}
-
-// uninstalledSince reports whether the last uninstall intent of the intent's rule and cluster
-// came after it and names the same enforcement. Not built yet: an uninstall of the same
-// Application followed by an uninstall of another enforcement of that rule and cluster hides
-// the first one from this check.
-func (h *Handler) uninstalledSince(ctx context.Context, stream jetstream.Stream, in *events.InstallIntent, seq uint64) (bool, error) {
-	subject := events.Subject(&events.UninstallIntent{Rule: in.Rule, Cluster: events.Target{Name: in.Cluster.Name}})
-	raw, err := stream.GetLastMsgForSubject(ctx, subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("read last uninstall on %s: %w", subject, err)
-	}
-	if raw.Sequence < seq {
-		return false, nil
-	}
-	un, _, err := events.DecodeAs[*events.UninstallIntent](raw.Subject, raw.Header, raw.Data)
-	if err != nil {
-		return false, nil // not ours to judge; the install goes ahead
-	}
-	return un.Enforcement == in.Enforcement.Name, nil
 }

@@ -101,6 +101,7 @@ type harness struct {
 	log      *requestLog
 	syncer   *Syncer
 	handler  *Handler
+	gates    *gateStore
 	js       jetstream.JetStream
 	pub      *events.Publisher
 	outcomes chan events.Event
@@ -179,8 +180,13 @@ func newHarness(t testing.TB, opts ...harnessOption) *harness {
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	h.pub = events.NewPublisher(h.js, "/enforcement/test")
-	h.handler = &Handler{syncer: h.syncer, pub: events.NewPublisher(h.js, "/enforcement/argo-syncer"), js: h.js,
-		stream: events.StreamName, logger: so.Logger}
+	gates, err := h.js.KeyValue(context.Background(), events.BucketInstallGates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.gates = &gateStore{kv: gates}
+	h.handler = &Handler{syncer: h.syncer, pub: events.NewPublisher(h.js, "/enforcement/argo-syncer"), gates: h.gates,
+		logger: so.Logger}
 	return h
 }
 

@@ -2,7 +2,7 @@
 // a cluster Secret per registered cluster, an AppProject per cluster and an Application per
 // (cluster, enforcement), written declaratively through the Kubernetes API of the Argo CD
 // namespace. It consumes the durable consumer "argo-syncer" (intents and trigger outcomes) and
-// publishes install succeeded / failed and uninstall done. See README.md.
+// publishes install gated / succeeded / failed and uninstall done. See README.md.
 package main
 
 import (
@@ -135,13 +135,16 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
 		return err
 	}
+	gates, err := js.KeyValue(ctx, events.BucketInstallGates)
+	if err != nil {
+		return fmt.Errorf("open bucket %s: %w", events.BucketInstallGates, err)
+	}
 	// Outcomes are published with the deterministic ids of pkg/events, so a retried handler that
 	// publishes again is deduplicated by the stream.
 	h := &Handler{
 		syncer:  syncer,
 		pub:     events.NewPublisher(js, "/enforcement/"+serviceName),
-		js:      js,
-		stream:  events.StreamName,
+		gates:   &gateStore{kv: gates},
 		logger:  logger,
 		metrics: metrics,
 	}

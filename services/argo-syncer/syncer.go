@@ -205,6 +205,8 @@ type InstallResult struct {
 	Created bool
 	// Waiting is true when the install waits for its beforeInstall trigger.
 	Waiting bool
+	// Unchanged is true when the Application was already as rendered and nothing was applied.
+	Unchanged bool
 	// Writes counts the write requests sent.
 	Writes int
 }
@@ -261,6 +263,7 @@ func (s *Syncer) Install(ctx context.Context, in *events.InstallIntent, gate boo
 		return res, err
 	}
 	if exists && owned(existing) && existing.Annotations[AnnotationAppliedHash] == desired.hash() {
+		res.Unchanged = true
 		return res, nil // already as rendered: a redelivery or a no-op change
 	}
 	app, err := s.applyApplication(ctx, desired)

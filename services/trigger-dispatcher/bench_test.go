@@ -43,9 +43,9 @@ func BenchmarkWebhookDelivery(b *testing.B) {
 }
 
 // BenchmarkDispatchBeforeInstall measures one beforeInstall end to end through the running
-// service, one at a time: the intent is published, the dispatcher reads its delivery record,
-// checks the Application on the real API server, calls the local receiver, writes the record
-// and publishes TriggerDelivered, which the benchmark receives.
+// service, one at a time: the intent and its InstallGated are published, the dispatcher reads
+// its delivery record, calls the local receiver, writes the record and publishes
+// TriggerDelivered, which the benchmark receives.
 func BenchmarkDispatchBeforeInstall(b *testing.B) {
 	h := newHarness(b)
 	startService(b, h.env())
@@ -55,7 +55,7 @@ func BenchmarkDispatchBeforeInstall(b *testing.B) {
 	for i := range b.N {
 		in := h.intent(fmt.Sprintf("seq-%d", i), "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL()}})
 		start := time.Now()
-		h.publish(in)
+		h.gated(in)
 		h.waitOutcome(events.PhaseBeforeInstall, in.ID())
 		durations = append(durations, time.Since(start))
 		h.seen = h.seen[:0]
@@ -64,15 +64,16 @@ func BenchmarkDispatchBeforeInstall(b *testing.B) {
 	reportMedian(b, durations)
 }
 
-// BenchmarkDispatchThroughput publishes b.N intents for distinct clusters at once and reports
+// BenchmarkDispatchThroughput publishes b.N gated intents for distinct clusters at once and reports
 // how many beforeInstall deliveries per second the service completes (outcome event received).
 func BenchmarkDispatchThroughput(b *testing.B) {
 	h := newHarness(b)
 	startService(b, h.env())
 	rc := newReceiver(b, status(http.StatusNoContent))
-	evs := make([]events.Event, b.N)
-	for i := range evs {
-		evs[i] = h.intent(fmt.Sprintf("par-%d", i), "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL()}})
+	evs := make([]events.Event, 0, 2*b.N)
+	for i := range b.N {
+		in := h.intent(fmt.Sprintf("par-%d", i), "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL()}})
+		evs = append(evs, in, h.gate(in, 0))
 	}
 	b.ResetTimer()
 	start := time.Now()

@@ -20,9 +20,6 @@ var defaultDeniedNetworks = []string{"169.254.0.0/16", "fe80::/10", "fd00:ec2::2
 type config struct {
 	service.Common
 
-	// ArgoCDNamespace is where Applications live (ARGOCD_NAMESPACE, default argocd).
-	ArgoCDNamespace string
-
 	// DefaultTimeout bounds one attempt of a trigger that sets no timeout
 	// (TRIGGER_DEFAULT_TIMEOUT, default 5s, as the original).
 	DefaultTimeout time.Duration
@@ -51,8 +48,7 @@ type config struct {
 // loadConfig reads and validates the configuration. Errors name the variable.
 func loadConfig(getenv service.Getenv) (config, error) {
 	c := config{
-		Common:          service.LoadCommon(getenv),
-		ArgoCDNamespace: service.String(getenv, "ARGOCD_NAMESPACE", service.DefaultArgoCDNamespace),
+		Common: service.LoadCommon(getenv),
 	}
 	var err error
 	if c.DefaultTimeout, err = service.Duration(getenv, "TRIGGER_DEFAULT_TIMEOUT", 5*time.Second); err != nil {

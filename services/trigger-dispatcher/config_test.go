@@ -16,7 +16,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.ArgoCDNamespace != "argocd" || c.DefaultTimeout != 5*time.Second || c.MaxAttempts != 5 ||
+	if c.DefaultTimeout != 5*time.Second || c.MaxAttempts != 5 ||
 		c.BackoffBase != 500*time.Millisecond || c.BackoffMax != 30*time.Second || c.BlockedRetryInterval != time.Minute {
 		t.Errorf("defaults = %+v", c)
 	}

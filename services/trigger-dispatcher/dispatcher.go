@@ -11,16 +11,10 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 )
-
-// applicationsGVR is Argo CD's Application resource. The dispatcher only reads whether one
-// exists, through the dynamic client, so it needs no Argo CD Go types.
-var applicationsGVR = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "applications"}
 
 // maxTriggerTimeout caps a trigger's timeout as the CRD does (1..300 s).
 const maxTriggerTimeout = 300 * time.Second
@@ -33,13 +27,14 @@ const signingSecretKey = "key"
 type dispatcherDeps struct {
 	records   *recordStore
 	publisher *events.Publisher
-	apps      dynamic.ResourceInterface // Applications in ARGOCD_NAMESPACE
 	secrets   corev1client.SecretsGetter
 	metrics   *metrics
 	logger    *slog.Logger
 }
 
-// dispatcher turns install intents and install outcomes into webhook deliveries.
+// dispatcher turns install intents, gated installs and install outcomes into webhook
+// deliveries. It never decides whether an install waits: argo-syncer does, and says so with
+// InstallGated.
 type dispatcher struct {
 	cfg config
 	dispatcherDeps
@@ -76,7 +71,7 @@ func newDispatcher(cfg config, deps dispatcherDeps) *dispatcher {
 
 // dispatcherRoutes is the handler table of the trigger-dispatcher consumer.
 func dispatcherRoutes(d *dispatcher) *events.Router {
-	return events.NewRouter(events.ConsumerTriggerDispatcher, events.On(d.onIntent), events.On(d.onSucceeded))
+	return events.NewRouter(events.ConsumerTriggerDispatcher, events.On(d.onIntent), events.On(d.onGated), events.On(d.onSucceeded))
 }
 
 // shutdown makes deliveries that wait for a retry give up; their events are handed back.
@@ -100,9 +95,9 @@ func (d *dispatcher) handle(ctx context.Context, e events.Event, m events.Meta) 
 	return d.routes.Handle(ctx, e, m)
 }
 
-// onIntent arms the afterInstall delivery and delivers beforeInstall when the Application does
-// not exist yet. argo-syncer waits for the beforeInstall outcome event before it creates the
-// Application, so "not existing" here means "about to be created".
+// onIntent notes the intent as the newest of its rule and Application and arms its afterInstall
+// delivery. beforeInstall waits for InstallGated: only argo-syncer knows whether the intent
+// creates the Application.
 func (d *dispatcher) onIntent(ctx context.Context, in *events.InstallIntent, m events.Meta) error {
 	intentID := m.ID
 	if intentID == "" {
@@ -115,49 +110,38 @@ func (d *dispatcher) onIntent(ctx context.Context, in *events.InstallIntent, m e
 	if err := d.records.noteLatest(ctx, pair, latestIntent{IntentID: intentID, Sequence: m.Sequence}); err != nil {
 		return err
 	}
-	if in.Triggers == nil {
+	if in.Triggers == nil || in.Triggers.AfterInstall == nil {
 		return nil
 	}
-	// Armed first: argo-syncer may create the Application right after the beforeInstall outcome,
-	// and the InstallSucceeded that follows must find the afterInstall delivery waiting.
-	if t := in.Triggers.AfterInstall; t != nil {
-		r, err := newRecord(in, intentID, m.Sequence, events.PhaseAfterInstall, *t)
-		if err != nil {
-			return events.Permanent(err)
-		}
-		r.State, r.Pair = stateArmed, pair
-		if _, err := d.records.create(ctx, r); err != nil {
-			return err
-		}
+	// Armed before argo-syncer can create the Application (it does so only after this intent's
+	// InstallGated and beforeInstall outcome, which come later on the same key), so the
+	// InstallSucceeded that follows finds the afterInstall delivery waiting.
+	r, err := newRecord(in, intentID, m.Sequence, events.PhaseAfterInstall, *in.Triggers.AfterInstall)
+	if err != nil {
+		return events.Permanent(err)
 	}
-	t := in.Triggers.BeforeInstall
-	if t == nil {
-		return nil
-	}
-	id := deliveryID(intentID, events.PhaseBeforeInstall)
+	r.State, r.Pair = stateArmed, pair
+	_, err = d.records.create(ctx, r)
+	return err
+}
+
+// onGated delivers the beforeInstall of an intent argo-syncer holds back until the webhook has
+// answered. A redelivered event whose delivery is final only makes sure the outcome is published.
+func (d *dispatcher) onGated(ctx context.Context, g *events.InstallGated, m events.Meta) error {
+	in := &g.Intent
+	id := deliveryID(g.IntentID, events.PhaseBeforeInstall)
 	existing, _, err := d.records.get(ctx, id)
 	if err != nil {
 		return err
 	}
 	if existing != nil && existing.final() {
-		// A redelivered intent: the webhook was called; only make sure the outcome is published.
 		return d.publish(ctx, existing)
 	}
-	exists, err := d.applicationExists(ctx, appName)
-	if err != nil {
-		return err
-	}
-	if exists {
-		d.metrics.delivery(events.PhaseBeforeInstall, outcomeSkipped)
-		d.logger.Info("Application exists; no beforeInstall on update", "application", appName,
-			"rule", in.Rule.String(), "intent", intentID)
-		return nil
-	}
-	r, err := newRecord(in, intentID, m.Sequence, events.PhaseBeforeInstall, *t)
+	r, err := newRecord(in, g.IntentID, g.IntentSequence, events.PhaseBeforeInstall, *in.Triggers.BeforeInstall)
 	if err != nil {
 		return events.Permanent(err)
 	}
-	r.Pair = pair
+	r.Pair = pairKey(in.Rule, g.Application)
 	return d.deliverAndRecord(ctx, r, eventSeries(m))
 }
 
@@ -266,21 +250,6 @@ func (d *dispatcher) signingKey(ctx context.Context, namespace, name string) ([]
 	return key, nil
 }
 
-// applicationExists reads the Application; only NotFound means it does not exist. An
-// Application being deleted (deletionTimestamp set, e.g. a Cascade uninstall waiting for Argo
-// CD's resources finalizer) counts as not existing: argo-syncer waits until it is gone and then
-// creates it anew, behind this beforeInstall's outcome, so the install is a creation.
-func (d *dispatcher) applicationExists(ctx context.Context, name string) (bool, error) {
-	app, err := d.apps.Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case err == nil:
-		return app.GetDeletionTimestamp() == nil, nil
-	case apierrors.IsNotFound(err):
-		return false, nil
-	}
-	return false, fmt.Errorf("read application %s: %w", name, err)
-}
-
 // publish stores the record's outcome event. Its id is derived from the delivery id, so
 // publishing it again (after a redelivery) is deduplicated by the server.
 func (d *dispatcher) publish(ctx context.Context, r *record) error {
@@ -308,7 +277,9 @@ func newRecord(in *events.InstallIntent, intentID string, seq uint64, phase stri
 	}, nil
 }
 
-// superseded reports whether a newer intent than r's was seen for r's rule and Application.
+// superseded reports whether a newer intent than r's was seen for r's rule and Application. It
+// only spares the webhook calls: argo-syncer, which owns the gate, would not install an intent
+// that no longer waits anyway.
 func (d *dispatcher) superseded(ctx context.Context, r *record) (bool, error) {
 	if r.Pair == "" {
 		return false, nil
@@ -330,8 +301,8 @@ func triggerTimeout(t events.Trigger, def time.Duration) time.Duration {
 
 // retryBlocked tries again, every BlockedRetryInterval, the beforeInstall deliveries that failed
 // under failurePolicy Fail: their installs wait for a 2xx. A success records the delivery and
-// publishes TriggerDelivered, which releases the install in argo-syncer and clears the blocked
-// condition in rule-engine. Several replicas may run the loop: a compare-and-set on the record
+// publishes TriggerDelivered, which releases the install still waiting in argo-syncer and clears
+// the blocked condition in rule-engine. Several replicas may run the loop: a compare-and-set on the record
 // lets one of them take each retry. It returns when ctx ends or the dispatcher shuts down.
 func (d *dispatcher) retryBlocked(ctx context.Context) {
 	if d.cfg.BlockedRetryInterval <= 0 {

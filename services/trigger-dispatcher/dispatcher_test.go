@@ -84,7 +84,6 @@ func newHarness(t testing.TB) *harness {
 // env is the dispatcher's environment for this harness, with overrides.
 func (h *harness) env(overrides ...string) map[string]string {
 	env := baseEnv(h.nats.URL(), h.kube.Kubeconfig)
-	env["ARGOCD_NAMESPACE"] = h.argoNS
 	for i := 0; i+1 < len(overrides); i += 2 {
 		env[overrides[i]] = overrides[i+1]
 	}
@@ -100,6 +99,22 @@ func (h *harness) intent(cluster, spec string, triggers *events.Triggers) *event
 		SpecHash:    spec,
 		Triggers:    triggers,
 	}
+}
+
+// gate is argo-syncer's InstallGated for an intent at stream sequence seq: it holds the intent
+// back until its beforeInstall has answered.
+func (h *harness) gate(in *events.InstallIntent, seq uint64) *events.InstallGated {
+	return &events.InstallGated{IntentID: in.ID(), IntentSequence: seq,
+		Application: events.ApplicationName(in.Cluster.Name, in.Enforcement.Name), Intent: *in}
+}
+
+// gated publishes an intent for an Application that does not exist and, playing argo-syncer,
+// its InstallGated. It returns the InstallGated and the stream sequences of both events.
+func (h *harness) gated(in *events.InstallIntent) (g *events.InstallGated, intentSeq, gateSeq uint64) {
+	h.t.Helper()
+	intentSeq = h.publish(in)
+	g = h.gate(in, intentSeq)
+	return g, intentSeq, h.publish(g)
 }
 
 // publish stores an event and returns its stream sequence.
@@ -294,10 +309,11 @@ func bodyOf(t testing.TB, c receivedCall) payload {
 	return p
 }
 
-// The whole choreography with argo-syncer played by the test: beforeInstall is delivered while
-// the Application does not exist, its outcome names the intent and its stream sequence, and
-// afterInstall is delivered after the Application was created, on Created only. A later intent
-// for the existing Application (an update) calls neither hook.
+// The whole choreography with argo-syncer played by the test: beforeInstall is delivered on
+// InstallGated, while the Application does not exist, its outcome names the intent and its
+// stream sequence, and afterInstall is delivered after the Application was created, on Created
+// only. A later intent for the existing Application (an update: argo-syncer does not gate it)
+// calls neither hook.
 func TestChoreographyBeforeAndAfterInstall(t *testing.T) {
 	h := newHarness(t)
 	svc := startService(t, h.env())
@@ -308,7 +324,7 @@ func TestChoreographyBeforeAndAfterInstall(t *testing.T) {
 		BeforeInstall: &events.Trigger{Endpoint: before.URL()},
 		AfterInstall:  &events.Trigger{Endpoint: after.URL(), TimeoutSeconds: 15},
 	})
-	seq := h.publish(in)
+	_, seq, _ := h.gated(in)
 	got, ok := h.waitOutcome(events.PhaseBeforeInstall, in.ID()).(*events.TriggerDelivered)
 	if !ok {
 		t.Fatalf("beforeInstall outcome is not TriggerDelivered")
@@ -363,7 +379,6 @@ func TestChoreographyBeforeAndAfterInstall(t *testing.T) {
 		`enforcement_trigger_dispatcher_attempts_total{phase="beforeInstall",result="success"} 1`,
 		`enforcement_trigger_dispatcher_attempts_total{phase="afterInstall",result="success"} 1`,
 		`enforcement_trigger_dispatcher_deliveries_total{outcome="delivered",phase="beforeInstall"} 1`,
-		`enforcement_trigger_dispatcher_deliveries_total{outcome="skipped_update",phase="beforeInstall"} 1`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
@@ -388,7 +403,7 @@ func TestEveryAttemptIsAnEvent(t *testing.T) {
 	rc := newReceiver(t, status(http.StatusServiceUnavailable), status(http.StatusBadGateway), status(http.StatusNoContent))
 	endpoint := rc.URL() + "/hooks/before?token=s3cr3t-t0ken"
 	in := h.intent("attempts", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: endpoint, SigningSecret: "webhook-key"}})
-	seq := h.publish(in)
+	_, seq, gateSeq := h.gated(in)
 	out, ok := h.waitOutcome(events.PhaseBeforeInstall, in.ID()).(*events.TriggerDelivered)
 	if !ok || out.Attempts != 3 {
 		t.Fatalf("outcome = %+v, want TriggerDelivered after 3 attempts", out)
@@ -413,7 +428,7 @@ func TestEveryAttemptIsAnEvent(t *testing.T) {
 		status int
 		retry  bool
 	}{{resultServerError, 503, true}, {resultServerError, 502, true}, {resultSuccess, 204, false}}
-	series := fmt.Sprintf("event-%d-1", seq)
+	series := fmt.Sprintf("event-%d-1", gateSeq)
 	for i, a := range atts {
 		w := want[i]
 		if a.Attempt != i+1 || a.Result != w.result || a.StatusCode != w.status || a.WillRetry != w.retry || a.Error != "" {
@@ -436,7 +451,7 @@ func TestEveryAttemptIsAnEvent(t *testing.T) {
 
 	// An attempt without a response names its error class and the error.
 	meta := h.intent("attempts-refused", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: "http://169.254.169.254/latest/meta-data/"}})
-	h.publish(meta)
+	h.gated(meta)
 	failed, ok := h.waitOutcome(events.PhaseBeforeInstall, meta.ID()).(*events.TriggerFailed)
 	if !ok {
 		t.Fatal("refused delivery did not fail")
@@ -459,85 +474,42 @@ func TestEveryAttemptIsAnEvent(t *testing.T) {
 	}
 }
 
-// An install intent that arrives while its Application is still being deleted (a Cascade
-// uninstall waiting for Argo CD's resources finalizer) is a creation, not an update: argo-syncer
-// waits until the Application is gone and then for the beforeInstall outcome, so the dispatcher
-// must deliver beforeInstall, and afterInstall once the new Application is created.
-func TestBeforeInstallWhileApplicationIsBeingDeleted(t *testing.T) {
+// The dispatcher never decides whether an install waits for beforeInstall: argo-syncer does.
+// An install intent alone calls no beforeInstall, although no Application exists, and
+// InstallGated calls it although an Application of that name exists (argo-syncer gates a
+// reinstall once a Cascade uninstall's Application is gone, which a stale read could miss).
+// The dispatcher has no Application client at all.
+func TestBeforeInstallOnInstallGatedOnly(t *testing.T) {
 	h := newHarness(t)
 	svc := startService(t, h.env())
-	ctx := context.Background()
-	// No Argo CD controller runs here, so the finalizer keeps the Application terminating.
-	h.createApplication("terminating", "resources-finalizer.argocd.argoproj.io")
-	app, err := h.application("terminating")
-	if err != nil || app == nil {
-		t.Fatalf("read Application: %v", err)
-	}
-	if err := h.kube.Client.Delete(ctx, app); err != nil {
-		t.Fatal(err)
-	}
-	if app, err = h.application("terminating"); err != nil || app == nil || app.GetDeletionTimestamp() == nil {
-		t.Fatalf("Application after delete = %v (%v), want it terminating", app, err)
-	}
-
-	var mu sync.Mutex
-	var saw []string
-	before := newReceiver(t)
-	before.onCall = func(*http.Request, []byte) {
-		a, err := h.application("terminating")
-		state := "gone"
-		switch {
-		case err != nil:
-			state = err.Error()
-		case a != nil && a.GetDeletionTimestamp() != nil:
-			state = "terminating"
-		case a != nil:
-			state = "exists"
-		}
-		mu.Lock()
-		saw = append(saw, state)
-		mu.Unlock()
-	}
-	after, afterSaw := h.appCheckingReceiver("terminating")
-	in := h.intent("terminating", "h1", &events.Triggers{
+	before, beforeSaw := h.appCheckingReceiver("gated-only")
+	after, afterSaw := h.appCheckingReceiver("gated-only")
+	in := h.intent("gated-only", "h1", &events.Triggers{
 		BeforeInstall: &events.Trigger{Endpoint: before.URL()}, AfterInstall: &events.Trigger{Endpoint: after.URL()},
 	})
-	h.publish(in)
+	seq := h.publish(in)
+	h.caughtUp()
+	if n := len(before.Calls()); n != 0 {
+		t.Fatalf("beforeInstall called %d times on an intent argo-syncer did not gate", n)
+	}
+	h.createApplication("gated-only")
+	h.publish(h.gate(in, seq))
 	if _, ok := h.waitOutcome(events.PhaseBeforeInstall, in.ID()).(*events.TriggerDelivered); !ok {
 		t.Fatal("beforeInstall outcome is not TriggerDelivered")
 	}
-	mu.Lock()
-	if len(saw) != 1 || saw[0] != "terminating" {
-		t.Errorf("beforeInstall receiver saw the Application %v, want one call while it was being deleted", saw)
+	if s := beforeSaw(); len(s) != 1 || !s[0] {
+		t.Errorf("beforeInstall calls saw Application existing = %v, want one call on InstallGated alone", s)
 	}
-	mu.Unlock()
-
-	// argo-syncer: the deletion finishes, then it creates the Application and reports it.
-	app, err = h.application("terminating")
-	if err != nil || app == nil {
-		t.Fatalf("read Application: %v", err)
-	}
-	app.SetFinalizers(nil)
-	if err := h.kube.Client.Update(ctx, app); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, func() error {
-		if a, err := h.application("terminating"); err != nil || a != nil {
-			return fmt.Errorf("Application still there (%v)", err)
-		}
-		return nil
-	})
-	h.createApplication("terminating")
-	h.publish(&events.InstallSucceeded{IntentID: in.ID(), Rule: in.Rule, Cluster: "terminating", Enforcement: "logging",
-		Application: events.ApplicationName("terminating", "logging"), Created: true, SpecHash: "h1"})
+	h.publish(&events.InstallSucceeded{IntentID: in.ID(), Rule: in.Rule, Cluster: "gated-only", Enforcement: "logging",
+		Application: events.ApplicationName("gated-only", "logging"), Created: true, SpecHash: "h1"})
 	if _, ok := h.waitOutcome(events.PhaseAfterInstall, in.ID()).(*events.TriggerDelivered); !ok {
 		t.Fatal("afterInstall outcome is not TriggerDelivered")
 	}
 	if s := afterSaw(); len(s) != 1 || !s[0] {
-		t.Errorf("afterInstall receiver saw Application existing = %v, want one call while it existed", s)
+		t.Errorf("afterInstall calls saw Application existing = %v, want one call", s)
 	}
 	if m := scrape(t, svc.metrics); strings.Contains(m, `outcome="skipped_update"`) {
-		t.Error("the install over a terminating Application was counted as a skipped update")
+		t.Error("the dispatcher still judges updates itself")
 	}
 }
 
@@ -572,7 +544,7 @@ func scrape(t testing.TB, addr string) string {
 	return string(b)
 }
 
-// A redelivered intent or InstallSucceeded whose delivery is final calls no webhook again, and
+// A redelivered intent, InstallGated or InstallSucceeded whose delivery is final calls no webhook again, and
 // the outcome event is not stored twice.
 func TestRedeliveryDoesNotRepeatAFinishedDelivery(t *testing.T) {
 	h := newHarness(t)
@@ -581,7 +553,7 @@ func TestRedeliveryDoesNotRepeatAFinishedDelivery(t *testing.T) {
 	in := h.intent("redeliver", "h1", &events.Triggers{
 		BeforeInstall: &events.Trigger{Endpoint: before.URL()}, AfterInstall: &events.Trigger{Endpoint: after.URL()},
 	})
-	h.publish(in)
+	g, _, _ := h.gated(in)
 	h.waitOutcome(events.PhaseBeforeInstall, in.ID())
 	h.createApplication("redeliver")
 	done := &events.InstallSucceeded{IntentID: in.ID(), Rule: in.Rule, Cluster: "redeliver", Enforcement: "logging", Created: true, SpecHash: "h1"}
@@ -589,6 +561,7 @@ func TestRedeliveryDoesNotRepeatAFinishedDelivery(t *testing.T) {
 	h.waitOutcome(events.PhaseAfterInstall, in.ID())
 
 	h.redeliver(in)
+	h.redeliver(g)
 	h.redeliver(done)
 	h.caughtUp()
 	if b, a := len(before.Calls()), len(after.Calls()); b != 1 || a != 1 {
@@ -634,7 +607,7 @@ func TestRestartDuringRetryRepeatsWithSameID(t *testing.T) {
 	})
 	first := startService(t, h.env("TRIGGER_BACKOFF_BASE", "1m", "TRIGGER_BACKOFF_MAX", "1m"))
 	in := h.intent("restart", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: before.URL(), FailurePolicy: "Fail"}})
-	h.publish(in)
+	_, _, gateSeq := h.gated(in)
 	for len(before.Calls()) == 0 {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -668,8 +641,8 @@ func TestRestartDuringRetryRepeatsWithSameID(t *testing.T) {
 		t.Fatalf("%d attempt events for %d calls", len(atts), len(calls))
 	}
 	initial, last := atts[0], atts[len(atts)-1]
-	if initial.Result != resultServerError || initial.StatusCode != 503 || !initial.WillRetry || initial.Series != fmt.Sprintf("event-%d-1", out.IntentSequence) {
-		t.Errorf("first attempt = %+v, want a 503 to retry in series event-%d-1", initial.TriggerAttempted, out.IntentSequence)
+	if initial.Result != resultServerError || initial.StatusCode != 503 || !initial.WillRetry || initial.Series != fmt.Sprintf("event-%d-1", gateSeq) {
+		t.Errorf("first attempt = %+v, want a 503 to retry in series event-%d-1", initial.TriggerAttempted, gateSeq)
 	}
 	if last.Result != resultSuccess || last.WillRetry || last.Series == initial.Series || last.Attempt != out.Attempts {
 		t.Errorf("last attempt = %+v, want the success of a new series numbered as the outcome's %d attempts", last.TriggerAttempted, out.Attempts)
@@ -732,14 +705,14 @@ func TestFailurePolicies(t *testing.T) {
 	startService(t, h.env("TRIGGER_BLOCKED_RETRY_INTERVAL", "200ms"))
 
 	ignore := h.intent("ignore", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL()}})
-	h.publish(ignore)
+	h.gated(ignore)
 	f, ok := h.waitOutcome(events.PhaseBeforeInstall, ignore.ID()).(*events.TriggerFailed)
 	if !ok || f.FailurePolicy != "Ignore" || f.StatusCode != 400 || f.Attempts != 1 || !strings.Contains(f.Message, "client_error") {
 		t.Fatalf("Ignore outcome = %+v, want TriggerFailed Ignore 400 after 1 attempt", f)
 	}
 
 	fail := h.intent("fail", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL(), FailurePolicy: "Fail"}})
-	h.publish(fail)
+	_, _, failGateSeq := h.gated(fail)
 	ff, ok := h.waitOutcome(events.PhaseBeforeInstall, fail.ID()).(*events.TriggerFailed)
 	if !ok || ff.FailurePolicy != "Fail" {
 		t.Fatalf("Fail outcome = %+v, want TriggerFailed with Fail", ff)
@@ -770,7 +743,7 @@ func TestFailurePolicies(t *testing.T) {
 	// Every retry of the blocked delivery is an attempt event of its own series, numbered on from
 	// the first attempt; the last one is the success the outcome reports.
 	atts := h.attempts(ff.DeliveryID)
-	if len(atts) < 3 || atts[0].Series != fmt.Sprintf("event-%d-1", ff.IntentSequence) || atts[0].Result != resultClientError || atts[0].WillRetry {
+	if len(atts) < 3 || atts[0].Series != fmt.Sprintf("event-%d-1", failGateSeq) || atts[0].Result != resultClientError || atts[0].WillRetry {
 		t.Fatalf("attempts of the blocked delivery = %+v, want the first 400 and at least two retries", atts)
 	}
 	series := map[string]bool{}
@@ -826,7 +799,7 @@ func TestSignedDelivery(t *testing.T) {
 	startService(t, h.env())
 	rc := newReceiver(t)
 	in := h.intent("signed", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL(), SigningSecret: "webhook-key"}})
-	h.publish(in)
+	h.gated(in)
 	if _, ok := h.waitOutcome(events.PhaseBeforeInstall, in.ID()).(*events.TriggerDelivered); !ok {
 		t.Fatal("signed delivery not delivered")
 	}
@@ -839,7 +812,7 @@ func TestSignedDelivery(t *testing.T) {
 	}
 
 	missing := h.intent("unsigned", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL(), SigningSecret: "no-such-secret"}})
-	h.publish(missing)
+	h.gated(missing)
 	f, ok := h.waitOutcome(events.PhaseBeforeInstall, missing.ID()).(*events.TriggerFailed)
 	if !ok || !strings.Contains(f.Message, "not found") {
 		t.Fatalf("outcome with a missing Secret = %+v, want TriggerFailed naming it", f)
@@ -856,7 +829,7 @@ func TestTimeoutDefaultAndRefusedTarget(t *testing.T) {
 	startService(t, h.env("TRIGGER_DEFAULT_TIMEOUT", "200ms", "TRIGGER_MAX_ATTEMPTS", "2"))
 	slow := newReceiver(t, sleepFor(2*time.Second))
 	in := h.intent("slow", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: slow.URL()}})
-	h.publish(in)
+	h.gated(in)
 	f, ok := h.waitOutcome(events.PhaseBeforeInstall, in.ID()).(*events.TriggerFailed)
 	if !ok || f.Attempts != 2 || !strings.Contains(f.Message, "no answer within 200ms") {
 		t.Fatalf("outcome = %+v, want TriggerFailed after 2 timed-out attempts of 200ms", f)
@@ -865,13 +838,13 @@ func TestTimeoutDefaultAndRefusedTarget(t *testing.T) {
 	// The trigger's own timeout wins over the default: 1 s lets a 500 ms receiver answer.
 	patient := newReceiver(t, sleepFor(500*time.Millisecond))
 	own := h.intent("patient", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: patient.URL(), TimeoutSeconds: 1}})
-	h.publish(own)
+	h.gated(own)
 	if d, ok := h.waitOutcome(events.PhaseBeforeInstall, own.ID()).(*events.TriggerDelivered); !ok || d.Attempts != 1 {
 		t.Fatalf("outcome with timeout 1s = %+v, want TriggerDelivered after 1 attempt", d)
 	}
 
 	meta := h.intent("metadata", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: "http://169.254.169.254/latest/meta-data/"}})
-	h.publish(meta)
+	h.gated(meta)
 	r, ok := h.waitOutcome(events.PhaseBeforeInstall, meta.ID()).(*events.TriggerFailed)
 	if !ok || r.Attempts != 1 || !strings.Contains(r.Message, "refused") {
 		t.Fatalf("outcome = %+v, want TriggerFailed refused after 1 attempt", r)
@@ -879,13 +852,13 @@ func TestTimeoutDefaultAndRefusedTarget(t *testing.T) {
 }
 
 // A dispatcher that died after recording a delivery but before publishing its outcome leaves a
-// final record and an unacknowledged intent: the next instance publishes the recorded outcome
-// (with the intent's sequence) and does not call the webhook again.
+// final record and an unacknowledged InstallGated: the next instance publishes the recorded
+// outcome (with the intent's sequence) and does not call the webhook again.
 func TestCrashBetweenRecordAndPublish(t *testing.T) {
 	h := newHarness(t)
 	rc := newReceiver(t)
 	in := h.intent("crashed", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL()}})
-	seq := h.publish(in)
+	_, seq, _ := h.gated(in)
 	r, err := newRecord(in, in.ID(), seq, events.PhaseBeforeInstall, *in.Triggers.BeforeInstall)
 	if err != nil {
 		t.Fatal(err)
@@ -910,9 +883,9 @@ func TestCrashBetweenRecordAndPublish(t *testing.T) {
 }
 
 // argo-syncer's side through its real durable consumer: it crashes after receiving the intent
-// and TriggerDelivered (nothing acknowledged), gets both again after its restart, reads the
-// intent back from the stream by the outcome's intentSequence, creates the Application and
-// reports it. Nothing is skipped and beforeInstall is not called again.
+// and TriggerDelivered (nothing acknowledged), gets both again after its restart, creates the
+// Application of the intent it holds and reports it. Nothing is skipped and beforeInstall is
+// not called again.
 func TestSyncerRestartBetweenHookAndInstall(t *testing.T) {
 	h := newHarness(t)
 	startService(t, h.env())
@@ -920,7 +893,7 @@ func TestSyncerRestartBetweenHookAndInstall(t *testing.T) {
 	in := h.intent("syncer", "h1", &events.Triggers{
 		BeforeInstall: &events.Trigger{Endpoint: before.URL()}, AfterInstall: &events.Trigger{Endpoint: after.URL()},
 	})
-	h.publish(in)
+	h.gated(in)
 	h.waitOutcome(events.PhaseBeforeInstall, in.ID())
 
 	ctx := context.Background()
@@ -938,8 +911,8 @@ func TestSyncerRestartBetweenHookAndInstall(t *testing.T) {
 		for m := range batch.Messages() {
 			msgs = append(msgs, m)
 		}
-		// The intent, then TriggerDelivered, whatever the order of redelivery; the attempt
-		// events are not on the syncer's filter.
+		// The intent, then TriggerDelivered, whatever the order of redelivery; InstallGated (its
+		// own) and the attempt events are not on the syncer's filter.
 		rank := func(m jetstream.Msg) int {
 			if strings.HasPrefix(m.Subject(), "enforcement.intent.") {
 				return 0
@@ -964,17 +937,9 @@ func TestSyncerRestartBetweenHookAndInstall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("second message is not TriggerDelivered: %v", err)
 	}
-	stored, err := h.js.Stream(ctx, events.StreamName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := stored.GetMsg(ctx, outcome.IntentSequence)
-	if err != nil {
-		t.Fatalf("read the intent back by sequence %d: %v", outcome.IntentSequence, err)
-	}
-	intent, meta, err := events.DecodeAs[*events.InstallIntent](raw.Subject, raw.Header, raw.Data)
+	intent, meta, err := events.DecodeAs[*events.InstallIntent](msgs[0].Subject(), msgs[0].Headers(), msgs[0].Data())
 	if err != nil || meta.ID != outcome.IntentID {
-		t.Fatalf("message %d is %v (id %q), want the intent %q", outcome.IntentSequence, err, meta.ID, outcome.IntentID)
+		t.Fatalf("first message is %v (id %q), want the intent %q", err, meta.ID, outcome.IntentID)
 	}
 	h.createApplication(intent.Cluster.Name)
 	h.publish(&events.InstallSucceeded{IntentID: meta.ID, Rule: intent.Rule, Cluster: intent.Cluster.Name,
@@ -991,8 +956,8 @@ func TestSyncerRestartBetweenHookAndInstall(t *testing.T) {
 	}
 }
 
-// A blocked beforeInstall (Fail) is not released once a newer intent for the same Application
-// arrived: releasing it would make argo-syncer install the outdated spec.
+// A blocked beforeInstall (Fail) is not retried once a newer intent for the same Application
+// arrived: argo-syncer no longer waits for it, so calling the webhook again would be useless.
 func TestBlockedDeliverySupersededByNewerIntent(t *testing.T) {
 	h := newHarness(t)
 	var reject atomic.Bool
@@ -1006,7 +971,7 @@ func TestBlockedDeliverySupersededByNewerIntent(t *testing.T) {
 	})
 	startService(t, h.env("TRIGGER_BLOCKED_RETRY_INTERVAL", "100ms", "TRIGGER_MAX_ATTEMPTS", "1"))
 	old := h.intent("superseded", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL(), FailurePolicy: "Fail"}})
-	h.publish(old)
+	h.gated(old)
 	failed, ok := h.waitOutcome(events.PhaseBeforeInstall, old.ID()).(*events.TriggerFailed)
 	if !ok {
 		t.Fatal("first outcome is not TriggerFailed")
@@ -1052,7 +1017,7 @@ func TestNATSRestart(t *testing.T) {
 	svc := startService(t, h.env())
 	rc := newReceiver(t)
 	first := h.intent("nats-a", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL()}})
-	h.publish(first)
+	h.gated(first)
 	h.waitOutcome(events.PhaseBeforeInstall, first.ID())
 
 	h.nats.Restart(t)
@@ -1060,6 +1025,7 @@ func TestNATSRestart(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	for { // the test's own connection reconnects too
 		if _, err := h.pub.Publish(context.Background(), second); err == nil {
+			h.publish(h.gate(second, 0))
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("publish after the NATS restart: %v", err)

@@ -1,10 +1,10 @@
 // Command trigger-dispatcher delivers a ClusterRule's beforeInstall and afterInstall webhooks.
 //
-// It consumes install intents and install outcomes from the ENFORCEMENT stream (durable consumer
-// "trigger-dispatcher"), calls the rule's webhooks at the original operator's moments (before an
-// Application is created, after it was created; never on updates), and publishes every final
-// outcome as a trigger delivered / trigger failed event, which argo-syncer waits for before it
-// creates an Application whose rule has a beforeInstall trigger. Delivery records in the
+// It consumes install intents, gated installs and install outcomes from the ENFORCEMENT stream
+// (durable consumer "trigger-dispatcher"), calls the rule's webhooks at the original operator's
+// moments (before an Application is created, after it was created; never on updates), and
+// publishes every final outcome as a trigger delivered / trigger failed event, which argo-syncer
+// waits for before it creates an Application whose rule has a beforeInstall trigger. Delivery records in the
 // enforcement-triggers KV bucket make a finished delivery final across redeliveries and restarts.
 // The README tells the whole choreography.
 package main
@@ -24,7 +24,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
@@ -41,8 +40,7 @@ const shutdownTimeout = 30 * time.Second
 // natsDrainTimeout bounds the drain of the NATS connection at shutdown.
 const natsDrainTimeout = 5 * time.Second
 
-// kubeQPS and kubeBurst bound the dispatcher's Kubernetes API requests (Application reads and
-// signing Secret reads).
+// kubeQPS and kubeBurst bound the dispatcher's Kubernetes API requests (signing Secret reads).
 const (
 	kubeQPS   = 100
 	kubeBurst = 200
@@ -74,16 +72,12 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	// client-go's default of 5 requests per second (burst 10) would cap beforeInstall at five
-	// deliveries per second, since each one reads its Application first.
+	// client-go's default of 5 requests per second (burst 10) would cap signed deliveries at five
+	// per second, since each one reads its signing Secret.
 	kubeCfg.QPS, kubeCfg.Burst = kubeQPS, kubeBurst
 	kubeCheck, err := service.KubeReachable(kubeCfg)
 	if err != nil {
 		return err
-	}
-	dyn, err := dynamic.NewForConfig(kubeCfg)
-	if err != nil {
-		return fmt.Errorf("kubernetes dynamic client: %w", err)
 	}
 	cs, err := kubernetes.NewForConfig(kubeCfg)
 	if err != nil {
@@ -157,7 +151,6 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 	d := newDispatcher(cfg, dispatcherDeps{
 		records:   &recordStore{kv: kv},
 		publisher: events.NewPublisher(js, "/enforcement/"+serviceName),
-		apps:      dyn.Resource(applicationsGVR).Namespace(cfg.ArgoCDNamespace),
 		secrets:   cs.CoreV1(),
 		metrics:   metrics,
 		logger:    logger,
@@ -181,8 +174,7 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 		return fail(err)
 	}
 	bound.Store(true)
-	logger.Info("Started trigger dispatcher", "metrics", metricsSrv.Addr, "health", healthSrv.Addr,
-		"argocdNamespace", cfg.ArgoCDNamespace)
+	logger.Info("Started trigger dispatcher", "metrics", metricsSrv.Addr, "health", healthSrv.Addr)
 
 	blockedDone := make(chan struct{})
 	go func() {

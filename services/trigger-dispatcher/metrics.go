@@ -33,7 +33,6 @@ const (
 const (
 	outcomeDelivered = "delivered"
 	outcomeFailed    = "failed"
-	outcomeSkipped   = "skipped_update" // beforeInstall not sent: the Application already exists
 )
 
 // newMetrics registers the dispatcher's metrics on reg (a non-global registry; registering twice
@@ -51,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"phase"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "enforcement_trigger_dispatcher_deliveries_total",
-			Help: "Final delivery outcomes, by phase and outcome (delivered, failed, skipped_update).",
+			Help: "Final delivery outcomes, by phase and outcome (delivered, failed).",
 		}, []string{"phase", "outcome"}),
 		blocked: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "enforcement_trigger_dispatcher_blocked_deliveries",
@@ -72,7 +71,7 @@ func (m *metrics) attempt(phase, result string, d time.Duration) {
 	m.attemptDur.WithLabelValues(phase).Observe(d.Seconds())
 }
 
-// delivery counts one final outcome (or a beforeInstall skipped because of an update).
+// delivery counts one final outcome.
 func (m *metrics) delivery(phase, outcome string) {
 	if m == nil {
 		return

@@ -24,7 +24,7 @@ const (
 	// a beforeInstall failure is retried by the blocked-delivery loop until it is delivered.
 	stateFailed = "Failed"
 	// stateSuperseded: a blocked beforeInstall whose install a newer intent for the same
-	// Application replaced. Final: releasing it would install an outdated spec.
+	// Application replaced. Final: argo-syncer no longer waits for it, so it is not retried.
 	stateSuperseded = "Superseded"
 )
 

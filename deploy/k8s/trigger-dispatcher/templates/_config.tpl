@@ -1,7 +1,6 @@
 {{/* The dispatcher's own environment variables (services/trigger-dispatcher/config.go). */}}
 {{- define "trigger-dispatcher.env" -}}
 {{- include "trigger-dispatcher.envFromDict" (dict
-  "ARGOCD_NAMESPACE" .Values.config.argocdNamespace
   "TRIGGER_DEFAULT_TIMEOUT" .Values.config.defaultTimeout
   "TRIGGER_MAX_ATTEMPTS" .Values.config.maxAttempts
   "TRIGGER_BACKOFF_BASE" .Values.config.backoffBase
@@ -12,9 +11,6 @@
   "CONSUMER_BACKOFF_BASE" .Values.config.consumerBackoffBase) }}
 {{- end }}
 
-{{/* Refuses values the dispatcher cannot run with. */}}
+{{/* Refuses values the dispatcher cannot run with (none of its values can be wrong today). */}}
 {{- define "trigger-dispatcher.validate" -}}
-{{- if not .Values.config.argocdNamespace }}
-{{- fail "config.argocdNamespace: must not be empty" }}
-{{- end }}
 {{- end }}
