@@ -19,7 +19,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -122,22 +121,24 @@ func TestCompose(t *testing.T) {
 		{"services ready", p.servicesReady},
 		{"Applications created", p.applications},
 	}
-	for _, m := range milestones {
-		var last error
-		for {
-			if last = m.check(ctx); last == nil {
-				p.reached[m.name] = since(start)
-				t.Logf("%-22s after %s", m.name, p.reached[m.name])
-				break
-			}
-			select {
-			case <-ctx.Done():
-				p.dumpLogs()
-				t.Fatalf("%s: not after %s: %v", m.name, composeBudget, last)
-			case <-time.After(500 * time.Millisecond):
-			}
+	deadline, _ := ctx.Deadline()
+	failed := true // until every milestone is reached: then the logs are left out
+	t.Cleanup(func() {
+		if failed {
+			p.dumpLogs()
 		}
+	})
+	for _, m := range milestones {
+		testenv.Eventually(t, time.Until(deadline), func() error {
+			if err := m.check(ctx); err != nil {
+				return fmt.Errorf("%s (budget %s): %w", m.name, composeBudget, err)
+			}
+			return nil
+		})
+		p.reached[m.name] = since(start)
+		t.Logf("%-22s after %s", m.name, p.reached[m.name])
 	}
+	failed = false
 
 	tornDown = true
 	downStart := time.Now()
@@ -287,13 +288,10 @@ func (p *composeProbe) dumpLogs() {
 	p.t.Logf("docker-compose logs (last 40 lines each):\n%s", out)
 }
 
+// freePort is the port of testenv.FreeAddr, for the compose file's published ports.
 func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	_, port, _ := net.SplitHostPort(testenv.FreeAddr(t))
+	return port
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }

@@ -116,11 +116,7 @@ func runLocal(ctx context.Context, getenv func(string) string, stdout, stderr io
 		return fmt.Errorf("connect to NATS: %w", err)
 	}
 	defer nc.Close()
-	sub, err := nc.Subscribe(events.SubjectRoot+".>", func(m *nats.Msg) {
-		if line := narrate(m); line != "" {
-			say("%s", line)
-		}
-	})
+	sub, err := subscribeNarration(nc, say)
 	if err != nil {
 		return err
 	}
@@ -288,6 +284,19 @@ func valueOr(v, def string) string {
 		return v
 	}
 	return def
+}
+
+// subscribeNarration says narrate's line for every event published on nc from now on.
+func subscribeNarration(nc *nats.Conn, say func(string, ...any)) (*nats.Subscription, error) {
+	sub, err := nc.Subscribe(events.SubjectRoot+".>", func(m *nats.Msg) {
+		if line := narrate(m); line != "" {
+			say("%s", line)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to %s.>: %w", events.SubjectRoot, err)
+	}
+	return sub, nil
 }
 
 // narrate turns one event into a line a person can follow; "" for events not worth a line.

@@ -1,14 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,24 +20,6 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
-// syncBuffer is a bytes.Buffer safe for the writer goroutine and the polling test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestLocalRunProducesTheDemoApplications runs the README's run command as a new user would
 // (no NATS_URL, no KUBECONFIG): it must build and start everything, narrate, produce the demo's
 // Applications with their rendered parameters, and stop cleanly on cancel (Ctrl-C).
@@ -48,7 +29,7 @@ func TestLocalRunProducesTheDemoApplications(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	errc := make(chan error, 1)
 	noEnv := func(string) string { return "" } // a fresh shell: no NATS_URL, no KUBECONFIG
 	root, err := testenv.RepoRoot()
@@ -68,26 +49,23 @@ func TestLocalRunProducesTheDemoApplications(t *testing.T) {
 	}()
 
 	want := []string{"demo-eu-1-guestbook", "demo-eu-1-helm-guestbook", "demo-us-1-guestbook", "demo-us-1-helm-guestbook"}
-	deadline := time.Now().Add(6 * time.Minute)
-	for {
-		created := regexp.MustCompile(`Created Application argocd/(\S+)`).FindAllStringSubmatch(out.String(), -1)
+	created := regexp.MustCompile(`Created Application argocd/(\S+)`)
+	testenv.Eventually(t, 6*time.Minute, func() error {
+		select {
+		case err := <-errc:
+			t.Fatalf("local mode ended early: %v", err)
+		default:
+		}
 		var got []string
-		for _, m := range created {
+		for _, m := range created.FindAllStringSubmatch(out.String(), -1) {
 			got = append(got, m[1])
 		}
 		sort.Strings(got)
-		if strings.Join(got, ",") == strings.Join(want, ",") && strings.Contains(out.String(), "All services ready") {
-			break
+		if strings.Join(got, ",") != strings.Join(want, ",") || !strings.Contains(out.String(), "All services ready") {
+			return fmt.Errorf("created %v, want %v, and all services ready", got, want)
 		}
-		select {
-		case err := <-errc:
-			t.Fatalf("local mode ended early: %v\n%s", err, out.String())
-		case <-time.After(500 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("created %v, want %v; output:\n%s", got, want, out.String())
-		}
-	}
+		return nil
+	})
 	const stackTrace = "log.SetLogger(...) was never called"
 	if strings.Contains(out.String(), stackTrace) || strings.Contains(processStderr.String(), stackTrace) {
 		t.Errorf("controller-runtime printed its stack trace:\n%s", processStderr.String())
@@ -148,7 +126,7 @@ func TestLocalRunProducesTheDemoApplications(t *testing.T) {
 
 // captureStderr points os.Stderr at a pipe for the rest of the test, copying what arrives to the
 // real stderr and into the returned buffer, for output that bypasses the writers run is given.
-func captureStderr(t *testing.T) *syncBuffer {
+func captureStderr(t *testing.T) *testenv.SyncBuffer {
 	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -156,7 +134,7 @@ func captureStderr(t *testing.T) *syncBuffer {
 	}
 	orig := os.Stderr
 	os.Stderr = w
-	var captured syncBuffer
+	var captured testenv.SyncBuffer
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -45,11 +45,7 @@ func runWatch(ctx context.Context, getenv func(string) string, stdout io.Writer)
 	} else {
 		say("Waiting for NATS at %s", url)
 	}
-	sub, err := nc.Subscribe(events.SubjectRoot+".>", func(m *nats.Msg) {
-		if line := narrate(m); line != "" {
-			say("%s", line)
-		}
-	})
+	sub, err := subscribeNarration(nc, say)
 	if err != nil {
 		return err
 	}
