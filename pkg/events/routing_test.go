@@ -26,7 +26,7 @@ func TestConsumerFiltersDeriveFromTheCatalog(t *testing.T) {
 			"enforcement.intent.install.>", "enforcement.intent.uninstall.>",
 			"enforcement.trigger.delivered.>", "enforcement.trigger.failed.>",
 		},
-		ConsumerTriggerDispatcher: {"enforcement.intent.install.>", "enforcement.install.succeeded.>"},
+		ConsumerTriggerDispatcher: {"enforcement.intent.install.>", "enforcement.install.succeeded.>", "enforcement.install.gated.>"},
 	}
 	topo := DefaultTopology(TopologyOptions{})
 	if len(topo.Consumers) != len(want) {
@@ -48,10 +48,12 @@ func TestConsumerFiltersDeriveFromTheCatalog(t *testing.T) {
 // receives the per-attempt trigger events.
 func TestDerivedFiltersSelectWhatTheHandWrittenOnesDid(t *testing.T) {
 	handWritten := map[string][]string{
-		ConsumerRuleEngine: {"enforcement.cluster.>", "enforcement.source.>", "enforcement.install.>",
-			"enforcement.uninstall.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>"},
+		// install.gated (argo-syncer to trigger-dispatcher) came after the hand-written filters,
+		// which gave rule-engine all of enforcement.install.>; it has no use for it.
+		ConsumerRuleEngine: {"enforcement.cluster.>", "enforcement.source.>", "enforcement.install.succeeded.>",
+			"enforcement.install.failed.>", "enforcement.uninstall.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>"},
 		ConsumerArgoSyncer:        {"enforcement.intent.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>"},
-		ConsumerTriggerDispatcher: {"enforcement.intent.install.>", "enforcement.install.succeeded.>"},
+		ConsumerTriggerDispatcher: {"enforcement.intent.install.>", "enforcement.install.gated.>", "enforcement.install.succeeded.>"},
 		ConsumerClaimWriter:       {"enforcement.compliance.changed.cluster1"},
 	}
 	configs := map[string]jetstream.ConsumerConfig{ConsumerClaimWriter: ClaimWriterConsumer("cluster1", TopologyOptions{})}
@@ -138,7 +140,7 @@ func TestEveryRoutedConsumerIsDeclared(t *testing.T) {
 
 // Every bucket a service opens is declared in the topology, and the topology declares no other.
 func TestTopologyDeclaresEveryBucket(t *testing.T) {
-	opened := []string{BucketInventory, BucketRenderCache, BucketTriggers, BucketRuleEngineState}
+	opened := []string{BucketInventory, BucketRenderCache, BucketTriggers, BucketRuleEngineState, BucketInstallGates}
 	var declared []string
 	for _, b := range DefaultTopology(TopologyOptions{}).Buckets {
 		declared = append(declared, b.Bucket)
@@ -153,7 +155,7 @@ func TestTopologyDeclaresEveryBucket(t *testing.T) {
 func noop[E Event](context.Context, E, Meta) error { return nil }
 
 func TestRouterCheckNamesWhatDiffersFromTheCatalog(t *testing.T) {
-	complete := NewRouter(ConsumerTriggerDispatcher, On(noop[*InstallIntent]), On(noop[*InstallSucceeded]))
+	complete := NewRouter(ConsumerTriggerDispatcher, On(noop[*InstallIntent]), On(noop[*InstallGated]), On(noop[*InstallSucceeded]))
 	if err := complete.Check(); err != nil {
 		t.Fatalf("complete table: %v", err)
 	}
@@ -161,13 +163,13 @@ func TestRouterCheckNamesWhatDiffersFromTheCatalog(t *testing.T) {
 		r    *Router
 		want []string
 	}{
-		"missing handler": {NewRouter(ConsumerTriggerDispatcher, On(noop[*InstallIntent])),
+		"missing handler": {NewRouter(ConsumerTriggerDispatcher, On(noop[*InstallIntent]), On(noop[*InstallGated])),
 			[]string{"consumer trigger-dispatcher receives io.enforcement.install.succeeded.v1 but has no handler for it"}},
-		"handler never called": {NewRouter(ConsumerTriggerDispatcher, On(noop[*InstallIntent]), On(noop[*InstallSucceeded]), On(noop[*TriggerAttempted])),
+		"handler never called": {NewRouter(ConsumerTriggerDispatcher, On(noop[*InstallIntent]), On(noop[*InstallGated]), On(noop[*InstallSucceeded]), On(noop[*TriggerAttempted])),
 			[]string{"consumer trigger-dispatcher has a handler for io.enforcement.trigger.attempted.v1, which the catalog does not route to it"}},
-		"two handlers": {NewRouter(ConsumerTriggerDispatcher, On(noop[*InstallIntent]), On(noop[*InstallIntent]), On(noop[*InstallSucceeded])),
+		"two handlers": {NewRouter(ConsumerTriggerDispatcher, On(noop[*InstallIntent]), On(noop[*InstallIntent]), On(noop[*InstallGated]), On(noop[*InstallSucceeded])),
 			[]string{"consumer trigger-dispatcher has two handlers for io.enforcement.intent.install.v1"}},
-		"not an event type": {NewRouter(ConsumerTriggerDispatcher, On(noop[Event]), On(noop[*InstallIntent]), On(noop[*InstallSucceeded])),
+		"not an event type": {NewRouter(ConsumerTriggerDispatcher, On(noop[Event]), On(noop[*InstallIntent]), On(noop[*InstallGated]), On(noop[*InstallSucceeded])),
 			[]string{"want a pointer to an event type"}},
 		"unknown consumer": {NewRouter("nobody", On(noop[*InstallIntent])),
 			[]string{`consumer "nobody": the catalog routes no event type to it`}},
@@ -192,6 +194,10 @@ func TestRouterHandsEachTypeToItsHandler(t *testing.T) {
 			got = append(got, "intent "+e.SpecHash)
 			return nil
 		}),
+		On(func(_ context.Context, e *InstallGated, _ Meta) error {
+			got = append(got, "gated "+e.Application)
+			return nil
+		}),
 		On(func(_ context.Context, e *InstallSucceeded, _ Meta) error {
 			got = append(got, "succeeded "+e.Application)
 			return nil
@@ -203,7 +209,7 @@ func TestRouterHandsEachTypeToItsHandler(t *testing.T) {
 			t.Errorf("%s: %v", e.Type(), err)
 		}
 	}
-	if want := []string{"intent a1b2c3", "succeeded prod-eu-1-guestbook-1a2b3c4d"}; !slices.Equal(got, want) {
+	if want := []string{"intent a1b2c3", "succeeded prod-eu-1-guestbook-1a2b3c4d", "gated prod-eu-1-guestbook-1a2b3c4d"}; !slices.Equal(got, want) {
 		t.Fatalf("handled %q, want %q", got, want)
 	}
 }
