@@ -18,8 +18,6 @@ var defaultDeniedNetworks = []string{"169.254.0.0/16", "fe80::/10", "fd00:ec2::2
 
 // config is everything the dispatcher reads from its environment, validated at start.
 type config struct {
-	service.Common
-
 	// ArgoCDNamespace is where Applications live (ARGOCD_NAMESPACE, default argocd).
 	ArgoCDNamespace string
 
@@ -51,7 +49,6 @@ type config struct {
 // loadConfig reads and validates the configuration. Errors name the variable.
 func loadConfig(getenv service.Getenv) (config, error) {
 	c := config{
-		Common:          service.LoadCommon(getenv),
 		ArgoCDNamespace: service.String(getenv, "ARGOCD_NAMESPACE", service.DefaultArgoCDNamespace),
 	}
 	var err error
