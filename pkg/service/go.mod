@@ -72,7 +72,7 @@ require (
 
 require (
 	github.com/enforcement-io/enforcement/pkg/events v0.0.0
-	github.com/enforcement-io/enforcement/pkg/testenv v0.0.0
+	github.com/enforcement-io/enforcement/pkg/testenv v0.0.0-00010101000000-000000000000
 )
 
 replace (

@@ -81,7 +81,7 @@ type Service struct {
 	onStop          []func()
 	workers         sync.WaitGroup
 	running         map[string]int // workers not returned yet, by name
-	failure         error // the first worker error; it ended the service
+	failure         error          // the first worker error; it ended the service
 	stopOnce        sync.Once
 	stopErr         error
 }

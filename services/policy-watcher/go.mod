@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/enforcement-io/enforcement/pkg/events v0.0.0
 	github.com/enforcement-io/enforcement/pkg/service v0.0.0
-	github.com/enforcement-io/enforcement/pkg/testenv v0.0.0
+	github.com/enforcement-io/enforcement/pkg/testenv v0.0.0-00010101000000-000000000000
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.20.5
 	k8s.io/api v0.31.14

@@ -12,7 +12,7 @@ require (
 	github.com/enforcement-io/enforcement/pkg/api v0.0.0
 	github.com/enforcement-io/enforcement/pkg/events v0.0.0
 	github.com/enforcement-io/enforcement/pkg/service v0.0.0
-	github.com/enforcement-io/enforcement/pkg/testenv v0.0.0
+	github.com/enforcement-io/enforcement/pkg/testenv v0.0.0-00010101000000-000000000000
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.20.5
 	google.golang.org/api v0.210.0
