@@ -192,6 +192,9 @@ func TestStopFinishesInFlightWorkAndFlushesItsAck(t *testing.T) {
 	if i, j := strings.Index(out, `"msg":"Stopping"`), strings.Index(out, `"msg":"Stopped"`); i < 0 || j < i {
 		t.Errorf("logs lack Stopping then Stopped:\n%s", out)
 	}
+	if strings.Contains(out, "Disconnected from NATS") {
+		t.Errorf("the stop's own drain is logged as a disconnect:\n%s", out)
+	}
 	if _, err := http.Get("http://" + svc.HealthAddr() + "/healthz"); err == nil {
 		t.Error("health server still answers after Wait")
 	}
