@@ -325,7 +325,7 @@ func TestSingleReplicaServices(t *testing.T) {
 // every service. The reverse (a variable the service reads but the chart has no value for) is
 // only logged: extraEnv covers it, and services add variables while the charts follow.
 func TestChartEnvIsReadByService(t *testing.T) {
-	common := []string{"NATS_URL", "NATS_CREDS", "METRICS_ADDR", "HEALTH_ADDR", "LOG_LEVEL", "KUBECONFIG"}
+	common := []string{"NATS_URL", "NATS_CREDS", "METRICS_ADDR", "HEALTH_ADDR", "LOG_LEVEL", "SHUTDOWN_TIMEOUT", "KUBECONFIG"}
 	for _, name := range serviceCharts {
 		t.Run(name, func(t *testing.T) {
 			named, read := serviceEnv(t, filepath.Join("..", "..", "services", name))

@@ -16,24 +16,38 @@ const (
 	DefaultHealthAddr        = ":8081"
 	DefaultOperatorNamespace = "enforcement"
 	DefaultArgoCDNamespace   = "argocd"
+	// DefaultShutdownTimeout bounds the whole ordered stop (SHUTDOWN_TIMEOUT). Deployments give
+	// the pod a terminationGracePeriodSeconds larger than it.
+	DefaultShutdownTimeout = 30 * time.Second
 )
 
-// Common is the configuration shared by the services that use NATS.
+// Common is the configuration every service reads; Start loads it.
 type Common struct {
 	NATSURL     string // NATS_URL, default nats://127.0.0.1:4222
 	NATSCreds   string // NATS_CREDS, optional path of a NATS credentials file
 	MetricsAddr string // METRICS_ADDR, default :8080
 	HealthAddr  string // HEALTH_ADDR, default :8081
+	// ShutdownTimeout (SHUTDOWN_TIMEOUT, a Go duration, default 30s) bounds the whole stop.
+	ShutdownTimeout time.Duration
 }
 
-// LoadCommon reads NATS_URL, NATS_CREDS, METRICS_ADDR and HEALTH_ADDR.
-func LoadCommon(getenv Getenv) Common {
-	return Common{
+// LoadCommon reads NATS_URL, NATS_CREDS, METRICS_ADDR, HEALTH_ADDR and SHUTDOWN_TIMEOUT. A
+// SHUTDOWN_TIMEOUT that is not a duration greater than 0 is an error naming the variable.
+func LoadCommon(getenv Getenv) (Common, error) {
+	c := Common{
 		NATSURL:     String(getenv, "NATS_URL", DefaultNATSURL),
 		NATSCreds:   getenv("NATS_CREDS"),
 		MetricsAddr: String(getenv, "METRICS_ADDR", DefaultMetricsAddr),
 		HealthAddr:  String(getenv, "HEALTH_ADDR", DefaultHealthAddr),
 	}
+	var err error
+	if c.ShutdownTimeout, err = Duration(getenv, "SHUTDOWN_TIMEOUT", DefaultShutdownTimeout); err != nil {
+		return Common{}, err
+	}
+	if c.ShutdownTimeout == 0 {
+		return Common{}, fmt.Errorf("SHUTDOWN_TIMEOUT=%q: must be greater than 0", getenv("SHUTDOWN_TIMEOUT"))
+	}
+	return c, nil
 }
 
 // String returns the variable's value, or def when it is unset or empty.

@@ -18,7 +18,10 @@ func ConnectNATS(ctx context.Context, url, creds, name string, logger *slog.Logg
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() { // the service's own drain or close at the stop
+				return
+			}
 			logger.Warn("Disconnected from NATS", "error", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {

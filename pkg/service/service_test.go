@@ -49,8 +49,11 @@ func TestConfigParsersNameTheVariableInTheirErrors(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	c := LoadCommon(env(nil))
-	if c.NATSURL != DefaultNATSURL || c.MetricsAddr != ":8080" || c.HealthAddr != ":8081" {
+	c, err := LoadCommon(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NATSURL != DefaultNATSURL || c.MetricsAddr != ":8080" || c.HealthAddr != ":8081" || c.ShutdownTimeout != 30*time.Second {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if d, err := Duration(env(nil), "SCAN_INTERVAL", 30*time.Second); err != nil || d != 30*time.Second {

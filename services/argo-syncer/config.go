@@ -11,7 +11,6 @@ import (
 
 // Config is argo-syncer's configuration, read from the environment once at start.
 type Config struct {
-	service.Common
 	// OperatorNamespace (OPERATOR_NAMESPACE, default "enforcement") is where source Secrets live
 	// when an intent's source reference names no namespace.
 	OperatorNamespace string
@@ -36,8 +35,6 @@ type Config struct {
 	// SourceSecretTTL (SOURCE_SECRET_TTL, default 30s) is how long credentials read from a source
 	// Secret are reused, so that registering 1,000 clusters of one source reads the Secret once.
 	SourceSecretTTL time.Duration
-	// ShutdownTimeout (SHUTDOWN_TIMEOUT, default 30s) bounds draining at shutdown.
-	ShutdownTimeout time.Duration
 }
 
 // Values of PROJECT_SOURCE_REPOS and PROJECT_CLUSTER_RESOURCES.
@@ -56,7 +53,6 @@ var errAPIMode = errors.New("ARGO_URL/ARGO_USERNAME/ARGO_PASSWORD/ARGO_TOKEN are
 // LoadConfig reads and validates the configuration. Errors name the variable.
 func LoadConfig(getenv service.Getenv) (Config, error) {
 	c := Config{
-		Common:                  service.LoadCommon(getenv),
 		OperatorNamespace:       service.String(getenv, "OPERATOR_NAMESPACE", service.DefaultOperatorNamespace),
 		ArgoCDNamespace:         service.String(getenv, "ARGOCD_NAMESPACE", service.DefaultArgoCDNamespace),
 		ProjectSourceRepos:      service.String(getenv, "PROJECT_SOURCE_REPOS", SourceReposRules),
@@ -82,9 +78,6 @@ func LoadConfig(getenv service.Getenv) (Config, error) {
 	}
 	c.KubeQPS = float32(qps)
 	if c.SourceSecretTTL, err = service.Duration(getenv, "SOURCE_SECRET_TTL", 30*time.Second); err != nil {
-		errs = append(errs, err)
-	}
-	if c.ShutdownTimeout, err = service.Duration(getenv, "SHUTDOWN_TIMEOUT", 30*time.Second); err != nil {
 		errs = append(errs, err)
 	}
 	if c.ProjectSourceRepos != SourceReposRules && c.ProjectSourceRepos != SourceReposAny {

@@ -19,7 +19,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "defaults", env: map[string]string{}, check: func(t *testing.T, c Config) {
 			if c.ArgoCDNamespace != "argocd" || c.OperatorNamespace != "enforcement" || c.Concurrency != 16 ||
 				c.ProjectSourceRepos != "rules" || c.ProjectClusterResources != "all" || c.SourceSecretTTL != 30*time.Second ||
-				c.KubeQPS != 100 || c.KubeBurst != 200 || c.NATSURL != "nats://127.0.0.1:4222" {
+				c.KubeQPS != 100 || c.KubeBurst != 200 {
 				t.Errorf("defaults %+v", c)
 			}
 		}},

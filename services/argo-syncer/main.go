@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,7 +14,6 @@ import (
 	"syscall"
 
 	argoclient "github.com/argoproj/argo-cd/v2/pkg/client/clientset/versioned"
-	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
@@ -34,65 +32,64 @@ func main() {
 }
 
 // run starts the service and blocks until ctx ends; it returns nil after a clean shutdown.
+// Start-up order: probes first (so that a failing start is visible), then the Argo CD caches
+// (intents are only useful once argo-syncer can read what exists), then NATS and the consumer.
+// /readyz turns green when the consumer is bound. At the stop the consumer finishes its
+// in-flight intents before the informers stop (see pkg/service for the whole order).
 func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) error {
 	cfg, err := LoadConfig(getenv)
 	if err != nil {
 		return err
 	}
-	// Start-up order: logger and probes first (so a failing start is visible), then the Argo CD
-	// caches (intents are only useful once argo-syncer can read what exists), then NATS and the
-	// consumer. /readyz turns green when the consumer is bound.
-	logger := service.NewLogger(stdout, serviceName, getenv)
-	reg := service.NewRegistry()
-	health := service.NewHealth()
-	metrics := NewMetrics(reg)
-
-	kubeCfg, err := service.KubeConfig(getenv)
+	svc, err := service.Start(ctx, service.Options{Name: serviceName, Getenv: getenv, Stdout: stdout,
+		Kubernetes: true, NATS: true, Consumers: []string{events.ConsumerArgoSyncer}})
 	if err != nil {
 		return err
 	}
-	// One rate limit shared by both clients: they talk to the same API server.
-	kubeCfg.QPS, kubeCfg.Burst = cfg.KubeQPS, cfg.KubeBurst
-	kubeCfg.UserAgent = serviceName
-	kube, err := kubernetes.NewForConfig(kubeCfg)
+	metrics := NewMetrics(svc.Registry)
+	syncer, err := newSyncer(cfg, svc, metrics)
 	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
+		return svc.Abort(err)
 	}
-	argo, err := argoclient.NewForConfig(kubeCfg)
-	if err != nil {
-		return fmt.Errorf("argo cd client: %w", err)
+	// A failure to sync the caches ends the service, since every decision reads them.
+	cachesReady := make(chan struct{})
+	svc.Go("Argo CD caches", func(ctx context.Context) error { return syncer.Run(ctx, cachesReady) })
+	select {
+	case <-cachesReady:
+	case <-svc.Context().Done():
+		return svc.Abort(svc.Context().Err())
 	}
-	kubeCheck, err := service.KubeReachable(kubeCfg)
-	if err != nil {
-		return err
-	}
-	health.AddCheck("kubernetes", kubeCheck)
-	consumerBound := make(chan struct{})
-	health.AddCheck("consumer", func(context.Context) error {
-		select {
-		case <-consumerBound:
-			return nil
-		default:
-			return errors.New("argo-syncer consumer not bound yet")
-		}
-	})
+	svc.Logger.Info("Synced Argo CD caches", "namespace", cfg.ArgoCDNamespace)
 
-	healthSrv, err := service.Listen(cfg.HealthAddr, health.Handler(), logger)
-	if err != nil {
-		return err
+	if err := svc.ConnectNATS(); err != nil {
+		return svc.Abort(err)
 	}
-	metricsSrv, err := service.Listen(cfg.MetricsAddr, service.MetricsHandler(reg), logger)
+	h, err := newHandler(svc, syncer, metrics)
 	if err != nil {
-		return errors.Join(err, healthSrv.Shutdown(context.Background()))
+		return svc.Abort(err)
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-		defer cancel()
-		_ = metricsSrv.Shutdown(sctx)
-		_ = healthSrv.Shutdown(sctx)
-	}()
+	opts := events.ConsumerOptions{Name: events.ConsumerArgoSyncer, Concurrency: cfg.Concurrency, Routes: h.Routes()}
+	if err := svc.Consume(opts, h.Handle); err != nil {
+		return svc.Abort(err)
+	}
+	svc.Logger.Info("Started", "health", svc.HealthAddr(), "metrics", svc.MetricsAddr())
+	return svc.Wait()
+}
 
-	syncer := NewSyncer(kube, argo, SyncerOptions{
+// newSyncer creates the Kubernetes and Argo CD clients, which share one rate limit (they talk
+// to the same API server), and the Syncer that writes through them.
+func newSyncer(cfg Config, svc *service.Service, metrics *Metrics) (*Syncer, error) {
+	svc.Kube.QPS, svc.Kube.Burst = cfg.KubeQPS, cfg.KubeBurst
+	svc.Kube.UserAgent = serviceName
+	kube, err := kubernetes.NewForConfig(svc.Kube)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	argo, err := argoclient.NewForConfig(svc.Kube)
+	if err != nil {
+		return nil, fmt.Errorf("argo cd client: %w", err)
+	}
+	return NewSyncer(kube, argo, SyncerOptions{
 		ArgoCDNamespace:   cfg.ArgoCDNamespace,
 		OperatorNamespace: cfg.OperatorNamespace,
 		Project: ProjectSettings{
@@ -100,81 +97,24 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 			ClusterResources: cfg.ProjectClusterResources == ClusterResAll,
 		},
 		SourceSecretTTL: cfg.SourceSecretTTL,
-		Logger:          logger,
+		Logger:          svc.Logger,
 		Metrics:         metrics,
-	})
-	// The informers and the unregistration queue run until ctx ends; a failure to sync the caches
-	// ends start-up, since every decision reads them.
-	syncCtx, stopSync := context.WithCancel(ctx)
-	defer stopSync()
-	cachesReady := make(chan struct{})
-	syncDone := make(chan error, 1)
-	go func() { syncDone <- syncer.Run(syncCtx, cachesReady) }()
-	select {
-	case <-cachesReady:
-	case err := <-syncDone:
-		return err
-	case <-ctx.Done():
-		return nil
-	}
-	logger.Info("Synced Argo CD caches", "namespace", cfg.ArgoCDNamespace)
+	}), nil
+}
 
-	nc, err := service.ConnectNATS(ctx, cfg.NATSURL, cfg.NATSCreds, serviceName, logger)
+// newHandler opens argo-syncer's install-gates bucket and returns the consumer's handler.
+// Outcomes are published with the deterministic ids of pkg/events, so a retried handler that
+// publishes again is deduplicated by the stream.
+func newHandler(svc *service.Service, syncer *Syncer, metrics *Metrics) (*Handler, error) {
+	gates, err := svc.JetStream.KeyValue(svc.Context(), events.BucketInstallGates)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
+		return nil, fmt.Errorf("open bucket %s: %w", events.BucketInstallGates, err)
 	}
-	defer func() { _ = nc.Drain() }()
-	health.AddCheck("nats", service.NATSConnected(nc))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
-		return err
-	}
-	gates, err := js.KeyValue(ctx, events.BucketInstallGates)
-	if err != nil {
-		return fmt.Errorf("open bucket %s: %w", events.BucketInstallGates, err)
-	}
-	// Outcomes are published with the deterministic ids of pkg/events, so a retried handler that
-	// publishes again is deduplicated by the stream.
-	h := &Handler{
+	return &Handler{
 		syncer:  syncer,
-		pub:     events.NewPublisher(js, "/enforcement/"+serviceName),
+		pub:     svc.Publisher(),
 		gates:   &gateStore{kv: gates},
-		logger:  logger,
+		logger:  svc.Logger,
 		metrics: metrics,
-	}
-	consumer, err := events.Consume(ctx, js, h.Handle, events.ConsumerOptions{
-		Name:        events.ConsumerArgoSyncer,
-		Routes:      h.Routes(),
-		Concurrency: cfg.Concurrency,
-		Logger:      logger,
-		Metrics:     events.NewMetrics(reg, serviceName),
-	})
-	if err != nil {
-		return err
-	}
-	close(consumerBound)
-	logger.Info("Started", "health", healthSrv.Addr, "metrics", metricsSrv.Addr)
-
-	// Shutdown: stop pulling and let in-flight handlers finish (Stop drains), then the deferred
-	// calls drain NATS and stop the HTTP servers.
-	select {
-	case <-ctx.Done():
-	case err := <-syncDone:
-		if err != nil {
-			logger.Error("Cache sync stopped", "error", err)
-		}
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-	defer cancel()
-	if err := consumer.Stop(sctx); err != nil {
-		logger.Warn("Consumer did not stop cleanly", "error", err)
-	}
-	logger.Info("Stopped")
-	return nil
+	}, nil
 }

@@ -36,11 +36,6 @@ type config struct {
 	// NATSURL (NATS_URL, unset): when set, compliance changes travel as events and the claim
 	// writer applies them; when unset the watcher writes the claim itself, like the original.
 	NATSURL string
-	// NATSCreds (NATS_CREDS, unset): optional NATS credentials file.
-	NATSCreds string
-	// MetricsAddr (METRICS_ADDR, :8080) and HealthAddr (HEALTH_ADDR, :8081).
-	MetricsAddr string
-	HealthAddr  string
 }
 
 // loadConfig reads and validates the configuration. Every error names its variable.
@@ -58,9 +53,6 @@ func loadConfig(getenv service.Getenv) (config, error) {
 		Namespace:      ns,
 		ClusterName:    service.String(getenv, "CLUSTER_NAME", ns),
 		NATSURL:        getenv("NATS_URL"),
-		NATSCreds:      getenv("NATS_CREDS"),
-		MetricsAddr:    service.String(getenv, "METRICS_ADDR", service.DefaultMetricsAddr),
-		HealthAddr:     service.String(getenv, "HEALTH_ADDR", service.DefaultHealthAddr),
 	}
 	if len(cfg.ClaimName) > 253 {
 		errs = append(errs, fmt.Errorf("TARGET_CLAIM_NAME=%q: longer than 253 characters", cfg.ClaimName))

@@ -14,7 +14,7 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := config{PollInterval: 30 * time.Second, StableDuration: 120 * time.Second, ClaimName: "policy-watcher-claim",
-		Namespace: "default", ClusterName: "default", MetricsAddr: ":8080", HealthAddr: ":8081"}
+		Namespace: "default", ClusterName: "default"}
 	if cfg != want {
 		t.Fatalf("defaults = %+v, want %+v", cfg, want)
 	}

@@ -15,18 +15,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -36,10 +32,6 @@ import (
 
 // serviceName names the service in logs, metrics, the NATS connection and ce-source.
 const serviceName = "policy-watcher"
-
-// shutdownTimeout bounds the graceful shutdown (the claim writer's in-flight write, NATS drain,
-// HTTP servers).
-const shutdownTimeout = 15 * time.Second
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -53,147 +45,92 @@ func main() {
 // run starts the watcher (and, with NATS, the claim writer) and blocks until ctx is cancelled;
 // then it shuts down and returns nil. It returns an error only for what no retry can fix: an
 // invalid configuration, a port that cannot be bound, no Kubernetes configuration, or (with
-// NATS) a topology the server refuses. An unreachable API server is not one of them.
+// NATS) a topology the server refuses. An unreachable API server is not one of them. With NATS,
+// /readyz waits for the claim writer's consumer (its check is registered before /readyz is
+// served); without NATS it follows the Kubernetes API alone.
 func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) error {
 	_ = stderr // logs go to stdout as JSON; stderr is left for main's fatal error
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	logger := service.NewLogger(stdout, serviceName, getenv).With("claim", cfg.ClaimName, "cluster", cfg.ClusterName)
-	reg := service.NewRegistry()
-	m := newMetrics(reg)
-
-	health := service.NewHealth()
-	if cfg.NATSURL != "" {
-		// With NATS, not ready until the claim writer is bound (startNATS replaces this check):
-		// registered before /readyz is served, so that it never answers 200 on the Kubernetes
-		// check alone in the moment before startNATS runs.
-		health.AddCheck("consumer", func(context.Context) error { return errors.New("claim writer not started yet") })
+	withNATS := cfg.NATSURL != ""
+	consumerCfg := events.ClaimWriterConsumer(cfg.ClusterName, events.TopologyOptions{})
+	opts := service.Options{Name: serviceName, Getenv: getenv, Stdout: stdout,
+		LogAttrs: []any{"claim", cfg.ClaimName, "cluster", cfg.ClusterName}, Kubernetes: true, NATS: withNATS}
+	if withNATS {
+		opts.Consumers = []string{consumerCfg.Durable}
 	}
-	healthSrv, err := service.Listen(cfg.HealthAddr, health.Handler(), logger)
+	svc, err := service.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
-	metricsSrv, err := service.Listen(cfg.MetricsAddr, service.MetricsHandler(reg), logger)
+	m := newMetrics(svc.Registry)
+	dyn, cs, err := kubeClients(svc)
 	if err != nil {
-		return errors.Join(err, healthSrv.Shutdown(context.Background()))
+		return svc.Abort(err)
 	}
-	stopHTTP := func() error {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return errors.Join(metricsSrv.Shutdown(sctx), healthSrv.Shutdown(sctx))
+	claims := newClaimStore(dyn, cfg.ClaimName)
+	var sink claimSink = &directSink{claims: claims, metrics: m, logger: svc.Logger}
+	mode := "direct"
+	if withNATS {
+		if sink, err = startClaimWriter(cfg, consumerCfg, svc, claims, m); err != nil {
+			return svc.Abort(err)
+		}
+		mode = "events"
 	}
+	svc.Logger.Info("Started policy watcher", "namespace", cfg.Namespace, "mode", mode,
+		"pollInterval", cfg.PollInterval.String(), "stableDuration", cfg.StableDuration.String(),
+		"metrics", svc.MetricsAddr(), "health", svc.HealthAddr())
+	w := newWatcher(cfg, dyn, cs.AuthorizationV1().SelfSubjectAccessReviews(), claims, sink, m, svc.Logger)
+	svc.Go("policy watcher", func(ctx context.Context) error {
+		w.run(ctx)
+		return nil
+	})
+	return svc.Wait()
+}
 
-	kubeCfg, err := service.KubeConfig(getenv)
-	if err != nil {
-		return errors.Join(err, stopHTTP())
-	}
+// kubeClients creates the dynamic client (Policies, the ClusterClaim) and the typed one (access
+// reviews).
+func kubeClients(svc *service.Service) (dynamic.Interface, kubernetes.Interface, error) {
 	// client-go's default limit (5 requests/s, burst 10) would delay the claim read of an
 	// evaluation behind the poll's own reads with sub-second poll intervals, and so delay the
 	// write the debounce timer asks for. The service's steady load is one list and one get per
 	// poll; this only lifts the cap.
-	kubeCfg.QPS, kubeCfg.Burst = 50, 100
-	kubeCheck, err := service.KubeReachable(kubeCfg)
+	svc.Kube.QPS, svc.Kube.Burst = 50, 100
+	dyn, err := dynamic.NewForConfig(svc.Kube)
 	if err != nil {
-		return errors.Join(err, stopHTTP())
+		return nil, nil, fmt.Errorf("kubernetes dynamic client: %w", err)
 	}
-	health.AddCheck("kubernetes", kubeCheck)
-	dyn, err := dynamic.NewForConfig(kubeCfg)
+	cs, err := kubernetes.NewForConfig(svc.Kube)
 	if err != nil {
-		return errors.Join(fmt.Errorf("kubernetes dynamic client: %w", err), stopHTTP())
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	cs, err := kubernetes.NewForConfig(kubeCfg)
-	if err != nil {
-		return errors.Join(fmt.Errorf("kubernetes client: %w", err), stopHTTP())
-	}
-	claims := newClaimStore(dyn, cfg.ClaimName)
-
-	var sink claimSink = &directSink{claims: claims, metrics: m, logger: logger}
-	stopNATS := func() error { return nil }
-	if cfg.NATSURL != "" {
-		var natsErr error
-		sink, stopNATS, natsErr = startNATS(ctx, cfg, claims, health, reg, m, logger)
-		if natsErr != nil {
-			if ctx.Err() != nil { // cancelled while waiting for NATS: a normal shutdown
-				return stopHTTP()
-			}
-			return errors.Join(natsErr, stopHTTP())
-		}
-	}
-
-	mode := "direct"
-	if cfg.NATSURL != "" {
-		mode = "events"
-	}
-	logger.Info("Started policy watcher", "namespace", cfg.Namespace, "mode", mode,
-		"pollInterval", cfg.PollInterval.String(), "stableDuration", cfg.StableDuration.String(),
-		"metrics", metricsSrv.Addr, "health", healthSrv.Addr)
-	w := newWatcher(cfg, dyn, cs.AuthorizationV1().SelfSubjectAccessReviews(), claims, sink, m, logger)
-	w.run(ctx)
-
-	logger.Info("Stopping policy watcher")
-	return errors.Join(stopNATS(), stopHTTP())
+	return dyn, cs, nil
 }
 
-// startNATS connects to NATS (retrying until ctx ends), applies the topology and the claim
-// writer's durable consumer, and starts the claim writer. It returns the event sink for the
-// watcher and the function that stops the writer and drains the connection.
-func startNATS(ctx context.Context, cfg config, claims *claimStore, health *service.Health,
-	reg *prometheus.Registry, m *metrics, logger *slog.Logger) (claimSink, func() error, error) {
-	consumerCfg := events.ClaimWriterConsumer(cfg.ClusterName, events.TopologyOptions{})
-	// Not ready until the claim writer is bound: added before connecting, so that /readyz does
-	// not answer 200 on the Kubernetes check alone while NATS is still coming up.
-	var bound atomic.Bool
-	health.AddCheck("consumer", func(context.Context) error {
-		if !bound.Load() {
-			return errors.New("consumer " + consumerCfg.Durable + " not bound")
-		}
-		return nil
-	})
-	nc, err := service.ConnectNATS(ctx, cfg.NATSURL, cfg.NATSCreds, serviceName, logger)
-	if err != nil {
-		return nil, nil, err
+// startClaimWriter connects to NATS (retrying until the service stops), applies the topology and
+// the claim writer's durable consumer, and binds the claim writer. It returns the event sink for
+// the watcher.
+func startClaimWriter(cfg config, consumerCfg jetstream.ConsumerConfig, svc *service.Service, claims *claimStore, m *metrics) (claimSink, error) {
+	if err := svc.ConnectNATS(); err != nil {
+		return nil, err
 	}
-	health.AddCheck("nats", service.NATSConnected(nc))
-	closeNATS := func() error {
-		if err := nc.Drain(); err != nil {
-			nc.Close()
-			return fmt.Errorf("drain NATS: %w", err)
-		}
-		return nil
+	if _, err := svc.JetStream.CreateOrUpdateConsumer(svc.Context(), events.StreamName, consumerCfg); err != nil {
+		return nil, fmt.Errorf("apply consumer %s: %w", consumerCfg.Durable, err)
 	}
-	fail := func(err error) (claimSink, func() error, error) { return nil, nil, errors.Join(err, closeNATS()) }
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fail(fmt.Errorf("jetstream: %w", err))
-	}
-	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
-		return fail(fmt.Errorf("apply topology: %w", err))
-	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, events.StreamName, consumerCfg); err != nil {
-		return fail(fmt.Errorf("apply consumer %s: %w", consumerCfg.Durable, err))
-	}
-	publisher := events.NewPublisher(js, "/enforcement/"+serviceName)
-	writer := &claimWriter{claimName: cfg.ClaimName, claims: claims, publisher: publisher, metrics: m,
-		logger: logger.With("component", "claim-writer")}
-	consumer, err := writer.routes().Consume(ctx, js, events.ConsumerOptions{
+	publisher := svc.Publisher()
+	logger := svc.Logger.With("component", "claim-writer")
+	writer := &claimWriter{claimName: cfg.ClaimName, claims: claims, publisher: publisher, metrics: m, logger: logger}
+	routes := writer.routes()
+	if err := svc.Consume(events.ConsumerOptions{
+		Routes:  routes,
 		Name:    consumerCfg.Durable,
 		Backoff: events.ExponentialBackoff(250*time.Millisecond, 30*time.Second),
-		Metrics: events.NewMetrics(reg, serviceName),
-		Logger:  logger.With("component", "claim-writer"),
-	})
-	if err != nil {
-		return fail(err)
+		Logger:  logger,
+	}, routes.Handle); err != nil {
+		return nil, err
 	}
-	bound.Store(true)
-	logger.Info("Bound claim writer", "consumer", consumerCfg.Durable, "url", nc.ConnectedUrlRedacted())
-	sink := &eventSink{cfg: cfg, claims: claims, publisher: publisher, metrics: m, logger: logger, now: time.Now}
-	stop := func() error {
-		bound.Store(false)
-		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-		defer cancel()
-		return errors.Join(consumer.Stop(sctx), closeNATS())
-	}
-	return sink, stop, nil
+	logger.Info("Bound claim writer", "consumer", consumerCfg.Durable, "url", svc.NATS.ConnectedUrlRedacted())
+	return &eventSink{cfg: cfg, claims: claims, publisher: publisher, metrics: m, logger: svc.Logger, now: time.Now}, nil
 }

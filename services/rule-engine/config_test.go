@@ -14,8 +14,7 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.OperatorNamespace != "enforcement" || c.WatchNamespaces != nil || c.TemplateHTTPAllow != nil ||
-		c.TemplateHTTPTimeout != 5*time.Second || c.TemplateRenderTimeout != 10*time.Second || c.SourceDegradedTTL != 10*time.Minute || c.StatusInterval != time.Second ||
-		c.NATSURL != "nats://127.0.0.1:4222" || c.HealthAddr != ":8081" || c.MetricsAddr != ":8080" {
+		c.TemplateHTTPTimeout != 5*time.Second || c.TemplateRenderTimeout != 10*time.Second || c.SourceDegradedTTL != 10*time.Minute || c.StatusInterval != time.Second {
 		t.Errorf("defaults: %+v", c)
 	}
 	c, err = loadConfig(env(map[string]string{"WATCH_NAMESPACES": " team-a, ,team-b", "TEMPLATE_HTTP_ALLOW": "httpbin.org"}))

@@ -15,7 +15,6 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,8 +22,6 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/service"
 	"github.com/go-logr/logr"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -44,12 +41,8 @@ func main() {
 // serviceName names the service in logs, metrics and the events it publishes.
 const serviceName = "rule-engine"
 
-// shutdownTimeout bounds the graceful stop of the consumer, the controller and HTTP.
-const shutdownTimeout = 20 * time.Second
-
 // config is the rule engine's configuration, read from the environment once at start.
 type config struct {
-	service.Common
 	// OperatorNamespace (OPERATOR_NAMESPACE, default "enforcement") holds the source Secrets.
 	OperatorNamespace string
 	// WatchNamespaces (WATCH_NAMESPACES, comma list) limits the watched namespaces; empty: all.
@@ -77,7 +70,6 @@ type config struct {
 
 func loadConfig(getenv service.Getenv) (config, error) {
 	c := config{
-		Common:            service.LoadCommon(getenv),
 		OperatorNamespace: service.String(getenv, "OPERATOR_NAMESPACE", service.DefaultOperatorNamespace),
 		WatchNamespaces:   commaList(getenv("WATCH_NAMESPACES")),
 		TemplateHTTPAllow: commaList(getenv("TEMPLATE_HTTP_ALLOW")),
@@ -118,95 +110,110 @@ func commaList(v string) []string {
 	return out
 }
 
-// run starts the rule engine and blocks until ctx ends (nil) or a component fails.
+// run starts the rule engine and blocks until ctx ends (nil) or a component fails. Readiness:
+// NATS connected, the consumer bound (which happens only after every rule was evaluated once;
+// a standby replica waiting for leadership is ready), and the Kubernetes API reachable. At the
+// stop the consumer finishes its in-flight events before the controller stops, so that a status
+// notice from an in-flight handler still finds the controller.
 func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) error {
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return err
 	}
-	logger := service.NewLogger(stdout, serviceName, getenv)
-	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
-	reg := service.NewRegistry()
-	m := newMetrics(reg)
+	svc, err := service.Start(ctx, service.Options{Name: serviceName, Getenv: getenv, Stdout: stdout,
+		Kubernetes: true, NATS: true, Consumers: []string{events.ConsumerRuleEngine}})
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(logr.FromSlogHandler(svc.Logger.Handler()))
+	svc.SetStandby(cfg.LeaderElection)
+	if err := svc.ConnectNATS(); err != nil {
+		return svc.Abort(err)
+	}
+	eng, mgr, err := startEngine(cfg, svc)
+	if err != nil {
+		return svc.Abort(err)
+	}
+	// Leadership first (immediate without LEADER_ELECTION), then the state: a standby that took
+	// over must read what the previous leader wrote. Reconciles wait for the load (engine.loaded).
+	if cfg.LeaderElection {
+		svc.Logger.Info("Waiting for leadership", "lease", leaseName, "namespace", cfg.LeaderElectionNamespace)
+	}
+	select {
+	case <-mgr.Elected():
+	case <-svc.Context().Done():
+		return svc.Abort(svc.Context().Err())
+	}
+	svc.SetStandby(false)
+	if err := eng.load(svc.Context()); err != nil {
+		return svc.Abort(err)
+	}
+	close(eng.loaded)
+	// Every rule is evaluated once before cluster events are consumed, so that a rule whose last
+	// evaluation was cut short (intents published, records not yet written) is finished before a
+	// cluster event relies on its records.
+	if err := evaluateAllRules(svc.Context(), mgr, eng, cfg.OperatorNamespace, cfg.WatchNamespaces, svc.Logger); err != nil {
+		return svc.Abort(err)
+	}
+	routes := eventRoutes(eng)
+	if err := svc.Consume(events.ConsumerOptions{Name: events.ConsumerRuleEngine, Routes: routes}, routes.Handle); err != nil {
+		return svc.Abort(err)
+	}
+	svc.Logger.Info("Started", "watchNamespaces", cfg.WatchNamespaces, "operatorNamespace", cfg.OperatorNamespace)
+	return svc.Wait()
+}
 
-	kubeCfg, err := service.KubeConfig(getenv)
-	if err != nil {
-		return err
-	}
-	kubeCheck, err := service.KubeReachable(kubeCfg)
-	if err != nil {
-		return err
-	}
-	// Readiness: NATS connected, the consumer bound (which happens only after every rule was
-	// evaluated once), and the Kubernetes API reachable. The health server starts first so a
-	// probe sees which dependency is missing while the service waits for it.
-	var natsUp func(context.Context) error
-	var consumerBound, standby atomic.Bool
-	standby.Store(cfg.LeaderElection)
-	health := service.NewHealth()
-	health.AddCheck("nats", func(ctx context.Context) error {
-		if natsUp == nil {
-			return errors.New("not connected yet")
-		}
-		return natsUp(ctx)
-	})
-	health.AddCheck("consumer", func(context.Context) error {
-		if !consumerBound.Load() && !standby.Load() { // a standby replica is ready: it waits
-			return fmt.Errorf("consumer %s not bound", events.ConsumerRuleEngine)
-		}
-		return nil
-	})
-	health.AddCheck("kubernetes", kubeCheck)
-	healthSrv, err := service.Listen(cfg.HealthAddr, health.Handler(), logger)
-	if err != nil {
-		return err
-	}
-	metricsSrv, err := service.Listen(cfg.MetricsAddr, service.MetricsHandler(reg), logger)
-	if err != nil {
-		return errors.Join(err, healthSrv.Shutdown(context.Background()))
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-		defer cancel()
-		_ = metricsSrv.Shutdown(sctx)
-		_ = healthSrv.Shutdown(sctx)
-	}()
+// leaseName is the Lease the replicas compete for with LEADER_ELECTION.
+const leaseName = "rule-engine.enforcement.globo.com"
 
-	nc, err := service.ConnectNATS(ctx, cfg.NATSURL, cfg.NATSCreds, serviceName, logger)
+// startEngine restores the engine's memory from its KV bucket (before anything can change it),
+// creates the ClusterRule controller and starts its manager as a worker of svc, which stops it
+// after the consumer.
+func startEngine(cfg config, svc *service.Service) (*engine, ctrl.Manager, error) {
+	m := newMetrics(svc.Registry)
+	st, err := openKVStore(svc.Context(), svc.JetStream)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	defer drainNATS(nc, logger)
-	natsUp = service.NATSConnected(nc)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
-		return err
-	}
-	// The engine's memory comes back from its KV bucket before anything can change it.
-	st, err := openKVStore(ctx, js)
-	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	renderer := newRenderer(cfg.TemplateHTTPAllow, cfg.TemplateHTTPTimeout)
 	renderer.limit = cfg.TemplateRenderTimeout
-	eng := newEngine(logger, st, events.NewPublisher(js, "/enforcement/"+serviceName), renderer, m, cfg.SourceDegradedTTL)
+	eng := newEngine(svc.Logger, st, svc.Publisher(), renderer, m, cfg.SourceDegradedTTL)
+	mgr, err := newManager(cfg, svc)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The status pump and the manager share one context, ended at the worker step of the stop.
+	mgrCtx, stopMgr := context.WithCancel(context.WithoutCancel(svc.Context()))
+	notify, err := setupController(mgrCtx, mgr, &reconciler{client: mgr.GetClient(), engine: eng,
+		secretNamespace: cfg.OperatorNamespace, metrics: m, log: svc.Logger}, cfg.StatusInterval)
+	if err != nil {
+		stopMgr()
+		return nil, nil, err
+	}
+	eng.mu.Lock()
+	eng.notify = notify
+	eng.mu.Unlock()
+	svc.Go("controller manager", func(ctx context.Context) error {
+		context.AfterFunc(ctx, stopMgr)
+		if err := mgr.Start(mgrCtx); err != nil {
+			return fmt.Errorf("controller manager: %w", err)
+		}
+		return nil
+	})
+	return eng, mgr, nil
+}
 
+// newManager creates the controller-runtime manager. It only serves the ClusterRule controller:
+// its own metrics and probe servers are off (the service's serve the registry and the readiness
+// checks), and its cache covers WATCH_NAMESPACES when set.
+func newManager(cfg config, svc *service.Service) (ctrl.Manager, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
+		return nil, err
 	}
 	if err := v1beta1.AddToScheme(scheme); err != nil {
-		return err
+		return nil, err
 	}
-	// The controller-runtime manager only serves the ClusterRule controller: its own metrics
-	// and probe servers are off (ours serve the registry and the readiness checks), and its
-	// cache covers WATCH_NAMESPACES when set.
 	cacheOpts := cache.Options{}
 	if len(cfg.WatchNamespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
@@ -214,108 +221,22 @@ func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) e
 			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
-	mgr, err := ctrl.NewManager(kubeCfg, ctrl.Options{
+	grace := svc.Common.ShutdownTimeout
+	mgr, err := ctrl.NewManager(svc.Kube, ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         cacheOpts,
-		Metrics:                       metricsserver.Options{BindAddress: "0"}, // our own /metrics serves reg
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
 		LeaderElection:                cfg.LeaderElection,
-		LeaderElectionID:              "rule-engine.enforcement.globo.com",
+		LeaderElectionID:              leaseName,
 		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true, // a replica stopping hands over at once
-		GracefulShutdownTimeout: func() *time.Duration {
-			d := shutdownTimeout
-			return &d
-		}(),
+		GracefulShutdownTimeout:       &grace,
 	})
 	if err != nil {
-		return fmt.Errorf("controller manager: %w", err)
+		return nil, fmt.Errorf("controller manager: %w", err)
 	}
-	// The manager gets its own context so that it stops after the consumer: a status notice from
-	// an in-flight handler still finds the controller.
-	mgrCtx, stopMgr := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopMgr()
-	notify, err := setupController(mgrCtx, mgr, &reconciler{client: mgr.GetClient(), engine: eng,
-		secretNamespace: cfg.OperatorNamespace, metrics: m, log: logger}, cfg.StatusInterval)
-	if err != nil {
-		return err
-	}
-	eng.mu.Lock()
-	eng.notify = notify
-	eng.mu.Unlock()
-
-	mgrErr := make(chan error, 1)
-	go func() { mgrErr <- mgr.Start(mgrCtx) }()
-
-	// Leadership first (immediate without LEADER_ELECTION), then the state: a standby that took
-	// over must read what the previous leader wrote. Reconciles wait for the load (engine.loaded).
-	if cfg.LeaderElection {
-		logger.Info("Waiting for leadership", "lease", "rule-engine.enforcement.globo.com", "namespace", cfg.LeaderElectionNamespace)
-	}
-	select {
-	case <-mgr.Elected():
-	case <-ctx.Done():
-		stopMgr()
-		<-mgrErr
-		return nil
-	case err := <-mgrErr:
-		return fmt.Errorf("controller manager: %w", err)
-	}
-	standby.Store(false)
-	if err := eng.load(ctx); err != nil {
-		stopMgr()
-		<-mgrErr
-		return err
-	}
-	close(eng.loaded)
-
-	// Every rule is evaluated once before cluster events are consumed, so that a rule whose last
-	// evaluation was cut short (intents published, records not yet written) is finished before a
-	// cluster event relies on its records.
-	if err := evaluateAllRules(ctx, mgr, eng, cfg.OperatorNamespace, cfg.WatchNamespaces, logger); err != nil {
-		stopMgr()
-		<-mgrErr
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	consumer, err := eventRoutes(eng).Consume(ctx, js, events.ConsumerOptions{
-		Name: events.ConsumerRuleEngine, Metrics: events.NewMetrics(reg, serviceName), Logger: logger})
-	if err != nil {
-		stopMgr()
-		<-mgrErr
-		return err
-	}
-	consumerBound.Store(true)
-	logger.Info("Started", "watchNamespaces", cfg.WatchNamespaces, "operatorNamespace", cfg.OperatorNamespace)
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-mgrErr:
-		runErr = fmt.Errorf("controller manager: %w", runErr)
-	}
-
-	// Shut down: stop consuming (in-flight handlers finish), then the controller, then NATS.
-	consumerBound.Store(false)
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	if err := consumer.Stop(sctx); err != nil {
-		logger.Warn("Consumer did not stop cleanly", "error", err)
-	}
-	stopMgr()
-	if runErr == nil {
-		select {
-		case err := <-mgrErr:
-			if err != nil {
-				logger.Warn("Controller manager stopped with an error", "error", err)
-			}
-		case <-sctx.Done():
-		}
-	}
-	logger.Info("Stopped")
-	return runErr
+	return mgr, nil
 }
 
 // eventRoutes is the handler table of the rule-engine consumer: it routes consumed events to
@@ -394,21 +315,4 @@ func evaluateAllRules(ctx context.Context, mgr ctrl.Manager, eng *engine, secret
 	}
 	logger.Info("Evaluated rules", "rules", len(list.Items))
 	return nil
-}
-
-// drainNATS drains the connection (pending acks and publishes are flushed) and waits for it to
-// close, so that the process does not exit with acknowledgements still in its buffers.
-func drainNATS(nc *nats.Conn, logger *slog.Logger) {
-	closed := make(chan struct{})
-	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
-	if err := nc.Drain(); err != nil {
-		nc.Close()
-		return
-	}
-	select {
-	case <-closed:
-	case <-time.After(shutdownTimeout):
-		logger.Warn("NATS drain did not finish; closing")
-		nc.Close()
-	}
 }

@@ -13,7 +13,6 @@ import (
 
 // config is everything the scanner reads from its environment, validated at start.
 type config struct {
-	service.Common
 	// OperatorNamespace holds the source Secrets and static ConfigMaps (OPERATOR_NAMESPACE,
 	// default "enforcement").
 	OperatorNamespace string
@@ -47,7 +46,6 @@ type config struct {
 // loadConfig reads and validates the configuration; errors name the variable.
 func loadConfig(getenv service.Getenv) (config, error) {
 	c := config{
-		Common:            service.LoadCommon(getenv),
 		OperatorNamespace: service.String(getenv, "OPERATOR_NAMESPACE", service.DefaultOperatorNamespace),
 	}
 	var errs []error

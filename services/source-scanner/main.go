@@ -10,7 +10,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,7 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,10 +34,6 @@ import (
 // serviceName names the service in logs, metrics and the NATS connection.
 const serviceName = "source-scanner"
 
-// shutdownGrace is how long a scan in progress may finish after the shutdown signal; after it
-// the scan is cancelled, which is safe (the next start republishes what it left unannounced).
-const shutdownGrace = 10 * time.Second
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -49,109 +43,69 @@ func main() {
 	}
 }
 
-// run starts the scanner and blocks until ctx ends, then shuts down in order: finish (or cancel)
-// the current scan, drain NATS, stop the HTTP servers. Logs go to stdout.
+// run starts the scanner and blocks until ctx ends, then shuts down in order (pkg/service): the
+// scan loop starts no new pass and the current one finishes (within SHUTDOWN_TIMEOUT; a scan cut
+// short is safe, the next start republishes what it left unannounced), NATS is drained until
+// closed, the HTTP servers stop. Logs go to stdout.
 func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error {
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return err
 	}
-	logger := service.NewLogger(stdout, serviceName, getenv)
-	reg := service.NewRegistry()
-	metrics := scanner.NewMetrics(reg)
-	eksCalls, gkeCalls := eks.NewCallsCounter(reg), gke.NewCallsCounter(reg)
-	health := service.NewHealth()
-
-	kubeCfg, err := service.KubeConfig(getenv)
+	svc, err := service.Start(ctx, service.Options{Name: serviceName, Getenv: getenv, Stdout: stdout,
+		Kubernetes: true, NATS: true})
 	if err != nil {
 		return err
 	}
-	kubeReachable, err := service.KubeReachable(kubeCfg)
+	metrics := scanner.NewMetrics(svc.Registry)
+	deps, err := newListerDeps(cfg, svc)
 	if err != nil {
-		return err
+		return svc.Abort(err)
 	}
-	health.AddCheck("kubernetes", kubeReachable)
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
+	if err := svc.ConnectNATS(); err != nil {
+		return svc.Abort(err)
 	}
-	if err := v1beta1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	kube, err := client.New(kubeCfg, client.Options{Scheme: scheme})
+	kv, err := svc.JetStream.KeyValue(svc.Context(), events.BucketInventory)
 	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
+		return svc.Abort(fmt.Errorf("open bucket %s: %w", events.BucketInventory, err))
 	}
-
-	health.AddCheck("nats", func(context.Context) error { return errors.New("not connected yet") })
-	healthSrv, err := service.Listen(cfg.HealthAddr, health.Handler(), logger)
-	if err != nil {
-		return err
-	}
-	metricsSrv, err := service.Listen(cfg.MetricsAddr, service.MetricsHandler(reg), logger)
-	if err != nil {
-		_ = healthSrv.Shutdown(context.Background())
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = metricsSrv.Shutdown(sctx)
-		_ = healthSrv.Shutdown(sctx)
-	}()
-
-	nc, err := service.ConnectNATS(ctx, cfg.NATSURL, cfg.NATSCreds, serviceName, logger)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	defer func() { _ = nc.Drain() }()
-	health.AddCheck("nats", service.NATSConnected(nc))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	kv, err := js.KeyValue(ctx, events.BucketInventory)
-	if err != nil {
-		return fmt.Errorf("open bucket %s: %w", events.BucketInventory, err)
-	}
-	sc := scanner.New(kv, events.NewPublisher(js, "/enforcement/"+serviceName), scanner.Config{
+	sc := scanner.New(kv, svc.Publisher(), scanner.Config{
 		GracePeriod:        cfg.GracePeriod,
 		MaxRemovalFraction: cfg.MaxRemovalFraction,
 		ListTimeout:        cfg.ListTimeout,
-	}, metrics, logger)
-	logger.Info("Started source scanner", "scanInterval", cfg.ScanInterval.String(),
+	}, metrics, svc.Logger)
+	svc.Logger.Info("Started source scanner", "scanInterval", cfg.ScanInterval.String(),
 		"goneGracePeriod", cfg.GracePeriod.String(), "maxRemovalFraction", cfg.MaxRemovalFraction,
-		"operatorNamespace", cfg.OperatorNamespace, "health", healthSrv.Addr, "metrics", metricsSrv.Addr)
+		"operatorNamespace", cfg.OperatorNamespace, "health", svc.HealthAddr(), "metrics", svc.MetricsAddr())
 
-	// Scans run on a context that outlives the shutdown signal by shutdownGrace.
-	scanCtx, cancelScans := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelScans()
-	loop := newScanLoop(sc, metrics, cfg, logger)
-	loop.deps = listerDeps{kube: kube, kubeCfg: kubeCfg, cfg: cfg, eksCalls: eksCalls, gkeCalls: gkeCalls,
-		watchCtx: ctx, trigger: loop.trigger, logger: logger}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		loop.run(ctx, scanCtx)
-	}()
-	<-ctx.Done()
-	select {
-	case <-done:
-	case <-time.After(shutdownGrace):
-		cancelScans()
-		<-done
+	loop := newScanLoop(sc, metrics, cfg, svc.Logger)
+	deps.trigger = loop.trigger
+	loop.deps = deps
+	svc.Go("scan loop", func(ctx context.Context) error {
+		// Scans run on a context that outlives the stop of the loop: the current one finishes.
+		loop.run(ctx, context.WithoutCancel(ctx))
+		return nil
+	})
+	return svc.Wait()
+}
+
+// newListerDeps creates the Kubernetes client the listers read ClusterRules and source Secrets
+// with, and the cloud API call counters.
+func newListerDeps(cfg config, svc *service.Service) (listerDeps, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return listerDeps{}, err
 	}
-	logger.Info("Stopped source scanner")
-	return nil
+	if err := v1beta1.AddToScheme(scheme); err != nil {
+		return listerDeps{}, err
+	}
+	kube, err := client.New(svc.Kube, client.Options{Scheme: scheme})
+	if err != nil {
+		return listerDeps{}, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return listerDeps{kube: kube, kubeCfg: svc.Kube, cfg: cfg,
+		eksCalls: eks.NewCallsCounter(svc.Registry), gkeCalls: gke.NewCallsCounter(svc.Registry),
+		watchCtx: svc.Context(), logger: svc.Logger}, nil
 }
 
 // watchDebounce is how long a triggered scan waits for more changes of the same burst (a

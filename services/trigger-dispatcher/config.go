@@ -18,7 +18,6 @@ var defaultDeniedNetworks = []string{"169.254.0.0/16", "fe80::/10", "fd00:ec2::2
 
 // config is everything the dispatcher reads from its environment, validated at start.
 type config struct {
-	service.Common
 
 	// DefaultTimeout bounds one attempt of a trigger that sets no timeout
 	// (TRIGGER_DEFAULT_TIMEOUT, default 5s, as the original).
@@ -47,9 +46,7 @@ type config struct {
 
 // loadConfig reads and validates the configuration. Errors name the variable.
 func loadConfig(getenv service.Getenv) (config, error) {
-	c := config{
-		Common: service.LoadCommon(getenv),
-	}
+	c := config{}
 	var err error
 	if c.DefaultTimeout, err = service.Duration(getenv, "TRIGGER_DEFAULT_TIMEOUT", 5*time.Second); err != nil {
 		return c, err

@@ -11,19 +11,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"os"
 	"os/signal"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
@@ -32,13 +28,6 @@ import (
 
 // serviceName names the service in logs, metrics, the NATS connection and ce-source.
 const serviceName = "trigger-dispatcher"
-
-// shutdownTimeout bounds the graceful shutdown: in-flight webhook attempts finish (each bounded by
-// its trigger's timeout), waiting retries are handed back to the server.
-const shutdownTimeout = 30 * time.Second
-
-// natsDrainTimeout bounds the drain of the NATS connection at shutdown.
-const natsDrainTimeout = 5 * time.Second
 
 // kubeQPS and kubeBurst bound the dispatcher's Kubernetes API requests (signing Secret reads).
 const (
@@ -57,105 +46,65 @@ func main() {
 
 // run starts the dispatcher and blocks until ctx is cancelled, then shuts down gracefully and
 // returns nil. It returns an error when the configuration is invalid or a dependency cannot be
-// set up (the HTTP ports, the Kubernetes client, the JetStream topology).
+// set up (the HTTP ports, the Kubernetes client, the JetStream topology). /healthz answers while
+// NATS is still coming up; /readyz stays 503 until the consumer is bound.
 func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) error {
 	_ = stderr // logs go to stdout as JSON; stderr is left for main's fatal error
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	logger := service.NewLogger(stdout, serviceName, getenv)
-	reg := service.NewRegistry()
-	metrics := newMetrics(reg)
-
-	kubeCfg, err := service.KubeConfig(getenv)
+	svc, err := service.Start(ctx, service.Options{Name: serviceName, Getenv: getenv, Stdout: stdout,
+		Kubernetes: true, NATS: true, Consumers: []string{events.ConsumerTriggerDispatcher}})
 	if err != nil {
 		return err
 	}
-	// client-go's default of 5 requests per second (burst 10) would cap signed deliveries at five
-	// per second, since each one reads its signing Secret.
-	kubeCfg.QPS, kubeCfg.Burst = kubeQPS, kubeBurst
-	kubeCheck, err := service.KubeReachable(kubeCfg)
-	if err != nil {
-		return err
+	metrics := newMetrics(svc.Registry)
+	if err := svc.ConnectNATS(); err != nil {
+		return svc.Abort(err)
 	}
-	cs, err := kubernetes.NewForConfig(kubeCfg)
+	d, err := wireDispatcher(cfg, svc, metrics)
 	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
+		return svc.Abort(err)
 	}
-
-	// Every readiness check is registered before the health server starts (Health does not
-	// support adding checks while it serves); the NATS and consumer checks read state that is
-	// filled in as start-up proceeds. /healthz answers while NATS is still coming up; /readyz
-	// stays 503 until the consumer is bound.
-	health := service.NewHealth()
-	var bound atomic.Bool
-	var conn atomic.Pointer[nats.Conn]
-	health.AddCheck("kubernetes", kubeCheck)
-	health.AddCheck("nats", func(ctx context.Context) error {
-		nc := conn.Load()
-		if nc == nil {
-			return errors.New("not connected yet")
-		}
-		return service.NATSConnected(nc)(ctx)
-	})
-	health.AddCheck("consumer", func(context.Context) error {
-		if !bound.Load() {
-			return errors.New(events.ConsumerTriggerDispatcher + " not bound")
-		}
+	svc.OnStop(d.shutdown) // waiting retries give up at once; their messages go back to the server
+	if err := svc.Consume(consumerOptions(cfg, d), d.handle); err != nil {
+		return svc.Abort(err)
+	}
+	svc.Logger.Info("Started trigger dispatcher", "metrics", svc.MetricsAddr(), "health", svc.HealthAddr())
+	svc.Go("blocked retries", func(ctx context.Context) error {
+		d.retryBlocked(ctx)
 		return nil
 	})
-	healthSrv, err := service.Listen(cfg.HealthAddr, health.Handler(), logger)
-	if err != nil {
-		return err
-	}
-	metricsSrv, err := service.Listen(cfg.MetricsAddr, service.MetricsHandler(reg), logger)
-	if err != nil {
-		return errors.Join(err, healthSrv.Shutdown(context.Background()))
-	}
-	stopHTTP := func() error {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return errors.Join(metricsSrv.Shutdown(sctx), healthSrv.Shutdown(sctx))
-	}
+	return svc.Wait()
+}
 
-	nc, err := service.ConnectNATS(ctx, cfg.NATSURL, cfg.NATSCreds, serviceName, logger)
+// wireDispatcher creates the Kubernetes clients and opens the delivery records, and returns the
+// dispatcher that uses them.
+func wireDispatcher(cfg config, svc *service.Service, m *metrics) (*dispatcher, error) {
+	// client-go's default of 5 requests per second (burst 10) would cap signed deliveries at five
+	// per second, since each one reads its signing Secret.
+	svc.Kube.QPS, svc.Kube.Burst = kubeQPS, kubeBurst
+	cs, err := kubernetes.NewForConfig(svc.Kube)
 	if err != nil {
-		if ctx.Err() != nil { // cancelled while waiting for NATS: a normal shutdown
-			return stopHTTP()
-		}
-		return errors.Join(err, stopHTTP())
+		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	conn.Store(nc)
-	closeNATS := func() error { return drainNATS(nc) }
-	// fail ends a start-up that could not complete; a cancelled ctx makes it a normal shutdown.
-	fail := func(err error) error {
-		cleanup := errors.Join(closeNATS(), stopHTTP())
-		if ctx.Err() != nil {
-			return cleanup
-		}
-		return errors.Join(err, cleanup)
-	}
-	js, err := jetstream.New(nc)
+	kv, err := svc.JetStream.KeyValue(svc.Context(), events.BucketTriggers)
 	if err != nil {
-		return fail(fmt.Errorf("jetstream: %w", err))
+		return nil, fmt.Errorf("open bucket %s: %w", events.BucketTriggers, err)
 	}
-	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
-		return fail(fmt.Errorf("apply topology: %w", err))
-	}
-	kv, err := js.KeyValue(ctx, events.BucketTriggers)
-	if err != nil {
-		return fail(fmt.Errorf("open bucket %s: %w", events.BucketTriggers, err))
-	}
-
-	d := newDispatcher(cfg, dispatcherDeps{
+	return newDispatcher(cfg, dispatcherDeps{
 		records:   &recordStore{kv: kv},
-		publisher: events.NewPublisher(js, "/enforcement/"+serviceName),
+		publisher: svc.Publisher(),
 		secrets:   cs.CoreV1(),
-		metrics:   metrics,
-		logger:    logger,
-	})
-	consumer, err := events.Consume(ctx, js, d.handle, events.ConsumerOptions{
+		metrics:   m,
+		logger:    svc.Logger,
+	}), nil
+}
+
+// consumerOptions configures the dispatcher's consumer.
+func consumerOptions(cfg config, d *dispatcher) events.ConsumerOptions {
+	return events.ConsumerOptions{
 		Name:    events.ConsumerTriggerDispatcher,
 		Routes:  d.routes,
 		Backoff: events.ExponentialBackoff(cfg.ConsumerBackoffBase, 30*time.Second),
@@ -167,53 +116,7 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 		HandlerTimeout: d.handlerTimeout(),
 		// Deliveries mostly wait on receivers; a few slow webhooks must not hold up the rest.
 		Concurrency: 64,
-		Metrics:     events.NewMetrics(reg, serviceName),
-		Logger:      logger,
-	})
-	if err != nil {
-		return fail(err)
 	}
-	bound.Store(true)
-	logger.Info("Started trigger dispatcher", "metrics", metricsSrv.Addr, "health", healthSrv.Addr)
-
-	blockedDone := make(chan struct{})
-	go func() {
-		defer close(blockedDone)
-		d.retryBlocked(ctx)
-	}()
-
-	<-ctx.Done()
-	logger.Info("Shutting down")
-	bound.Store(false)
-	d.shutdown() // waiting retries give up at once; their messages go back to the server
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	err = consumer.Stop(sctx)
-	<-blockedDone
-	err = errors.Join(err, closeNATS(), stopHTTP())
-	if err != nil {
-		return err
-	}
-	logger.Info("Stopped")
-	return nil
-}
-
-// drainNATS drains the connection (pending publishes are flushed, subscriptions finish) and
-// waits for it to close, at most natsDrainTimeout; Drain alone returns before that.
-func drainNATS(nc *nats.Conn) error {
-	if err := nc.Drain(); err != nil {
-		nc.Close()
-		return fmt.Errorf("drain NATS: %w", err)
-	}
-	deadline := time.Now().Add(natsDrainTimeout)
-	for !nc.IsClosed() {
-		if time.Now().After(deadline) {
-			nc.Close()
-			return fmt.Errorf("drain NATS: not closed within %s", natsDrainTimeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return nil
 }
 
 // discardLogger is a logger for code paths that have none (tests, benchmarks).

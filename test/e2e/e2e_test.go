@@ -3,13 +3,16 @@ package e2e
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
 	"github.com/enforcement-io/enforcement/pkg/testenv/compat"
 	"github.com/enforcement-io/enforcement/pkg/testenv/rancherfake"
 )
@@ -44,23 +47,23 @@ func decodeB64(s string) string {
 // empty source (nothing deleted), and a removed cluster cleaned up after the grace period.
 func TestExampleRancherRule(t *testing.T) {
 	s := startSystem(t, nil)
-	s.rancher.SetClusters(
+	// The part of the fleet that stays: prod-a is selected, the others are left out.
+	steady := []map[string]any{
 		gke("c-1", "prod-a", "active", norman),
 		gke("c-2", "cluster1", "active", norman),               // ignored by name
 		gke("c-3", "prod-b", "active", nil),                    // lacks the label
 		rancherfake.Cluster("c-4", "prod-c", "active", norman), // another driver: filtered by Rancher
-		gke("c-5", "prod-d", "provisioning", norman),           // present, not eligible
-	)
+	}
+	prodD := gke("c-5", "prod-d", "active", norman)
+	s.rancher.SetClusters(append(slices.Clone(steady), gke("c-5", "prod-d", "provisioning", norman))...) // present, not eligible
 	s.applyRule(operatorNS, example(t, "example-rancher.yaml"))
 
-	s.eventually(60*time.Second, "Applications for the one selected cluster", func() string {
-		return equal(s.names(gvrApplication), []string{"prod-a-guestbook", "prod-a-helm-guestbook"})
+	// Applications for the one selected cluster.
+	testenv.Eventually(t, 60*time.Second, func() error {
+		return equal("Applications", s.names(gvrApplication), []string{"prod-a-guestbook", "prod-a-helm-guestbook"})
 	})
-	if d := equal(s.names(gvrAppProject), []string{"prod-a"}); d != "" {
-		t.Fatalf("AppProjects: %s", d)
-	}
-	if d := equal(s.clusterSecretNames(), []string{"prod-a"}); d != "" {
-		t.Fatalf("cluster Secrets: %s", d)
+	if err := s.holds([]string{"prod-a-guestbook", "prod-a-helm-guestbook"}, []string{"prod-a"}, []string{"prod-a"}); err != nil {
+		t.Fatal(err)
 	}
 	checkApplication(t, s.get(gvrApplication, "prod-a-helm-guestbook"), "prod-a", "default",
 		"https://github.com/argoproj/argocd-example-apps", "helm-guestbook", map[string]string{"replicaCount": "1"})
@@ -69,18 +72,9 @@ func TestExampleRancherRule(t *testing.T) {
 	checkClusterSecret(t, s, "prod-a", s.rancher.URL+"/k8s/clusters/c-1")
 
 	// A cluster that finishes provisioning, and a new one, get their packages.
-	s.rancher.SetClusters(
-		gke("c-1", "prod-a", "active", norman),
-		gke("c-2", "cluster1", "active", norman),
-		gke("c-3", "prod-b", "active", nil),
-		rancherfake.Cluster("c-4", "prod-c", "active", norman),
-		gke("c-5", "prod-d", "active", norman),
-		gke("c-6", "prod-e", "active", norman),
-	)
+	s.rancher.SetClusters(slices.Concat(steady, []map[string]any{prodD, gke("c-6", "prod-e", "active", norman)})...)
 	all := []string{"prod-a-guestbook", "prod-a-helm-guestbook", "prod-d-guestbook", "prod-d-helm-guestbook", "prod-e-guestbook", "prod-e-helm-guestbook"}
-	s.eventually(60*time.Second, "Applications after c-5 became active and c-6 appeared", func() string {
-		return equal(s.names(gvrApplication), all)
-	})
+	testenv.Eventually(t, 60*time.Second, func() error { return equal("Applications", s.names(gvrApplication), all) })
 
 	// A failing source, then an empty one, for longer than the grace period: nothing goes.
 	s.rancher.FailPage(1, 503)
@@ -88,12 +82,12 @@ func TestExampleRancherRule(t *testing.T) {
 	s.rancher.Heal()
 	s.rancher.SetClusters()
 	time.Sleep(6 * time.Second)
-	if d := equal(s.names(gvrApplication), all); d != "" {
-		t.Fatalf("a failing or empty source deleted Applications: %s", d)
+	if err := equal("Applications", s.names(gvrApplication), all); err != nil {
+		t.Fatalf("a failing or empty source deleted Applications: %v", err)
 	}
 	degraded := map[string]bool{}
 	for _, e := range s.audit() {
-		if d, ok := e.Event.(*events.SourceDegraded); ok {
+		if d, ok := e.(*events.SourceDegraded); ok {
 			degraded[d.Reason] = true
 		}
 	}
@@ -103,21 +97,9 @@ func TestExampleRancherRule(t *testing.T) {
 
 	// prod-e leaves for good: cleaned up after the grace period, the others untouched. (One
 	// removal out of five known clusters: removing more at once would trip the breaker.)
-	s.rancher.SetClusters(
-		gke("c-1", "prod-a", "active", norman),
-		gke("c-2", "cluster1", "active", norman),
-		gke("c-3", "prod-b", "active", nil),
-		rancherfake.Cluster("c-4", "prod-c", "active", norman),
-		gke("c-5", "prod-d", "active", norman),
-	)
-	s.eventually(60*time.Second, "cleanup of the removed cluster", func() string {
-		if d := equal(s.names(gvrApplication), all[:4]); d != "" {
-			return "Applications: " + d
-		}
-		if d := equal(s.names(gvrAppProject), []string{"prod-a", "prod-d"}); d != "" {
-			return "AppProjects: " + d
-		}
-		return equal(s.clusterSecretNames(), []string{"prod-a", "prod-d"})
+	s.rancher.SetClusters(append(slices.Clone(steady), prodD)...)
+	testenv.Eventually(t, 60*time.Second, func() error {
+		return s.holds(all[:4], []string{"prod-a", "prod-d"}, []string{"prod-a", "prod-d"})
 	})
 	checkNoDuplicates(t, s)
 }
@@ -127,8 +109,8 @@ func TestDynamicRuleRendersPerCluster(t *testing.T) {
 	s := startSystem(t, nil)
 	s.rancher.SetClusters(rancherfake.Cluster("c-1", "cluster1", "active", nil), rancherfake.Cluster("c-2", "cluster2", "active", nil))
 	s.applyRule(operatorNS, example(t, "readme-02-dynamic-rule-jinja.yaml"))
-	s.eventually(60*time.Second, "rendered Applications", func() string {
-		return equal(s.names(gvrApplication), []string{"cluster1-guestbook-cluster1", "cluster2-guestbook-other"})
+	testenv.Eventually(t, 60*time.Second, func() error {
+		return equal("rendered Applications", s.names(gvrApplication), []string{"cluster1-guestbook-cluster1", "cluster2-guestbook-other"})
 	})
 	checkApplication(t, s.get(gvrApplication, "cluster1-guestbook-cluster1"), "cluster1", "cluster1",
 		"https://github.com/argoproj/argocd-example-apps", "helm-guestbook",
@@ -156,24 +138,22 @@ spec:
   source:
     rancher: {}
 `)
-	s.eventually(60*time.Second, "Applications of both rules", func() string {
-		return equal(s.names(gvrApplication), []string{"prod-a-guestbook", "prod-a-helm-guestbook", "prod-a-monitoring"})
+	testenv.Eventually(t, 60*time.Second, func() error {
+		return equal("Applications of both rules", s.names(gvrApplication), []string{"prod-a-guestbook", "prod-a-helm-guestbook", "prod-a-monitoring"})
 	})
 	s.deleteRule(operatorNS, "monitoring")
-	s.eventually(60*time.Second, "the deleted rule's Application removed", func() string {
-		if d := equal(s.names(gvrApplication), []string{"prod-a-guestbook", "prod-a-helm-guestbook"}); d != "" {
-			return d
+	kept := []string{"prod-a-guestbook", "prod-a-helm-guestbook"}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		if err := equal("Applications after the rule's deletion", s.names(gvrApplication), kept); err != nil {
+			return err
 		}
 		if _, err := s.dyn.Resource(gvrClusterRule).Namespace(operatorNS).Get(t.Context(), "monitoring", getOpts); err == nil {
-			return "the ClusterRule still exists (finalizer not released)"
+			return errors.New("the ClusterRule still exists (finalizer not released)")
 		}
-		return ""
+		return nil
 	})
-	if d := equal(s.clusterSecretNames(), []string{"prod-a"}); d != "" {
-		t.Fatalf("the shared cluster registration was touched: %s", d)
-	}
-	if d := equal(s.names(gvrAppProject), []string{"prod-a"}); d != "" {
-		t.Fatalf("the shared AppProject was touched: %s", d)
+	if err := s.holds(kept, []string{"prod-a"}, []string{"prod-a"}); err != nil {
+		t.Fatalf("the shared cluster registration or AppProject was touched: %v", err)
 	}
 }
 
@@ -186,7 +166,7 @@ func TestKillingAServiceMidRunConverges(t *testing.T) {
 	s.rancher.SetClusters(clusters...)
 	s.applyRule(operatorNS, example(t, "example-rancher.yaml"))
 	want := []string{"prod-a-guestbook", "prod-a-helm-guestbook"}
-	s.eventually(60*time.Second, "first Applications", func() string { return equal(s.names(gvrApplication), want) })
+	testenv.Eventually(t, 60*time.Second, func() error { return equal("first Applications", s.names(gvrApplication), want) })
 
 	for i, name := range []string{"source-scanner", "rule-engine", "argo-syncer", "trigger-dispatcher"} {
 		s.kill(name)
@@ -199,8 +179,8 @@ func TestKillingAServiceMidRunConverges(t *testing.T) {
 		s.start(name)
 		sorted := append([]string(nil), want...)
 		sortStrings(sorted)
-		s.eventually(90*time.Second, "convergence after restarting "+name, func() string {
-			return equal(s.names(gvrApplication), sorted)
+		testenv.Eventually(t, 90*time.Second, func() error {
+			return equal("Applications after restarting "+name, s.names(gvrApplication), sorted)
 		})
 	}
 	checkNoDuplicates(t, s)
@@ -212,8 +192,8 @@ func checkNoDuplicates(t *testing.T, s *system) {
 	ids := map[string]int{}
 	created := map[string]int{}
 	for _, e := range s.audit() {
-		ids[e.ID]++
-		if ok, is := e.Event.(*events.InstallSucceeded); is && ok.Created {
+		ids[e.ID()]++
+		if ok, is := e.(*events.InstallSucceeded); is && ok.Created {
 			created[ok.Application]++
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"reflect"
 	"testing"
@@ -16,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
 var gvrManagedCluster = schema.GroupVersionResource{Group: "cluster.open-cluster-management.io", Version: "v1", Resource: "managedclusters"}
@@ -155,14 +158,11 @@ spec:
 	spoke2 := []string{"spoke-2-guestbook", "spoke-2-monitoring"}
 
 	// Only the compliant spoke.
-	s.eventually(90*time.Second, "Applications for the compliant spoke only", func() string {
-		return equal(s.names(gvrApplication), spoke1)
+	testenv.Eventually(t, 90*time.Second, func() error {
+		return equal("Applications for the compliant spoke only", s.names(gvrApplication), spoke1)
 	})
-	if d := equal(s.names(gvrAppProject), []string{"spoke-1"}); d != "" {
-		t.Fatalf("AppProjects: %s", d)
-	}
-	if d := equal(s.clusterSecretNames(), []string{"spoke-1"}); d != "" {
-		t.Fatalf("cluster Secrets: %s", d)
+	if err := s.holds(spoke1, []string{"spoke-1"}, []string{"spoke-1"}); err != nil {
+		t.Fatal(err)
 	}
 	checkOCMClusterSecret(t, s, "spoke-1", "msa-spoke-1-t0ken")
 	checkApplication(t, s.get(gvrApplication, "spoke-1-guestbook"), "spoke-1", "default",
@@ -174,14 +174,8 @@ spec:
 	// spoke-2 becomes compliant: its packages appear, spoke-1's stay.
 	s.setManagedClusterStatus("spoke-2", map[string]string{claim: "compliant"}, "True")
 	both := append(append([]string(nil), spoke1...), spoke2...)
-	s.eventually(90*time.Second, "Applications after spoke-2's claim flipped to compliant", func() string {
-		if d := equal(s.names(gvrApplication), both); d != "" {
-			return "Applications: " + d
-		}
-		if d := equal(s.names(gvrAppProject), []string{"spoke-1", "spoke-2"}); d != "" {
-			return "AppProjects: " + d
-		}
-		return equal(s.clusterSecretNames(), []string{"spoke-1", "spoke-2"})
+	testenv.Eventually(t, 90*time.Second, func() error {
+		return s.holds(both, []string{"spoke-1", "spoke-2"}, []string{"spoke-1", "spoke-2"})
 	})
 	checkOCMClusterSecret(t, s, "spoke-2", "msa-spoke-2-t0ken")
 	checkAppProjectDestination(t, s, "spoke-2")
@@ -190,21 +184,15 @@ spec:
 	// and since nothing targets spoke-1 any more its AppProject and cluster Secret go too (the
 	// ManagedCluster is still on the hub: this is an uninstall, not a gone cluster).
 	s.setManagedClusterStatus("spoke-1", map[string]string{claim: "noncompliant", "platform.open-cluster-management.io": "Other"}, "True")
-	s.eventually(90*time.Second, "spoke-1 uninstalled after its claim flipped to noncompliant", func() string {
-		if d := equal(s.names(gvrApplication), spoke2); d != "" {
-			return "Applications: " + d
-		}
-		if d := equal(s.names(gvrAppProject), []string{"spoke-2"}); d != "" {
-			return "AppProjects: " + d
-		}
-		return equal(s.clusterSecretNames(), []string{"spoke-2"})
+	testenv.Eventually(t, 90*time.Second, func() error {
+		return s.holds(spoke2, []string{"spoke-2"}, []string{"spoke-2"})
 	})
 	if _, err := s.dyn.Resource(gvrManagedCluster).Get(t.Context(), "spoke-1", getOpts); err != nil {
 		t.Fatalf("spoke-1's ManagedCluster: %v", err)
 	}
 	uninstalls := map[string]string{}
 	for _, e := range s.audit() {
-		if u, ok := e.Event.(*events.UninstallIntent); ok {
+		if u, ok := e.(*events.UninstallIntent); ok {
 			uninstalls[u.Cluster.Name+"/"+u.Enforcement] = fmt.Sprintf("%s gone=%v", u.Reason, u.Cluster.Gone)
 		}
 	}
@@ -218,27 +206,22 @@ spec:
 
 	// spoke-2 becomes unavailable: present but not eligible, it keeps what it has. Wait for the
 	// scanner to publish the change, then give the rule engine and argo-syncer time to act on it.
+	stream := eventstest.NewReader(t, s.js)
 	s.setManagedClusterStatus("spoke-2", map[string]string{claim: "compliant"}, "False")
-	s.eventually(60*time.Second, "spoke-2 published as not eligible", func() string {
-		for _, e := range s.audit() {
-			if u, ok := e.Event.(*events.ClusterUpdated); ok && u.Cluster.Name == "spoke-2" && !u.Cluster.Eligible {
-				return ""
+	testenv.Eventually(t, 60*time.Second, func() error {
+		for _, e := range stream.New(t) {
+			if u, ok := e.(*events.ClusterUpdated); ok && u.Cluster.Name == "spoke-2" && !u.Cluster.Eligible {
+				return nil
 			}
 		}
-		return "no ClusterUpdated of spoke-2 with eligible=false"
+		return errors.New("no ClusterUpdated of spoke-2 with eligible=false")
 	})
 	time.Sleep(5 * time.Second) // longer than GONE_GRACE_PERIOD and several scans
-	if d := equal(s.names(gvrApplication), spoke2); d != "" {
-		t.Fatalf("an unavailable spoke lost Applications: %s", d)
-	}
-	if d := equal(s.names(gvrAppProject), []string{"spoke-2"}); d != "" {
-		t.Fatalf("AppProjects after spoke-2 became unavailable: %s", d)
-	}
-	if d := equal(s.clusterSecretNames(), []string{"spoke-2"}); d != "" {
-		t.Fatalf("cluster Secrets after spoke-2 became unavailable: %s", d)
+	if err := s.holds(spoke2, []string{"spoke-2"}, []string{"spoke-2"}); err != nil {
+		t.Fatalf("an unavailable spoke lost what it had: %v", err)
 	}
 	for _, e := range s.audit() {
-		if u, ok := e.Event.(*events.UninstallIntent); ok && u.Cluster.Name == "spoke-2" {
+		if u, ok := e.(*events.UninstallIntent); ok && u.Cluster.Name == "spoke-2" {
 			t.Fatalf("uninstall intent for the unavailable spoke-2: %+v", u)
 		}
 	}

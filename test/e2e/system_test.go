@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 	"github.com/enforcement-io/enforcement/pkg/testenv/rancherfake"
 )
@@ -88,6 +87,7 @@ type system struct {
 	kube    *testenv.Kube
 	dyn     dynamic.Interface
 	rancher *rancherfake.Server
+	js      jetstream.JetStream // the test's own connection, for reading the stream
 	env     map[string]string
 	logs    string
 
@@ -107,6 +107,7 @@ func startSystem(t *testing.T, env map[string]string) *system {
 	t.Helper()
 	s := &system{t: t, procs: map[string]*proc{}, logs: t.TempDir()}
 	s.nats = testenv.StartNATS(t)
+	s.js = s.nats.JetStream(t)
 	s.kube = testenv.StartKube(t, testenv.WithCRDs(append(testenv.ArgoCDCRDs(), testenv.OCMCRDs()...)...))
 	s.kube.InstallCRDsFromDir(t, filepath.Join(root, "deploy", "k8s", "enforcement-crds", "crds"))
 	s.kube.Namespace(t, operatorNS)
@@ -140,7 +141,7 @@ func startSystem(t *testing.T, env map[string]string) *system {
 // start runs one service binary and waits until its /readyz answers 200.
 func (s *system) start(name string) {
 	s.t.Helper()
-	metrics, health := freeAddr(s.t), freeAddr(s.t)
+	metrics, health := testenv.FreeAddr(s.t), testenv.FreeAddr(s.t)
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "METRICS_ADDR=" + metrics, "HEALTH_ADDR=" + health}
 	for k, v := range s.env {
 		env = append(env, k+"="+v)
@@ -160,23 +161,23 @@ func (s *system) start(name string) {
 	s.procs[name] = p
 	s.mu.Unlock()
 
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	// On a timeout stopAll logs the tail of the service's log.
+	testenv.Eventually(s.t, 60*time.Second, func() error {
 		select {
 		case <-p.done:
 			s.t.Fatalf("%s exited during start-up:\n%s", name, s.logTail(name))
-		case <-time.After(100 * time.Millisecond):
+		default:
 		}
-		if resp, err := http.Get("http://" + health + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		resp, err := http.Get("http://" + health + "/readyz")
+		if err != nil {
+			return fmt.Errorf("%s not ready: %w", name, err)
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s not ready after 60s:\n%s", name, s.logTail(name))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s not ready: /readyz answers %s", name, resp.Status)
 		}
-	}
+		return nil
+	})
 }
 
 // kill ends a service with SIGKILL: no drain, no goodbye, as a crash or an OOM kill.
@@ -302,81 +303,30 @@ func (s *system) get(gvr schema.GroupVersionResource, name string) *unstructured
 	return u
 }
 
-// eventually polls cond until it returns "" (done) or the timeout passes, then fails with the
-// last answer.
-func (s *system) eventually(timeout time.Duration, what string, cond func() string) {
-	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		if last = cond(); last == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s: after %s: %s", what, timeout, last)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// equal is a condition: "" when got equals want, else a description.
-func equal(got, want []string) string {
+// equal is nil when got equals want, else says what has which names instead.
+func equal(what string, got, want []string) error {
 	if strings.Join(got, ",") == strings.Join(want, ",") {
-		return ""
+		return nil
 	}
-	return fmt.Sprintf("have %v, want %v", got, want)
+	return fmt.Errorf("%s: have %v, want %v", what, got, want)
 }
 
-// audit reads every event in the stream.
-func (s *system) audit() []auditEntry {
+// holds is nil when the Argo CD namespace has exactly these Applications, AppProjects and
+// cluster Secrets (by cluster name), else names the first that differ.
+func (s *system) holds(applications, appProjects, clusterSecrets []string) error {
+	if err := equal("Applications", s.names(gvrApplication), applications); err != nil {
+		return err
+	}
+	if err := equal("AppProjects", s.names(gvrAppProject), appProjects); err != nil {
+		return err
+	}
+	return equal("cluster Secrets", s.clusterSecretNames(), clusterSecrets)
+}
+
+// audit reads every event in the stream, in stream order.
+func (s *system) audit() []events.Event {
 	s.t.Helper()
-	nc, err := nats.Connect(s.nats.URL())
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	oc, err := js.OrderedConsumer(ctx, events.StreamName, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	var out []auditEntry
-	for {
-		info, err := oc.Info(ctx)
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		if info.NumPending == 0 {
-			return out
-		}
-		batch, err := oc.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		for m := range batch.Messages() {
-			e := auditEntry{Subject: m.Subject(), ID: m.Headers().Get(events.HeaderID), Type: m.Headers().Get(events.HeaderType)}
-			if ev, _, err := events.Decode(m.Subject(), m.Headers(), m.Data()); err == nil {
-				e.Event = ev
-			}
-			out = append(out, e)
-		}
-	}
-}
-
-type auditEntry struct {
-	Subject, ID, Type string
-	Event             events.Event
-}
-
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return eventstest.NewReader(s.t, s.js).New(s.t)
 }
 
 var (
