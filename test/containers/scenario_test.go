@@ -16,7 +16,6 @@ package containers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -25,7 +24,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,6 +31,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
 	"github.com/enforcement-io/enforcement/pkg/testenv/compat"
 )
 
@@ -50,7 +50,7 @@ func TestProduct(t *testing.T) {
 	began := time.Now()
 	s := startSystem(t)
 	t.Logf("System ready in %s", time.Since(began).Round(100*time.Millisecond))
-	_, js := s.connectNATS(t)
+	js := s.connectNATS(t)
 
 	// The rancher Secret: the original's keys (url, token) plus caCert for the fake's own CA.
 	s.createSecret(t, &corev1.Secret{
@@ -68,7 +68,7 @@ func TestProduct(t *testing.T) {
 
 	var alphaUIDs map[string]types.UID
 	ok := t.Run("clusters appear", func(t *testing.T) {
-		s.eventually(t, 60*time.Second, func() error { return s.installed("alpha", "bravo") })
+		testenv.Eventually(t, 60*time.Second, func() error { return s.installed("alpha", "bravo") })
 		alphaUIDs = s.applications(t, "alpha")
 		for _, name := range []string{"cluster1", "other-driver"} {
 			if apps := s.applications(t, name); len(apps) != 0 {
@@ -79,7 +79,7 @@ func TestProduct(t *testing.T) {
 	ok = ok && t.Run("a cluster goes", func(t *testing.T) {
 		s.setClusters(t, alpha, ignored, other)
 		absent := time.Now()
-		s.eventually(t, 30*time.Second, func() error { return s.removed("bravo") })
+		testenv.Eventually(t, 30*time.Second, func() error { return s.removed("bravo") })
 		// Not before the grace period: absence alone is not enough.
 		if waited := time.Since(absent); waited < gonePeriod {
 			t.Errorf("bravo removed %s after it left the listing, before GONE_GRACE_PERIOD=%s", waited, gonePeriod)
@@ -87,7 +87,8 @@ func TestProduct(t *testing.T) {
 		s.sameApplications(t, "alpha", alphaUIDs)
 	})
 	ok = ok && t.Run("a failing source removes nothing", func(t *testing.T) {
-		since := time.Now()
+		stream := eventstest.NewReader(t, js)
+		stream.New(t) // what came before the failure
 		s.failRancher(t, 503)
 		s.waitScans(t, gonePeriod+3*scanInterval)
 		s.sameApplications(t, "alpha", alphaUIDs)
@@ -98,16 +99,12 @@ func TestProduct(t *testing.T) {
 		s.setClusters(t, alpha, ignored, other)
 
 		reasons := map[string]bool{}
-		for _, m := range readStream(t, js) {
-			if m.Type == "io.enforcement.source.degraded.v1" && m.Time.After(since) {
-				var body struct {
-					Reason string `json:"reason"`
-				}
-				_ = json.Unmarshal(m.Data, &body)
-				reasons[body.Reason] = true
-			}
-			if m.Type == "io.enforcement.cluster.gone.v1" && m.Time.After(since) {
-				t.Errorf("cluster gone published while the source was degraded: %s", m.Subject)
+		for _, e := range stream.New(t) {
+			switch e := e.(type) {
+			case *events.SourceDegraded:
+				reasons[e.Reason] = true
+			case *events.ClusterGone:
+				t.Errorf("cluster gone published while the source was degraded: %s", e.Name)
 			}
 		}
 		if len(reasons) < 2 {
@@ -120,31 +117,25 @@ func TestProduct(t *testing.T) {
 	} {
 		ok = ok && t.Run(svc.service+" stopped while a cluster appears", func(t *testing.T) {
 			restart(t, s.services[svc.service], func() {
+				stream := eventstest.NewReader(t, js)
 				s.addCluster(t, rancherCluster(svc.id, svc.cluster, "active"))
 				// The world moved on without the stopped service: the scanner announced the cluster.
-				s.eventually(t, 20*time.Second, func() error { return s.published(js, "io.enforcement.cluster.appeared.v1", svc.cluster) })
+				testenv.Eventually(t, 20*time.Second, func() error { return appeared(t, stream, svc.cluster) })
 				if apps := s.applications(t, svc.cluster); len(apps) != 0 {
 					t.Errorf("Applications of %s exist while %s is stopped: %v", svc.cluster, svc.service, keys(apps))
 				}
 			})
-			s.eventually(t, 60*time.Second, func() error { return s.installed("alpha", "charlie", svc.cluster) })
+			testenv.Eventually(t, 60*time.Second, func() error { return s.installed("alpha", "charlie", svc.cluster) })
 			s.sameApplications(t, "alpha", alphaUIDs)
 		})
 	}
 	ok = ok && t.Run("no duplicates", func(t *testing.T) {
-		msgs := readStream(t, js)
-		assertUniqueIDs(t, msgs)
+		stored := eventstest.NewReader(t, js).New(t)
+		assertUniqueIDs(t, stored)
 		created := map[string]int{}
-		for _, m := range msgs {
-			if m.Type != "io.enforcement.install.succeeded.v1" {
-				continue
-			}
-			var body events.InstallSucceeded
-			if err := json.Unmarshal(m.Data, &body); err != nil {
-				t.Fatalf("decode %s: %v", m.Subject, err)
-			}
-			if body.Created {
-				created[body.Application]++
+		for _, e := range stored {
+			if ok, is := e.(*events.InstallSucceeded); is && ok.Created {
+				created[ok.Application]++
 			}
 		}
 		for _, cluster := range []string{"alpha", "charlie", "delta"} {
@@ -156,21 +147,14 @@ func TestProduct(t *testing.T) {
 		}
 	})
 	ok = ok && t.Run("NATS restarts on its volume", func(t *testing.T) {
-		before := readStream(t, js)
+		before := eventstest.NewReader(t, js).New(t)
 		restart(t, s.nats, nil)
-		_, js = s.connectNATS(t) // the published port changed
-		s.eventually(t, 30*time.Second, func() error {
-			_, err := js.Stream(context.Background(), events.StreamName)
-			return err
-		})
-		after := readStream(t, js)
-		bySeq := map[uint64]string{}
-		for _, m := range after {
-			bySeq[m.Seq] = m.ID
-		}
+		js = s.connectNATS(t) // the published port changed
+		// The reader reads the stream in sequence order: an event kept is at the same place.
+		after := eventstest.NewReader(t, js).New(t)
 		lost := 0
-		for _, m := range before {
-			if bySeq[m.Seq] != m.ID {
+		for i, e := range before {
+			if i >= len(after) || after[i].ID() != e.ID() {
 				lost++
 			}
 		}
@@ -180,8 +164,8 @@ func TestProduct(t *testing.T) {
 		}
 		// The services reconnected: a new cluster is installed, and every event is still unique.
 		s.addCluster(t, rancherCluster("c-echo1", "echo", "active"))
-		s.eventually(t, 60*time.Second, func() error { return s.installed("alpha", "charlie", "delta", "echo") })
-		assertUniqueIDs(t, readStream(t, js))
+		testenv.Eventually(t, 60*time.Second, func() error { return s.installed("alpha", "charlie", "delta", "echo") })
+		assertUniqueIDs(t, eventstest.NewReader(t, js).New(t))
 		s.sameApplications(t, "alpha", alphaUIDs)
 	})
 	t.Logf("Scenario done in %s", time.Since(began).Round(100*time.Millisecond))
@@ -331,7 +315,7 @@ func (s *system) sameApplications(t *testing.T, cluster string, want map[string]
 func (s *system) waitScans(t *testing.T, d time.Duration) {
 	t.Helper()
 	start, n := time.Now(), s.rancherRequests(t)
-	s.eventually(t, d+30*time.Second, func() error {
+	testenv.Eventually(t, d+30*time.Second, func() error {
 		if seen := s.rancherRequests(t) - n; time.Since(start) < d || seen < 3 {
 			return fmt.Errorf("%d listings in %s", seen, time.Since(start).Round(time.Second))
 		}
@@ -339,124 +323,36 @@ func (s *system) waitScans(t *testing.T, d time.Duration) {
 	})
 }
 
-// published is nil once the stream holds an event of type typ whose subject ends in cluster.
-func (s *system) published(js jetstream.JetStream, typ, cluster string) error {
-	for _, m := range readStreamErr(js) {
-		if m.Type == typ && strings.HasSuffix(m.Subject, "."+cluster) {
+// appeared is nil once the reader has come across the cluster appeared event of cluster.
+func appeared(t *testing.T, stream *eventstest.Reader, cluster string) error {
+	for _, e := range stream.New(t) {
+		if a, ok := e.(*events.ClusterAppeared); ok && a.Cluster.Name == cluster {
 			return nil
 		}
 	}
-	return fmt.Errorf("no %s event for %s yet", typ, cluster)
+	return fmt.Errorf("no cluster appeared event for %s yet", cluster)
 }
 
-// eventually retries f until it returns nil or timeout passes, then fails with f's last error.
-func (s *system) eventually(t *testing.T, timeout time.Duration, f func() error) {
+// assertUniqueIDs fails when an event id (its Nats-Msg-Id) is in the stream more than once. A
+// dead letter carries the id of the event it holds, so it counts as a second copy: none is
+// expected in this story.
+func assertUniqueIDs(t *testing.T, stored []events.Event) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
-// streamMessage is what the tests read of one message of the stream.
-type streamMessage struct {
-	Seq     uint64
-	ID      string // Nats-Msg-Id, the event's deterministic id
-	Type    string // ce-type
-	Subject string
-	Time    time.Time
-	Data    []byte
-}
-
-// readStream reads every message of the ENFORCEMENT stream, in order.
-func readStream(t *testing.T, js jetstream.JetStream) []streamMessage {
-	t.Helper()
-	msgs, err := readStreamUntil(js)
-	if err != nil {
-		t.Fatalf("read stream: %v", err)
-	}
-	return msgs
-}
-
-func readStreamErr(js jetstream.JetStream) []streamMessage {
-	msgs, _ := readStreamUntil(js)
-	return msgs
-}
-
-// readStreamUntil reads the stream up to its last sequence at the time of the call with an
-// ordered consumer (ephemeral, nothing to clean up).
-func readStreamUntil(js jetstream.JetStream) ([]streamMessage, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	stream, err := js.Stream(ctx, events.StreamName)
-	if err != nil {
-		return nil, err
-	}
-	last := stream.CachedInfo().State.LastSeq
-	var out []streamMessage
-	if last == 0 {
-		return out, nil
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		return nil, err
-	}
-	for {
-		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			return out, err
-		}
-		for m := range batch.Messages() {
-			meta, err := m.Metadata()
-			if err != nil {
-				return out, err
-			}
-			out = append(out, streamMessage{
-				Seq: meta.Sequence.Stream, ID: m.Headers().Get("Nats-Msg-Id"), Type: m.Headers().Get("ce-type"),
-				Subject: m.Subject(), Time: meta.Timestamp, Data: m.Data(),
-			})
-			if meta.Sequence.Stream >= last {
-				return out, nil
-			}
-		}
-		if err := batch.Error(); err != nil {
-			return out, err
-		}
-		if ctx.Err() != nil {
-			return out, ctx.Err()
-		}
-	}
-}
-
-// assertUniqueIDs fails when an event id (Nats-Msg-Id) is in the stream more than once.
-func assertUniqueIDs(t *testing.T, msgs []streamMessage) {
-	t.Helper()
-	seen := map[string][]uint64{}
-	for _, m := range msgs {
-		if m.ID == "" {
-			t.Errorf("message %d (%s) has no Nats-Msg-Id", m.Seq, m.Subject)
-			continue
-		}
-		seen[m.ID] = append(seen[m.ID], m.Seq)
+	seen := map[string][]int{}
+	for i, e := range stored {
+		seen[e.ID()] = append(seen[e.ID()], i+1)
 	}
 	var dups []string
-	for id, seqs := range seen {
-		if len(seqs) > 1 {
-			dups = append(dups, fmt.Sprintf("%s at %v", id, seqs))
+	for id, at := range seen {
+		if len(at) > 1 {
+			dups = append(dups, fmt.Sprintf("%s (the %v stored events)", id, at))
 		}
 	}
 	sort.Strings(dups)
 	if len(dups) > 0 {
 		t.Errorf("%d event ids are in the stream more than once: %s", len(dups), strings.Join(dups, "; "))
 	}
-	t.Logf("%d events in the stream, every id once: %t", len(msgs), len(dups) == 0)
+	t.Logf("%d events in the stream, every id once: %t", len(stored), len(dups) == 0)
 }
 
 func keys[V any](m map[string]V) []string {

@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/docker/go-connections/nat"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/network"
@@ -37,6 +36,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
 )
 
 // Configuration of the hub services in the tests: short intervals so that the scenario runs in
@@ -224,23 +225,14 @@ func (s *system) connectKube(ctx context.Context, t *testing.T) {
 }
 
 // connectNATS connects the test to the NATS container through its published port (which
-// changes when the container restarts).
-func (s *system) connectNATS(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+// changes when the container restarts). The topology is applied as the services apply it: it
+// is there already, so nothing changes.
+func (s *system) connectNATS(t *testing.T) jetstream.JetStream {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	url := endpoint(ctx, t, s.nats, "4222/tcp", "nats")
-	nc, err := nats.Connect(url, nats.Name("containers-test"), nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
-	if err != nil {
-		t.Fatalf("connect NATS at %s: %v", url, err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nc, js
+	_, js := eventstest.Bus(t, endpoint(ctx, t, s.nats, "4222/tcp", "nats"))
+	return js
 }
 
 // restart stops a container (SIGTERM, then the engine's kill after 10 s) and starts it again,
