@@ -1,7 +1,6 @@
 package rancherfake
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -53,55 +52,52 @@ func TestAdminControlsTheAPI(t *testing.T) {
 // list GETs a listing with the handler's token and returns the status and the ids on the page.
 func list(t *testing.T, url string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer tok-admin")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
+	status, body := call(t, http.MethodGet, url, "", "Bearer tok-admin")
 	var page struct {
 		Data []struct {
 			ID string `json:"id"`
 		} `json:"data"`
 	}
-	_ = json.NewDecoder(resp.Body).Decode(&page)
+	_ = json.Unmarshal(body, &page)
 	var ids []string
 	for _, c := range page.Data {
 		ids = append(ids, c.ID)
 	}
-	return resp.StatusCode, strings.Join(ids, ",")
+	return status, strings.Join(ids, ",")
 }
 
 func get(t *testing.T, url string) []byte {
 	t.Helper()
-	resp, err := http.Get(url) //nolint:noctx // a local test server
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
+	_, body := call(t, http.MethodGet, url, "", "")
+	return body
 }
 
 func put(t *testing.T, url, body string, want int) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPut, url, bytes.NewBufferString(body))
+	if status, _ := call(t, http.MethodPut, url, body, ""); status != want {
+		t.Errorf("PUT %s %s: status %d, want %d", url, body, status, want)
+	}
+}
+
+// call sends one request (with an Authorization header unless it is "") and returns the
+// status and the body of the answer.
+func call(t *testing.T, method, url, body, authorization string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("PUT %s: %v", url, err)
+		t.Fatalf("%s %s: %v", method, url, err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != want {
-		t.Errorf("PUT %s %s: status %d, want %d", url, body, resp.StatusCode, want)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read the answer: %v", method, url, err)
 	}
+	return resp.StatusCode, data
 }
