@@ -274,7 +274,7 @@ func (s *system) names(gvr schema.GroupVersionResource) []string {
 
 var gvrSecret = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 
-// clusterSecretServers lists the server URLs of the registered clusters.
+// clusterSecretNames lists the cluster names the cluster Secrets register, sorted.
 func (s *system) clusterSecretNames() []string {
 	s.t.Helper()
 	list, err := s.dyn.Resource(gvrSecret).Namespace(argoNS).List(context.Background(),
