@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # check-repo.sh fails when a tracked file is a compiled binary or larger than 4 MiB (built
 # artefacts belong in bin/, dist/ or the tool cache, never in git history), or when a tracked file
-# refers to a folder beside the repository (../shared, shared/examples, shared/seeds): a fresh
+# refers to a folder beside the repository (a sibling shared/ folder, its examples or seeds): a fresh
 # clone has nothing beside it, and the original operator's manifests are in pkg/testenv/compat.
 set -euo pipefail
 status=0
