@@ -229,39 +229,18 @@ func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
 		regions = []string{l.cfg.Region}
 	}
 
-	var (
-		out    []events.Cluster
-		errs   []error
-		failed int
-		reason string
-	)
+	var parts scanner.Parts
 	for _, region := range regions {
 		clusters, partial, err := l.listRegion(ctx, region, creds.RoleARN)
+		reason := ""
 		if err != nil {
-			failed++
-			r := classify(err)
-			switch {
-			case r == events.DegradedUnauthorized:
-				reason = r
-			case partial && reason == "":
-				reason = events.DegradedPartial
-			}
-			errs = append(errs, fmt.Errorf("region %s: %w", region, err))
-			continue
-		}
-		out = append(out, clusters...)
-	}
-	if failed > 0 {
-		if reason == "" {
-			reason = events.DegradedListFailed
-			if failed < len(regions) {
+			if reason = classify(err); reason != events.DegradedUnauthorized && partial {
 				reason = events.DegradedPartial
 			}
 		}
-		return nil, scanner.Degraded(reason, errors.Join(errs...))
+		parts.Add("region "+region, clusters, reason, err)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out, nil
+	return parts.Result()
 }
 
 // prepare builds the SDK config for creds, or keeps the current one when they did not change.

@@ -256,38 +256,12 @@ func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
 		return nil, err
 	}
 
-	var (
-		out    []events.Cluster
-		errs   []error
-		failed int
-		reason string
-	)
+	var parts scanner.Parts
 	for _, p := range projects {
-		clusters, r, err := l.listProject(ctx, p)
-		if err != nil {
-			failed++
-			switch {
-			case r == events.DegradedUnauthorized:
-				reason = r
-			case r == events.DegradedPartial && reason == "":
-				reason = r
-			}
-			errs = append(errs, fmt.Errorf("project %s: %w", p, err))
-			continue
-		}
-		out = append(out, clusters...)
+		clusters, reason, err := l.listProject(ctx, p)
+		parts.Add("project "+p, clusters, reason, err)
 	}
-	if failed > 0 {
-		if reason == "" {
-			reason = events.DegradedListFailed
-			if failed < len(projects) {
-				reason = events.DegradedPartial
-			}
-		}
-		return nil, scanner.Degraded(reason, errors.Join(errs...))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out, nil
+	return parts.Result()
 }
 
 // prepare builds the API client for creds, or keeps the current one.
