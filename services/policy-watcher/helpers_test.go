@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,6 +20,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
@@ -188,7 +187,7 @@ type svc struct {
 	t       *testing.T
 	cancel  context.CancelFunc
 	done    chan error
-	logs    *syncBuffer
+	logs    *testenv.SyncBuffer
 	health  string
 	metrics string
 }
@@ -197,7 +196,7 @@ type svc struct {
 // ends or stop is called.
 func startService(t *testing.T, env map[string]string) *svc {
 	t.Helper()
-	s := &svc{t: t, done: make(chan error, 1), logs: &syncBuffer{}, health: freeAddr(t), metrics: freeAddr(t)}
+	s := &svc{t: t, done: make(chan error, 1), logs: &testenv.SyncBuffer{}, health: testenv.FreeAddr(t), metrics: testenv.FreeAddr(t)}
 	full := map[string]string{"HEALTH_ADDR": s.health, "METRICS_ADDR": s.metrics, "LOG_LEVEL": "debug"}
 	for k, v := range env {
 		full[k] = v
@@ -246,17 +245,12 @@ func (s *svc) exited() (bool, error) {
 // waitReady waits until /readyz answers 200.
 func (s *svc) waitReady(timeout time.Duration) {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		code, body := httpGet(s.t, "http://"+s.health+"/readyz")
-		if code == http.StatusOK {
-			return
+	testenv.Eventually(s.t, timeout, func() error {
+		if code, body := httpGet(s.t, "http://"+s.health+"/readyz"); code != http.StatusOK {
+			return fmt.Errorf("/readyz: %d %s", code, body)
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("/readyz: %d %s after %s", code, body, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // metric returns the value of one sample line of /metrics ("name{labels}"), 0 when absent.
@@ -276,13 +270,9 @@ func (s *svc) metric(series string) float64 {
 // waitLog waits until a log line contains text.
 func (s *svc) waitLog(text string, timeout time.Duration) {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !strings.Contains(s.logs.String(), text) {
-		if time.Now().After(deadline) {
-			s.t.Fatalf("no log line containing %q after %s", text, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.EventuallyTrue(s.t, timeout, fmt.Sprintf("a log line contains %q", text), func() bool {
+		return strings.Contains(s.logs.String(), text)
+	})
 }
 
 func httpGet(t *testing.T, url string) (int, string) {
@@ -294,17 +284,6 @@ func httpGet(t *testing.T, url string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // writeKubeconfig writes a copy of the test server's kubeconfig with the server address and
@@ -333,20 +312,40 @@ func writeKubeconfig(t *testing.T, k *testenv.Kube, server, impersonate string, 
 	return path
 }
 
-// syncBuffer is a bytes.Buffer safe for the service's logger and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+// restartMidDebounce runs the service with env (a 4 s stable duration) on the Policy p, turns p
+// compliant, stops the service halfway through the stable duration (once the debounce clock is
+// on the claim), calls whileDown, and starts it again. It checks that compliant is written when
+// the original streak has lasted the stable duration, not a full stable duration after the
+// restart.
+func (c *cluster) restartMidDebounce(claim string, env map[string]string, whileDown func()) {
+	t := c.t
+	t.Helper()
+	const stable = 4 * time.Second
+	c.createPolicy("p", "NonCompliant")
+	first := startService(t, env)
+	c.waitClaim(claim, events.NonCompliant, 15*time.Second)
+	first.waitLog(`"msg":"Watching Policies"`, 10*time.Second)
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
+	c.setPolicy("p", "Compliant")
+	began := time.Now()
+	testenv.EventuallyTrue(t, 3*time.Second, "the debounce clock is written on the claim", func() bool {
+		got, _ := c.claim(claim)
+		return got.HasSince
+	})
+	time.Sleep(2 * time.Second) // half the stable duration
+	first.stop()
+	whileDown()
 
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	restarted := time.Now()
+	second := startService(t, env)
+	_, at := c.waitClaim(claim, events.Compliant, stable+5*time.Second)
+	second.waitLog("Restored debounce clock", time.Second)
+	t.Logf("compliant written %s after the streak began, %s after the restart (stable %s)",
+		at.Sub(began).Round(time.Millisecond), at.Sub(restarted).Round(time.Millisecond), stable)
+	if at.Sub(began) < stable-100*time.Millisecond {
+		t.Errorf("compliant written %s after the streak began, before the stable duration", at.Sub(began))
+	}
+	if at.Sub(restarted) > stable-time.Second {
+		t.Errorf("compliant written %s after the restart: the clock started over", at.Sub(restarted))
+	}
 }

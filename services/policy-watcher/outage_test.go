@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
 // tcpProxy forwards a loopback port to the API server and can cut every connection and refuse
@@ -26,7 +27,7 @@ type tcpProxy struct {
 
 func startProxy(t *testing.T, target string) *tcpProxy {
 	t.Helper()
-	p := &tcpProxy{t: t, target: target, addr: freeAddr(t), conns: map[net.Conn]struct{}{}}
+	p := &tcpProxy{t: t, target: target, addr: testenv.FreeAddr(t), conns: map[net.Conn]struct{}{}}
 	p.restore()
 	t.Cleanup(p.cut)
 	return p
@@ -76,12 +77,10 @@ func (p *tcpProxy) cut() {
 	}
 }
 
-// The API server becoming unreachable is not fatal: the service stays up, reports not ready,
-// counts and logs the errors, and catches up with what changed once the server is back.
-func TestAPIServerOutageNotFatal(t *testing.T) {
-	t.Parallel()
-	c := newCluster(t, "outage")
-	claim := c.name("outage-claim")
+// behindProxy starts a proxy to the shared API server and returns it with the service's
+// environment for claim (300 ms poll, no debounce) reaching the API server through it.
+func behindProxy(t *testing.T, c *cluster, claim string) (*tcpProxy, map[string]string) {
+	t.Helper()
 	u, err := url.Parse(c.kube.Config.Host)
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +88,16 @@ func TestAPIServerOutageNotFatal(t *testing.T) {
 	p := startProxy(t, u.Host)
 	env := directEnv(c, claim, "300ms", "0")
 	env["KUBECONFIG"] = writeKubeconfig(t, c.kube, "https://"+p.addr, "")
+	return p, env
+}
+
+// The API server becoming unreachable is not fatal: the service stays up, reports not ready,
+// counts and logs the errors, and catches up with what changed once the server is back.
+func TestAPIServerOutageNotFatal(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, "outage")
+	claim := c.name("outage-claim")
+	p, env := behindProxy(t, c, claim)
 	c.createPolicy("p", "Compliant")
 	s := startService(t, env)
 	c.waitClaim(claim, events.Compliant, 10*time.Second)
@@ -96,14 +105,10 @@ func TestAPIServerOutageNotFatal(t *testing.T) {
 
 	p.cut()
 	c.setPolicy("p", "NonCompliant") // through the test's own connection
-	deadline := time.Now().Add(5 * time.Second)
-	for s.metric(`enforcement_policy_watcher_api_errors_total{operation="get_claim"}`)+
-		s.metric(`enforcement_policy_watcher_api_errors_total{operation="list_policies"}`) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("no API errors counted while the API server was unreachable")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.EventuallyTrue(t, 5*time.Second, "API errors are counted while the API server is unreachable", func() bool {
+		return s.metric(`enforcement_policy_watcher_api_errors_total{operation="get_claim"}`)+
+			s.metric(`enforcement_policy_watcher_api_errors_total{operation="list_policies"}`) >= 2
+	})
 	if code, _ := httpGet(t, "http://"+s.health+"/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz during the outage: %d, want 503", code)
 	}
@@ -127,14 +132,8 @@ func TestAPIServerUnavailableAtStart(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "outage-start")
 	claim := c.name("outage-start-claim")
-	u, err := url.Parse(c.kube.Config.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := startProxy(t, u.Host)
+	p, env := behindProxy(t, c, claim)
 	p.cut()
-	env := directEnv(c, claim, "300ms", "0")
-	env["KUBECONFIG"] = writeKubeconfig(t, c.kube, "https://"+p.addr, "")
 	c.createPolicy("p", "NonCompliant")
 	s := startService(t, env)
 	s.waitLog("Evaluation failed; retrying", 5*time.Second)

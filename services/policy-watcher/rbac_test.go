@@ -1,44 +1,25 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
-	"io"
-	"os"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/yaml"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv/compat"
 )
 
-// applyManifest creates every object of a multi-document YAML file (existing ones are kept).
-func applyManifest(t *testing.T, c *cluster, path string) {
+// originalRBAC creates the ClusterRole, ServiceAccount and ClusterRoleBinding of the original
+// policy-watcher's deployment.yaml (pkg/testenv/compat), unchanged; existing ones are kept. Its
+// Deployment and ClusterClaim are left out: the test runs the service itself, on a claim of its own.
+func originalRBAC(t *testing.T, c *cluster) {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := k8syaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
-			t.Fatal(err)
-		}
-		if len(obj.Object) == 0 {
+	for _, obj := range compat.Objects(t, "policy-watcher/deployment.yaml") {
+		switch obj.GetKind() {
+		case "ClusterRole", "ServiceAccount", "ClusterRoleBinding":
+		default:
 			continue
 		}
 		if err := c.kube.Client.Create(context.Background(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -56,7 +37,7 @@ func TestOriginalRBACOnly(t *testing.T) {
 	c := newCluster(t, "rbac")
 	claim := c.name("policy-watcher-claim-rbac")
 	c.kube.Namespace(t, "dynamic-scoring")
-	applyManifest(t, c, "testdata/original-rbac.yaml")
+	originalRBAC(t, c)
 	kubeconfig := writeKubeconfig(t, c.kube, "", "system:serviceaccount:dynamic-scoring:policy-watcher-sa",
 		"system:serviceaccounts", "system:serviceaccounts:dynamic-scoring")
 

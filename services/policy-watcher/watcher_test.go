@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
 // directEnv is the environment of the service without NATS, as the original ran.
@@ -160,45 +161,11 @@ func TestRestartKeepsDebounceClock(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "restart")
 	claim := c.name("restart-claim")
-	const stable = 4 * time.Second
-	c.createPolicy("p", "NonCompliant")
-	env := directEnv(c, claim, "60", "4")
-	first := startService(t, env)
-	c.waitClaim(claim, events.NonCompliant, 10*time.Second)
-	first.waitLog(`"msg":"Watching Policies"`, 10*time.Second)
-
-	c.setPolicy("p", "Compliant")
-	began := time.Now()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		got, _ := c.claim(claim)
-		if got.HasSince {
-			break
+	c.restartMidDebounce(claim, directEnv(c, claim, "60", "4"), func() {
+		if got, _ := c.claim(claim); got.Value != events.NonCompliant || !got.HasSince {
+			t.Fatalf("after stopping mid-debounce: %+v", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the debounce clock was not written on the claim")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(2 * time.Second) // half the stable duration
-	first.stop()
-	got, _ := c.claim(claim)
-	if got.Value != events.NonCompliant || !got.HasSince {
-		t.Fatalf("after stopping mid-debounce: %+v", got)
-	}
-
-	restarted := time.Now()
-	second := startService(t, env)
-	_, at := c.waitClaim(claim, events.Compliant, stable+3*time.Second)
-	second.waitLog("Restored debounce clock", time.Second)
-	t.Logf("compliant written %s after the streak began, %s after the restart (stable %s)",
-		at.Sub(began).Round(time.Millisecond), at.Sub(restarted).Round(time.Millisecond), stable)
-	if at.Sub(began) < stable-100*time.Millisecond {
-		t.Errorf("compliant written %s after the streak began, before the stable duration", at.Sub(began))
-	}
-	if at.Sub(restarted) > stable-time.Second {
-		t.Errorf("compliant written %s after the restart: the clock started over", at.Sub(restarted))
-	}
+	})
 }
 
 // run serves /readyz (the Kubernetes API only, without NATS) and returns nil promptly when
@@ -227,7 +194,7 @@ func TestRunNotReadyWithoutNATS(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "no-nats")
 	env := directEnv(c, c.name("no-nats-claim"), "30", "120")
-	env["NATS_URL"] = "nats://" + freeAddr(t)
+	env["NATS_URL"] = "nats://" + testenv.FreeAddr(t)
 	s := startService(t, env)
 	s.waitLog("NATS not reachable yet", 10*time.Second)
 	if code, body := httpGet(t, "http://"+s.health+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "consumer") {
@@ -244,7 +211,7 @@ func TestRunNotReadyWithoutNATS(t *testing.T) {
 func TestRunRejectsBadConfig(t *testing.T) {
 	err := run(t.Context(), func(k string) string {
 		return map[string]string{"POLL_INTERVAL_SEC": "never"}[k]
-	}, &syncBuffer{}, &syncBuffer{})
+	}, &testenv.SyncBuffer{}, &testenv.SyncBuffer{})
 	if err == nil || !strings.Contains(err.Error(), "POLL_INTERVAL_SEC") {
 		t.Fatalf("run with a bad POLL_INTERVAL_SEC: %v", err)
 	}
