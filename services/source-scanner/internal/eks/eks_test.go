@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,27 +16,15 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/eks/eksfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner/scannertest"
 )
 
 const testSecret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 
-// clock is a settable test clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // newTestLister returns a Lister pointed at f, with static credentials, fast retries and a
 // call counter.
-func newTestLister(f *eksfake.Server, regions []string, mod func(*Options)) (*Lister, *prometheus.CounterVec, *clock) {
-	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+func newTestLister(f *eksfake.Server, regions []string, mod func(*Options)) (*Lister, *prometheus.CounterVec, *scannertest.Clock) {
+	clk := scannertest.NewClock()
 	calls := NewCallsCounter(prometheus.NewRegistry())
 	opts := Options{
 		Regions: regions,
@@ -57,17 +44,6 @@ func newTestLister(f *eksfake.Server, regions []string, mod func(*Options)) (*Li
 		mod(&opts)
 	}
 	return NewLister(opts), calls, clk
-}
-
-func listOK(t *testing.T, l *Lister) []events.Cluster {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	clusters, err := l.List(ctx)
-	if err != nil {
-		t.Fatalf("List: %v", err)
-	}
-	return clusters
 }
 
 func TestEligible(t *testing.T) {
@@ -91,7 +67,7 @@ func TestListPagingAndShape(t *testing.T) {
 	f.Add("us-east-1", "creating", "CREATING", nil)
 	l, calls, _ := newTestLister(f, []string{"us-east-1", "eu-west-1"}, nil)
 
-	clusters := listOK(t, l)
+	clusters := scannertest.ListOK(t, l)
 	if len(clusters) != 252 {
 		t.Fatalf("listed %d clusters, want 252", len(clusters))
 	}
@@ -182,7 +158,7 @@ func TestSteadyStateDescribes(t *testing.T) {
 	scan := func(wantDescribes int) []events.Cluster {
 		t.Helper()
 		f.ResetCounts()
-		clusters := listOK(t, l)
+		clusters := scannertest.ListOK(t, l)
 		if got := f.Count("DescribeCluster"); got != wantDescribes {
 			t.Fatalf("DescribeCluster calls = %d, want %d", got, wantDescribes)
 		}
@@ -233,20 +209,20 @@ func TestRedescribeSpread(t *testing.T) {
 		f.Add("eu-west-1", fmt.Sprintf("c%02d", i), "ACTIVE", nil)
 	}
 	l, _, clk := newTestLister(f, []string{"eu-west-1"}, func(o *Options) { o.RedescribeInterval = 100 * time.Second })
-	listOK(t, l)
+	scannertest.ListOK(t, l)
 	clk.Add(89 * time.Second)
 	f.ResetCounts()
-	listOK(t, l)
+	scannertest.ListOK(t, l)
 	if got := f.Count("DescribeCluster"); got != 0 {
 		t.Fatalf("DescribeCluster calls before 90%% of the interval = %d, want 0", got)
 	}
 	clk.Add(6 * time.Second)
 	f.ResetCounts()
-	listOK(t, l)
+	scannertest.ListOK(t, l)
 	first := f.Count("DescribeCluster")
 	clk.Add(5 * time.Second)
 	f.ResetCounts()
-	listOK(t, l)
+	scannertest.ListOK(t, l)
 	second := f.Count("DescribeCluster")
 	if first == 0 || second == 0 || first+second != 40 {
 		t.Fatalf("re-describes at 95s and 100s = %d and %d, want both > 0 and 40 in all", first, second)
@@ -280,7 +256,7 @@ func TestThrottlingRetried(t *testing.T) {
 				f.Throttle["DescribeCluster"] = tt.describeThr
 			})
 			l, calls, _ := newTestLister(f, []string{"eu-west-1"}, func(o *Options) { o.RetryMode = mode })
-			if got := len(listOK(t, l)); got != 2 {
+			if got := len(scannertest.ListOK(t, l)); got != 2 {
 				t.Fatalf("listed %d clusters, want 2", got)
 			}
 			for _, c := range []struct {
@@ -384,14 +360,14 @@ func TestDescribeNotFound(t *testing.T) {
 	f.Add("eu-west-1", "a", "ACTIVE", nil)
 	f.Add("eu-west-1", "b", "DELETING", nil)
 	l, _, _ := newTestLister(f, []string{"eu-west-1"}, nil)
-	if got := len(listOK(t, l)); got != 2 {
+	if got := len(scannertest.ListOK(t, l)); got != 2 {
 		t.Fatalf("listed %d, want 2", got)
 	}
 	// b is still listed by ListClusters but DescribeCluster no longer finds it.
 	f.Configure(func(f *eksfake.Server) {
 		f.Fail["DescribeCluster"] = eksfake.Error{Status: http.StatusNotFound, ErrType: "ResourceNotFoundException", Message: "No cluster found for name: b."}
 	})
-	clusters := listOK(t, l)
+	clusters := scannertest.ListOK(t, l)
 	if len(clusters) != 1 || find(clusters, "a") == nil {
 		t.Fatalf("clusters = %+v, want only a", clusters)
 	}
@@ -409,7 +385,7 @@ func TestAssumeRole(t *testing.T) {
 	l, calls, _ := newTestLister(f, []string{"eu-west-1"}, func(o *Options) {
 		o.Credentials = func(context.Context) (Credentials, error) { return creds, nil }
 	})
-	clusters := listOK(t, l)
+	clusters := scannertest.ListOK(t, l)
 	if len(clusters) != 1 || clusters[0].Attributes[AttrArgoCDRoleARN] != role {
 		t.Fatalf("clusters = %+v", clusters)
 	}
@@ -420,7 +396,7 @@ func TestAssumeRole(t *testing.T) {
 		t.Errorf("counted AssumeRole = %v, want 1", got)
 	}
 	// The assumed credentials are cached: a second scan does not assume again.
-	listOK(t, l)
+	scannertest.ListOK(t, l)
 	if got := f.Count("AssumeRole"); got != 1 {
 		t.Errorf("AssumeRole calls after two scans = %d, want 1", got)
 	}
@@ -445,13 +421,13 @@ func TestCredentialsChangeDropsCache(t *testing.T) {
 			return Credentials{AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: secret}, nil
 		}
 	})
-	listOK(t, l)
-	listOK(t, l)
+	scannertest.ListOK(t, l)
+	scannertest.ListOK(t, l)
 	if got := f.Count("DescribeCluster"); got != 1 {
 		t.Fatalf("DescribeCluster calls = %d, want 1", got)
 	}
 	secret = "rotated"
-	listOK(t, l)
+	scannertest.ListOK(t, l)
 	if got := f.Count("DescribeCluster"); got != 2 {
 		t.Fatalf("DescribeCluster calls after the credentials changed = %d, want 2", got)
 	}
@@ -488,7 +464,7 @@ func TestDefaultChain(t *testing.T) {
 	f := eksfake.New(t)
 	f.Add("ap-south-1", "from-env", "ACTIVE", nil)
 	l, _, _ := newTestLister(f, nil, func(o *Options) { o.Credentials = nil })
-	clusters := listOK(t, l)
+	clusters := scannertest.ListOK(t, l)
 	if len(clusters) != 1 || clusters[0].Attributes["region"] != "ap-south-1" {
 		t.Fatalf("clusters = %+v", clusters)
 	}

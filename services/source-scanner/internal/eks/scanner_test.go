@@ -1,19 +1,13 @@
 package eks
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/enforcement-io/enforcement/pkg/events"
-	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
-	"github.com/enforcement-io/enforcement/pkg/testenv"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/eks/eksfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner/scannertest"
 )
 
 // TestScannerDegradedRemovesNothing drives the real scanner (embedded JetStream) with an EKS
@@ -21,18 +15,7 @@ import (
 // SourceDegraded event, and no cluster is gone even after the grace period; when the fault
 // clears, the next scan is complete and still removes nothing.
 func TestScannerDegradedRemovesNothing(t *testing.T) {
-	srv := testenv.StartNATS(t)
-	_, js := eventstest.Bus(t, srv.URL())
-	ctx := context.Background()
-	kv, err := js.KeyValue(ctx, events.BucketInventory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream := eventstest.NewReader(t, js)
-	published := func() []events.Event { t.Helper(); return stream.New(t) }
-	gone := (&events.ClusterGone{}).Type()
-	degraded := (&events.SourceDegraded{}).Type()
-
+	bus := scannertest.NewBus(t)
 	tests := []struct {
 		name       string
 		fault      func(f *eksfake.Server)
@@ -58,56 +41,14 @@ func TestScannerDegradedRemovesNothing(t *testing.T) {
 			f.Add("eu-west-1", "b", "ACTIVE", nil)
 			f.Add("us-east-1", "c", "CREATING", nil)
 			l, _, clk := newTestLister(f, []string{"eu-west-1", "us-east-1"}, nil)
-			sc := scanner.New(kv, events.NewPublisher(js, "/enforcement/source-scanner"), scanner.Config{
-				GracePeriod: time.Minute, ListTimeout: 500 * time.Millisecond, Now: clk.Now,
-			}, scanner.NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
 			ref := events.SourceRef{Kind: events.SourceKindEKS, SecretNamespace: "enforcement", SecretName: "eks-" + string(rune('a'+i))}
 			ref.ID = events.SourceID(ref.Kind, ref.SecretNamespace, ref.SecretName, events.EKSSourceFilters([]string{"eu-west-1", "us-east-1"}))
-			src := scanner.Source{Ref: ref, Lister: l}
-
-			res, err := sc.ScanOnce(ctx, src)
-			if err != nil || !res.Complete || res.Appeared != 3 {
-				t.Fatalf("first scan = %+v, %v", res, err)
-			}
-			published()
-
-			f.Configure(tt.fault)
-			for range 2 {
-				clk.Add(2 * time.Minute) // past the grace period
-				res, err := sc.ScanOnce(ctx, src)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if res.Complete || res.Reason != tt.wantReason || res.Gone != 0 {
-					t.Fatalf("degraded scan = %+v, want reason %s and nothing gone", res, tt.wantReason)
-				}
-			}
-			var sawDegraded bool
-			for _, e := range published() {
-				switch e.Type() {
-				case gone:
-					t.Fatalf("a cluster was announced gone during a degraded listing: %+v", e)
-				case degraded:
-					d := e.(*events.SourceDegraded)
-					sawDegraded = true
-					if d.Reason != tt.wantReason || d.Message == "" || d.Known != 3 {
-						t.Errorf("SourceDegraded = %+v", d)
-					}
-					t.Logf("SourceDegraded %s: %s", d.Reason, d.Message)
-				}
-			}
-			if !sawDegraded {
-				t.Fatal("no SourceDegraded event")
-			}
-
-			f.Configure(func(f *eksfake.Server) {
-				f.Fail, f.Throttle, f.Delay = map[string]eksfake.Error{}, map[string]int{}, 0
-			})
-			clk.Add(2 * time.Minute)
-			res, err = sc.ScanOnce(ctx, src)
-			if err != nil || !res.Complete || res.Gone != 0 || res.Known != 3 {
-				t.Fatalf("scan after recovery = %+v, %v", res, err)
-			}
+			bus.CheckDegradedRemovesNothing(t, scanner.Source{Ref: ref, Lister: l}, clk,
+				func() { f.Configure(tt.fault) },
+				func() {
+					f.Configure(func(f *eksfake.Server) { f.Fail, f.Throttle, f.Delay = map[string]eksfake.Error{}, map[string]int{}, 0 })
+				},
+				tt.wantReason)
 		})
 	}
 }

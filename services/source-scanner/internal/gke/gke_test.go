@@ -18,6 +18,7 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/gke/gkefake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner/scannertest"
 )
 
 func newTestLister(t testing.TB, f *gkefake.Server, mod func(*Options)) (*Lister, *prometheus.CounterVec) {
@@ -38,17 +39,6 @@ func newTestLister(t testing.TB, f *gkefake.Server, mod func(*Options)) (*Lister
 		mod(&opts)
 	}
 	return NewLister(opts), calls
-}
-
-func listOK(t *testing.T, l *Lister) []events.Cluster {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	clusters, err := l.List(ctx)
-	if err != nil {
-		t.Fatalf("List: %v", err)
-	}
-	return clusters
 }
 
 func names(clusters []events.Cluster) []string {
@@ -100,11 +90,11 @@ func TestListShapeAndToken(t *testing.T) {
 	f.Add("proj-b", "us-central1", "broken", "ERROR", nil)
 	l, calls := newTestLister(t, f, func(o *Options) { o.Projects = []string{"proj-b", "proj-a"} })
 
-	clusters := listOK(t, l)
+	clusters := scannertest.ListOK(t, l)
 	if got := names(clusters); strings.Join(got, ",") != "broken,building,prod,reconciling" {
 		t.Fatalf("names = %v", got)
 	}
-	listOK(t, l)
+	scannertest.ListOK(t, l)
 	if f.Issued != 1 {
 		t.Errorf("tokens issued = %d, want 1 (the client keeps its token between scans)", f.Issued)
 	}
@@ -195,7 +185,7 @@ func TestFilters(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.filters), func(t *testing.T) {
 			l, _ := newTestLister(t, f, func(o *Options) { o.Projects = []string{"proj-a", "proj-b"}; o.Filters = tt.filters })
-			if got := strings.Join(names(listOK(t, l)), ","); got != tt.want {
+			if got := strings.Join(names(scannertest.ListOK(t, l)), ","); got != tt.want {
 				t.Fatalf("listed %q, want %q", got, tt.want)
 			}
 		})
@@ -293,7 +283,7 @@ func TestRetriedThenComplete(t *testing.T) {
 		f.FailN["proj-a"] = 1
 	})
 	l, calls := newTestLister(t, f, nil)
-	if got := len(listOK(t, l)); got != 1 {
+	if got := len(scannertest.ListOK(t, l)); got != 1 {
 		t.Fatalf("listed %d", got)
 	}
 	if testutil.ToFloat64(calls.WithLabelValues("ListClusters", "throttled")) != 1 || testutil.ToFloat64(calls.WithLabelValues("ListClusters", "success")) != 1 {
@@ -307,7 +297,7 @@ func TestProjectDefaultsAndErrors(t *testing.T) {
 	f := gkefake.New(t)
 	f.Add("proj-a", "europe-west1", "a", "RUNNING", nil)
 	l, _ := newTestLister(t, f, func(o *Options) { o.Projects = nil })
-	if got := names(listOK(t, l)); len(got) != 1 {
+	if got := names(scannertest.ListOK(t, l)); len(got) != 1 {
 		t.Fatalf("names = %v", got)
 	}
 	want := scanner.Degradedf(events.DegradedSecretInvalid, "Secret ns/gke not found")
@@ -330,7 +320,7 @@ func TestApplicationDefaultCredentials(t *testing.T) {
 	}
 	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", file)
 	l, _ := newTestLister(t, f, func(o *Options) { o.Credentials = nil })
-	if got := names(listOK(t, l)); len(got) != 1 || got[0] != "adc" {
+	if got := names(scannertest.ListOK(t, l)); len(got) != 1 || got[0] != "adc" {
 		t.Fatalf("names = %v", got)
 	}
 	if f.Issued != 1 {
