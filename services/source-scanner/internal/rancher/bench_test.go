@@ -3,10 +3,9 @@ package rancher_test
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"testing"
-	"time"
 
+	"github.com/enforcement-io/enforcement/pkg/testenv"
 	"github.com/enforcement-io/enforcement/pkg/testenv/rancherfake"
 )
 
@@ -22,7 +21,7 @@ func BenchmarkList10k(b *testing.B) {
 	srv.SetClusters(clusters...)
 	l := benchLister(b, srv)
 	b.ReportAllocs()
-	start, n := cpuTime(), 0
+	start, n := testenv.CPUTime(), 0
 	for b.Loop() {
 		n++
 		got, err := l.List(context.Background())
@@ -30,13 +29,5 @@ func BenchmarkList10k(b *testing.B) {
 			b.Fatalf("listed %d: %v", len(got), err)
 		}
 	}
-	b.ReportMetric(float64(cpuTime()-start)/float64(time.Millisecond)/float64(n), "cpu-ms/op")
-}
-
-// cpuTime is the process's user+system CPU time (wall time on a shared machine mostly measures
-// the neighbours).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	testenv.ReportCPU(b, start, n)
 }

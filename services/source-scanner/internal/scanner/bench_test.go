@@ -3,11 +3,11 @@ package scanner
 import (
 	"fmt"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
 // benchCluster is a cluster with attributes the size of a real Rancher object's stable fields.
@@ -52,7 +52,7 @@ func BenchmarkDiff10k(b *testing.B) {
 	now := time.Now()
 	b.ReportAllocs()
 	b.ResetTimer()
-	start, iters := cpuTime(), 0
+	start, iters := testenv.CPUTime(), 0
 	for b.Loop() {
 		iters++
 		p := diff(known, listing, now, 10*time.Minute)
@@ -61,7 +61,7 @@ func BenchmarkDiff10k(b *testing.B) {
 		}
 		_ = decideRemovals(known, p.Due, 0, 0.1)
 	}
-	reportCPU(b, start, iters)
+	testenv.ReportCPU(b, start, iters)
 }
 
 // BenchmarkInventoryMemory10k reports the heap the in-memory inventory of a 10,000-cluster
@@ -84,17 +84,4 @@ func BenchmarkInventoryMemory10k(b *testing.B) {
 		b.ReportMetric(float64(m1.HeapAlloc-m0.HeapAlloc)/1e6, "inventory-MB")
 		runtime.KeepAlive(known)
 	}
-}
-
-// cpuTime is the process's user+system CPU time: on a shared machine wall time per operation
-// mostly measures the neighbours, CPU time measures the work.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// reportCPU adds the metric cpu-ms/op: process CPU time per iteration since start.
-func reportCPU(b *testing.B, start time.Duration, n int) {
-	b.ReportMetric(float64(cpuTime()-start)/float64(time.Millisecond)/float64(n), "cpu-ms/op")
 }

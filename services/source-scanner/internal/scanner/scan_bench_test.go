@@ -5,15 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"syscall"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
 )
@@ -38,17 +35,8 @@ func benchListing(n int) []events.Cluster {
 
 func benchScanner(b *testing.B) *scanner.Scanner {
 	b.Helper()
-	srv := testenv.StartNATS(b)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	_, js := eventstest.Bus(b, testenv.StartNATS(b).URL())
 	ctx := context.Background()
-	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
-		b.Fatal(err)
-	}
 	kv, err := js.KeyValue(ctx, events.BucketInventory)
 	if err != nil {
 		b.Fatal(err)
@@ -75,7 +63,7 @@ func BenchmarkScanOnceSteady10k(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	start, n := cpuTime(), 0
+	start, n := testenv.CPUTime(), 0
 	for b.Loop() {
 		n++
 		res, err := sc.ScanOnce(context.Background(), src)
@@ -83,7 +71,7 @@ func BenchmarkScanOnceSteady10k(b *testing.B) {
 			b.Fatalf("steady scan: %+v %v", res, err)
 		}
 	}
-	reportCPU(b, start, n)
+	testenv.ReportCPU(b, start, n)
 }
 
 // BenchmarkScanOnceFirst10k is the first scan of a 10,000-cluster source: 10,000 inventory
@@ -93,7 +81,7 @@ func BenchmarkScanOnceFirst10k(b *testing.B) {
 	listing := benchListing(10000)
 	b.ReportAllocs()
 	b.ResetTimer()
-	start, i := cpuTime(), 0
+	start, i := testenv.CPUTime(), 0
 	for b.Loop() {
 		i++
 		res, err := sc.ScanOnce(context.Background(), benchSource(fmt.Sprint("first", i), listing))
@@ -101,18 +89,5 @@ func BenchmarkScanOnceFirst10k(b *testing.B) {
 			b.Fatalf("first scan: %+v %v", res, err)
 		}
 	}
-	reportCPU(b, start, i)
-}
-
-// cpuTime (as in bench_test.go) is the process's user+system CPU time: on a shared machine wall time per operation
-// mostly measures the neighbours, CPU time measures the work.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// reportCPU adds the metric cpu-ms/op: process CPU time per iteration since start.
-func reportCPU(b *testing.B, start time.Duration, n int) {
-	b.ReportMetric(float64(cpuTime()-start)/float64(time.Millisecond)/float64(n), "cpu-ms/op")
+	testenv.ReportCPU(b, start, i)
 }
