@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -29,7 +27,7 @@ func (p *countingPublisher) PublishAll(_ context.Context, evs []events.Event) er
 func benchEngine(b *testing.B, rules, clusters int) (*engine, *countingPublisher, []events.Cluster) {
 	b.Helper()
 	pub := &countingPublisher{}
-	e := newEngine(slog.New(slog.NewTextHandler(io.Discard, nil)), newMemStore(), pub, newRenderer(nil, time.Second), newMetrics(nil), time.Minute)
+	e := testEngine(newMemStore(), pub, newMetrics(nil))
 	ctx := context.Background()
 	src := rancherSource()
 	envs := []string{"prod", "stage", "dev"}

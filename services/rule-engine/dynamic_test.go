@@ -12,6 +12,7 @@ import (
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
 	"github.com/enforcement-io/enforcement/pkg/testenv/compat"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -77,7 +78,7 @@ func TestDynamicRulesAndTemplateErrors(t *testing.T) {
 	e.publish(appeared(c1, 1), appeared(c2, 2))
 
 	var dyn map[string][]*events.InstallIntent
-	eventually(t, 20*time.Second, func() error {
+	testenv.Eventually(t, 20*time.Second, func() error {
 		dyn = e.installsOf("dynamic-rule")
 		if len(dyn) != 2 || len(e.installsOf("uuid")) != 2 || len(e.installsOf("partial")) != 1 {
 			return fmt.Errorf("dynamic %d, uuid %d, partial %d installs", len(dyn), len(e.installsOf("uuid")), len(e.installsOf("partial")))
@@ -131,7 +132,7 @@ func TestDynamicRulesAndTemplateErrors(t *testing.T) {
 	}
 	e.publish(&events.ClusterUpdated{Cluster: testCluster("cluster1", map[string]string{"paused": "yes"}, true), Revision: 3, Changed: []string{"labels"}})
 	e.publish(&events.ClusterUpdated{Cluster: c1, Revision: 4, Changed: []string{"labels"}})
-	eventually(t, 20*time.Second, func() error {
+	testenv.Eventually(t, 20*time.Second, func() error {
 		if n := len(e.installsOf("uuid")["cluster1 guestbook"]); n != 2 {
 			return fmt.Errorf("%d uuid installs on cluster1", n)
 		}

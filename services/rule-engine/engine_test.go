@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"github.com/enforcement-io/enforcement/pkg/events"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,7 +22,7 @@ import (
 func TestClusterEventTouchesOnlyItsSourceRules(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	pub := &countingPublisher{}
-	e := newEngine(slog.New(slog.NewTextHandler(io.Discard, nil)), newMemStore(), pub, newRenderer(nil, time.Second), newMetrics(reg), time.Minute)
+	e := testEngine(newMemStore(), pub, newMetrics(reg))
 	ctx := context.Background()
 	dynamic := loadExampleRule(t, "readme-02-dynamic-rule-jinja.yaml").Spec.Enforcements
 	for i, filters := range []map[string]string{nil, {"driver": "gke"}, {"driver": "gke"}} {
@@ -65,7 +64,7 @@ func TestClusterEventTouchesOnlyItsSourceRules(t *testing.T) {
 // that rule's pairs alone; a rule over the same clusters is not evaluated again.
 func TestRuleChangeReevaluatesOnlyThatRule(t *testing.T) {
 	pub := &countingPublisher{}
-	e := newEngine(slog.New(slog.NewTextHandler(io.Discard, nil)), newMemStore(), pub, newRenderer(nil, time.Second), newMetrics(prometheus.NewRegistry()), time.Minute)
+	e := testEngine(newMemStore(), pub, newMetrics(prometheus.NewRegistry()))
 	ctx := context.Background()
 	rule := func(name string, generation int64, path string) *ruleState {
 		enforcements := loadExampleRule(t, "readme-02-dynamic-rule-jinja.yaml").Spec.Enforcements
@@ -100,7 +99,7 @@ func TestRuleChangeReevaluatesOnlyThatRule(t *testing.T) {
 // templated rule, and nothing once the rule is deleted.
 func TestOldRendersArePurged(t *testing.T) {
 	st := newMemStore()
-	e := newEngine(slog.New(slog.NewTextHandler(io.Discard, nil)), st, &countingPublisher{}, newRenderer(nil, time.Second), newMetrics(nil), time.Minute)
+	e := testEngine(st, &countingPublisher{}, newMetrics(nil))
 	ctx := context.Background()
 	if err := e.applyCluster(ctx, testCluster("a", nil, true), 1); err != nil {
 		t.Fatal(err)
@@ -119,7 +118,7 @@ func TestOldRendersArePurged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, func() error {
 		if k := keys(); len(k) != 1 || !strings.HasPrefix(k[0], "u1.2.") {
 			return fmt.Errorf("render keys %v, want one of generation 2", k)
 		}
@@ -128,7 +127,7 @@ func TestOldRendersArePurged(t *testing.T) {
 	if err := e.deleteRule(ctx, "ns/r", events.RuleRef{}, ""); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, func() error {
 		if k := keys(); len(k) != 0 {
 			return fmt.Errorf("render keys %v after delete", k)
 		}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,9 +18,12 @@ import (
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -65,33 +67,11 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	n := testenv.StartNATS(t)
-	nc, err := nats.Connect(n.URL(), nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(context.Background(), js); err != nil {
-		t.Fatal(err)
-	}
+	nc, js := eventstest.Bus(t, n.URL())
 	ns := kube.Namespace(t, fmt.Sprintf("re-%s-%d", strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))[:min(len(t.Name()), 30)], testNamespaces.Add(1)))
 	return &env{t: t, kube: kube, c: c, nats: n, nc: nc, js: js, pub: events.NewPublisher(js, "/test"), ns: ns,
 		vars: map[string]string{"NATS_URL": n.URL(), "KUBECONFIG": kube.Kubeconfig, "WATCH_NAMESPACES": ns, "LOG_LEVEL": "warn",
 			"STATUS_INTERVAL": "20ms"}}
-}
-
-// freeAddr returns a 127.0.0.1 address with a port nobody listens on right now.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // start runs the service until the returned stop is called (or the test ends); it waits for
@@ -99,7 +79,7 @@ func freeAddr(t testing.TB) string {
 func (e *env) start() (stop func()) {
 	t := e.t
 	t.Helper()
-	health, metricsAddr := freeAddr(t), freeAddr(t)
+	health, metricsAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	vars := map[string]string{"HEALTH_ADDR": health, "METRICS_ADDR": metricsAddr}
 	for k, v := range e.vars {
 		vars[k] = v
@@ -107,7 +87,7 @@ func (e *env) start() (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, func(k string) string { return vars[k] }, io.Discard, io.Discard) }()
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		select {
 		case err := <-done:
 			t.Fatalf("run returned early: %v", err)
@@ -141,22 +121,6 @@ func (e *env) start() (stop func()) {
 	}
 	t.Cleanup(stop)
 	return stop
-}
-
-// eventually retries f until it returns nil or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s: %v", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // rancherSource is the source the test rules use: default Secret, no filters.
@@ -227,7 +191,7 @@ func intentSummary(ev events.Event) string {
 func (e *env) waitIntents(want ...string) []events.Event {
 	e.t.Helper()
 	var got []events.Event
-	eventually(e.t, 20*time.Second, func() error {
+	testenv.Eventually(e.t, 20*time.Second, func() error {
 		got = e.intents()
 		var s []string
 		for _, ev := range got {
@@ -239,6 +203,46 @@ func (e *env) waitIntents(want ...string) []events.Event {
 		return nil
 	})
 	return got
+}
+
+// createRule creates a ClusterRule in the test's namespace.
+func (e *env) createRule(name string, spec v1beta1.ClusterRuleSpec) *v1beta1.ClusterRule {
+	e.t.Helper()
+	cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name}, Spec: spec}
+	if err := e.c.Create(context.Background(), cr); err != nil {
+		e.t.Fatal(err)
+	}
+	return cr
+}
+
+// updateRule applies mutate to the current ClusterRule and writes it, again on a conflict.
+func (e *env) updateRule(name string, mutate func(*v1beta1.ClusterRule)) {
+	e.t.Helper()
+	testenv.Eventually(e.t, 10*time.Second, func() error {
+		cr := e.rule(name)
+		mutate(cr)
+		return e.c.Update(context.Background(), cr)
+	})
+}
+
+// deleteRule deletes a ClusterRule (its finalizer may keep it until the engine lets go).
+func (e *env) deleteRule(name string) {
+	e.t.Helper()
+	if err := e.c.Delete(context.Background(), e.rule(name)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// waitRuleGone waits until the ClusterRule no longer exists.
+func (e *env) waitRuleGone(name string) {
+	e.t.Helper()
+	testenv.Eventually(e.t, 20*time.Second, func() error {
+		err := e.c.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: name}, &v1beta1.ClusterRule{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("rule %s still there (err %v)", name, err)
+		}
+		return nil
+	})
 }
 
 // rule reads a ClusterRule.
@@ -255,7 +259,7 @@ func (e *env) rule(name string) *v1beta1.ClusterRule {
 func (e *env) waitReady(name, reason string, check func(st v1beta1.ClusterRuleStatus) error) *v1beta1.ClusterRule {
 	e.t.Helper()
 	var cr *v1beta1.ClusterRule
-	eventually(e.t, 20*time.Second, func() error {
+	testenv.Eventually(e.t, 20*time.Second, func() error {
 		cr = e.rule(name)
 		var got string
 		for _, c := range cr.Status.Conditions {
@@ -279,7 +283,7 @@ func (e *env) waitReady(name, reason string, check func(st v1beta1.ClusterRuleSt
 func (e *env) waitIntentSet(want ...string) []events.Event {
 	e.t.Helper()
 	var got []events.Event
-	eventually(e.t, 20*time.Second, func() error {
+	testenv.Eventually(e.t, 20*time.Second, func() error {
 		got = e.intents()
 		count := map[string]int{}
 		for _, w := range want {

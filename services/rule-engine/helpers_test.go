@@ -1,6 +1,10 @@
 package main
 
 import (
+	"io"
+	"log/slog"
+	"time"
+
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/prometheus/client_golang/prometheus"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -23,4 +27,11 @@ func newMetricsRegistryForTest() *prometheus.Registry {
 	m.statusWrites.Inc()
 	events.NewMetrics(reg, serviceName)
 	return reg
+}
+
+// testEngine is an engine over st that publishes to pub and logs nowhere (a one-second render
+// timeout, a minute of source degradation), for the tests that drive it directly: no NATS, no API
+// server.
+func testEngine(st store, pub intentPublisher, m *metrics) *engine {
+	return newEngine(slog.New(slog.NewTextHandler(io.Discard, nil)), st, pub, newRenderer(nil, time.Second), m, time.Minute)
 }

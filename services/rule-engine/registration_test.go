@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"reflect"
 	"testing"
 	"time"
@@ -29,7 +27,7 @@ func (p *recordingPublisher) PublishAll(_ context.Context, evs []events.Event) e
 // do not, a cluster without hints has none, and uninstall intents carry none.
 func TestInstallIntentsCarryRegistrationHints(t *testing.T) {
 	pub := &recordingPublisher{}
-	e := newEngine(slog.New(slog.NewTextHandler(io.Discard, nil)), newMemStore(), pub, newRenderer(nil, time.Second), newMetrics(nil), time.Minute)
+	e := testEngine(newMemStore(), pub, newMetrics(nil))
 	ctx := context.Background()
 	applySourceRules(t, e)
 	// Attributes as they arrive in a cluster event: decoded JSON, so the args list is []any.

@@ -8,6 +8,7 @@ import (
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -28,7 +29,7 @@ func TestRestartMidStream(t *testing.T) {
 	if err := e.pub.PublishAll(t.Context(), backlog); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, func() error {
+	testenv.Eventually(t, 20*time.Second, func() error {
 		if n := len(e.intents()); n == 0 {
 			return fmt.Errorf("no intents yet")
 		}
@@ -44,7 +45,7 @@ func TestRestartMidStream(t *testing.T) {
 	}
 	e.start()
 	want := 2*clusters + 2*gone
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		if n := len(e.intents()); n != want {
 			return fmt.Errorf("%d intents, want %d", n, want)
 		}
@@ -60,7 +61,7 @@ func TestRestartMidStream(t *testing.T) {
 		return nil
 	})
 	want += clusters - gone
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		if n := len(e.intents()); n != want {
 			return fmt.Errorf("%d intents, want %d", n, want)
 		}
@@ -108,7 +109,7 @@ func TestNATSRestart(t *testing.T) {
 	e.waitIntents("install before guestbook")
 
 	e.nats.Restart(t)
-	eventually(t, 20*time.Second, func() error {
+	testenv.Eventually(t, 20*time.Second, func() error {
 		if !e.nc.IsConnected() {
 			return fmt.Errorf("test client not reconnected")
 		}

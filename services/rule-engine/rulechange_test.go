@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -64,14 +62,10 @@ func TestRuleChangesAndDeletionWhileDown(t *testing.T) {
 	e.waitReady("manual", v1beta1.ReasonProgressing, nil)
 
 	stop()
-	if err := e.c.Delete(context.Background(), e.rule("moving")); err != nil {
-		t.Fatal(err)
-	}
+	e.deleteRule("moving")
 	// manual loses its finalizer by hand and is gone before the engine is back.
 	e.updateRule("manual", func(cr *v1beta1.ClusterRule) { cr.Finalizers = nil })
-	if err := e.c.Delete(context.Background(), e.rule("manual")); err != nil {
-		t.Fatal(err)
-	}
+	e.deleteRule("manual")
 	if cr := e.rule("moving"); cr.DeletionTimestamp.IsZero() {
 		t.Fatal("rule gone without the engine: finalizer missing")
 	}
@@ -83,11 +77,5 @@ func TestRuleChangesAndDeletionWhileDown(t *testing.T) {
 	}
 	e.waitIntentSet("install a guestbook", "uninstall a guestbook NoLongerMatches", "install b guestbook",
 		"install a helm-guestbook", "uninstall b guestbook RuleDeleted", "uninstall a helm-guestbook RuleDeleted")
-	eventually(t, 20*time.Second, func() error {
-		err := e.c.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: "moving"}, &v1beta1.ClusterRule{})
-		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("rule still there (err %v)", err)
-		}
-		return nil
-	})
+	e.waitRuleGone("moving")
 }

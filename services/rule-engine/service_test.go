@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,33 +8,14 @@ import (
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 func testCluster(name string, labels map[string]string, eligible bool) events.Cluster {
 	return events.Cluster{Source: rancherSource(), Key: "c-" + name, Name: name,
 		URL: "https://rancher.example/k8s/clusters/c-" + name, Labels: labels, State: "active", Eligible: eligible,
 		Attributes: map[string]any{"id": "c-" + name, "driver": "gke"}}
-}
-
-func (e *env) createRule(name string, spec v1beta1.ClusterRuleSpec) *v1beta1.ClusterRule {
-	e.t.Helper()
-	cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name}, Spec: spec}
-	if err := e.c.Create(context.Background(), cr); err != nil {
-		e.t.Fatal(err)
-	}
-	return cr
-}
-
-func (e *env) updateRule(name string, mutate func(*v1beta1.ClusterRule)) {
-	e.t.Helper()
-	eventually(e.t, 10*time.Second, func() error {
-		cr := e.rule(name)
-		mutate(cr)
-		return e.c.Update(context.Background(), cr)
-	})
 }
 
 var norman = map[string]string{"cattle.io/creator": "norman", "env": "prod"}
@@ -185,14 +165,14 @@ func ruleEditsReachMatchedClusters(e *env, want []string) []string {
 	})
 	// Pairs are evaluated in map order; compare as sets per cluster.
 	want = append(want, "install a guestbook", "uninstall a helm-guestbook EnforcementRemoved")
-	eventually(t, 20*time.Second, func() error { return sameIntentSet(e.intents(), want, "prov") })
+	testenv.Eventually(t, 20*time.Second, func() error { return sameIntentSet(e.intents(), want, "prov") })
 
 	// Rule edit: an enforcement added is installed where the rule matches, and only it.
 	e.updateRule("dev", func(cr *v1beta1.ClusterRule) {
 		cr.Spec.Enforcements = append(cr.Spec.Enforcements, v1beta1.Enforcement{Name: "monitoring", Repo: "https://github.com/example/monitoring", Path: "agent"})
 	})
 	want = append(want, "install a monitoring")
-	eventually(t, 20*time.Second, func() error { return sameIntentSet(e.intents(), want, "prov") })
+	testenv.Eventually(t, 20*time.Second, func() error { return sameIntentSet(e.intents(), want, "prov") })
 	return want
 }
 
@@ -201,7 +181,7 @@ func goneClusterIsOrphaned(e *env, want []string) {
 	t := e.t
 	e.publish(&events.ClusterGone{Source: rancherSource(), Key: "c-a", Name: "a", Revision: 10, LastSeen: time.Now()})
 	want = append(want, "uninstall a guestbook ClusterGone", "uninstall a monitoring ClusterGone")
-	eventually(t, 20*time.Second, func() error { return sameIntentSet(e.intents(), want, "prov") })
+	testenv.Eventually(t, 20*time.Second, func() error { return sameIntentSet(e.intents(), want, "prov") })
 	all := e.intents()
 	var gone *events.UninstallIntent
 	for _, ev := range all {
@@ -218,16 +198,8 @@ func goneClusterIsOrphaned(e *env, want []string) {
 // ineligible now) and lets go.
 func ruleDeletionUninstallsTheRest(e *env) {
 	t := e.t
-	if err := e.c.Delete(context.Background(), e.rule("dev")); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 20*time.Second, func() error {
-		err := e.c.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: "dev"}, &v1beta1.ClusterRule{})
-		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("rule still there (err %v)", err)
-		}
-		return nil
-	})
+	e.deleteRule("dev")
+	e.waitRuleGone("dev")
 	var deleted []string
 	for _, ev := range e.intents() {
 		if u, ok := ev.(*events.UninstallIntent); ok && u.Reason == events.UninstallRuleDeleted {

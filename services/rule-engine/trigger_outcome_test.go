@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
@@ -32,7 +29,7 @@ func (p *capturingPublisher) PublishAll(_ context.Context, evs []events.Event) e
 // AfterInstallFailed, which is also the Ready reason.
 func TestTriggerFailurePhases(t *testing.T) {
 	pub := &capturingPublisher{}
-	e := newEngine(slog.New(slog.NewTextHandler(io.Discard, nil)), newMemStore(), pub, newRenderer(nil, time.Second), newMetrics(nil), time.Minute)
+	e := testEngine(newMemStore(), pub, newMetrics(nil))
 	ctx := context.Background()
 	fail := &v1beta1.Trigger{Endpoint: "http://hooks.example/x", FailurePolicy: "Fail"}
 	cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "u1", Generation: 1},
