@@ -9,34 +9,21 @@ import (
 	"reflect"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 	"github.com/enforcement-io/enforcement/pkg/testenv/rancherfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/rancher"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner/scannertest"
 )
-
-// clock is the injectable clock: tests move it instead of sleeping through grace periods.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // harness is one scanner over real embedded NATS (stream, KV bucket) and a fake Rancher.
 type harness struct {
@@ -44,22 +31,21 @@ type harness struct {
 	nats    *testenv.NATS
 	js      jetstream.JetStream
 	kv      jetstream.KeyValue
-	stream  jetstream.Stream
-	clock   *clock
+	stream  *eventstest.Reader
+	clock   *scannertest.Clock
 	cfg     scanner.Config
 	sc      *scanner.Scanner
 	reg     *prometheus.Registry
 	metrics *scanner.Metrics
 	rancher *rancherfake.Server
 	src     scanner.Source
-	lastSeq uint64
 }
 
 const grace = 10 * time.Minute
 
 func newHarness(t *testing.T, pageSize int) *harness {
 	t.Helper()
-	h := &harness{t: t, nats: testenv.StartNATS(t), clock: &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	h := &harness{t: t, nats: testenv.StartNATS(t), clock: scannertest.NewClock()}
 	h.cfg = scanner.Config{GracePeriod: grace, MaxRemovalFraction: 0.1, ListTimeout: 10 * time.Second, Now: h.clock.Now}
 	h.connect()
 	h.rancher = rancherfake.New(t, "tok-3a9c", pageSize)
@@ -74,26 +60,19 @@ func newHarness(t *testing.T, pageSize int) *harness {
 }
 
 // connect opens a new NATS connection and a new Scanner over the same bucket: what a restarted
-// process does. The scanner's memory starts empty.
+// process does. The scanner's memory starts empty; the test's reading of the stream goes on
+// where it was.
 func (h *harness) connect() {
 	h.t.Helper()
-	nc, err := nats.Connect(h.nats.URL())
-	if err != nil {
+	_, h.js = eventstest.Bus(h.t, h.nats.URL())
+	var err error
+	if h.kv, err = h.js.KeyValue(context.Background(), events.BucketInventory); err != nil {
 		h.t.Fatal(err)
 	}
-	h.t.Cleanup(nc.Close)
-	ctx := context.Background()
-	if h.js, err = jetstream.New(nc); err != nil {
-		h.t.Fatal(err)
-	}
-	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, h.js); err != nil {
-		h.t.Fatal(err)
-	}
-	if h.kv, err = h.js.KeyValue(ctx, events.BucketInventory); err != nil {
-		h.t.Fatal(err)
-	}
-	if h.stream, err = h.js.Stream(ctx, events.StreamName); err != nil {
-		h.t.Fatal(err)
+	if h.stream == nil {
+		h.stream = eventstest.NewReader(h.t, h.js)
+	} else {
+		h.stream.Reopen(h.t, h.js)
 	}
 	h.restart(events.NewPublisher(h.js, "/enforcement/source-scanner"))
 }
@@ -124,25 +103,7 @@ func (h *harness) scan() scanner.Result {
 // events returns the events stored in the stream since the last call.
 func (h *harness) events() []events.Event {
 	h.t.Helper()
-	ctx := context.Background()
-	info, err := h.stream.Info(ctx)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	var out []events.Event
-	for seq := h.lastSeq + 1; seq <= info.State.LastSeq; seq++ {
-		m, err := h.stream.GetMsg(ctx, seq)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		e, _, err := events.Decode(m.Subject, m.Header, m.Data)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		out = append(out, e)
-	}
-	h.lastSeq = info.State.LastSeq
-	return out
+	return h.stream.New(h.t)
 }
 
 // summary renders events compactly ("appeared c-1", "gone c-2", "degraded ListFailed").
