@@ -170,12 +170,8 @@ func (o Options) withDefaults() Options {
 // NewCallsCounter registers and returns the API call counter for Options.Calls:
 // enforcement_source_scanner_eks_api_calls_total{operation, outcome}.
 func NewCallsCounter(reg prometheus.Registerer) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "enforcement_source_scanner_eks_api_calls_total",
-		Help: "AWS API calls (HTTP attempts, retries included) made to list EKS clusters, by operation and outcome (success, throttled, error).",
-	}, []string{"operation", "outcome"})
-	reg.MustRegister(c)
-	return c
+	return scanner.NewAPICallsCounter(reg, "enforcement_source_scanner_eks_api_calls_total",
+		"AWS API calls (HTTP attempts, retries included) made to list EKS clusters, by operation and outcome (success, throttled, error).")
 }
 
 // Lister lists the EKS clusters of one source. Keep one Lister per source for the life of the

@@ -204,12 +204,8 @@ func (o Options) withDefaults() Options {
 // NewCallsCounter registers and returns the API call counter for Options.Calls:
 // enforcement_source_scanner_gke_api_calls_total{operation, outcome}.
 func NewCallsCounter(reg prometheus.Registerer) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "enforcement_source_scanner_gke_api_calls_total",
-		Help: "Google container API calls (attempts, retries included) made to list GKE clusters, by operation and outcome (success, throttled, error).",
-	}, []string{"operation", "outcome"})
-	reg.MustRegister(c)
-	return c
+	return scanner.NewAPICallsCounter(reg, "enforcement_source_scanner_gke_api_calls_total",
+		"Google container API calls (attempts, retries included) made to list GKE clusters, by operation and outcome (success, throttled, error).")
 }
 
 // Lister lists the GKE clusters of one source. Keep one per source: it keeps the API client

@@ -60,3 +60,11 @@ func (m *Metrics) Forget(kind, source string) {
 	m.ClustersKnown.DeleteLabelValues(kind, source)
 	m.RemovalsHeld.DeleteLabelValues(kind, source)
 }
+
+// NewAPICallsCounter registers with reg and returns a cloud lister's counter of API calls, named
+// name, with the labels operation and outcome (success, throttled, error).
+func NewAPICallsCounter(reg prometheus.Registerer, name, help string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"operation", "outcome"})
+	reg.MustRegister(c)
+	return c
+}
