@@ -184,79 +184,27 @@ func (c *cluster) holdClaim(name, value string, d time.Duration, sameRV bool) cl
 
 // svc is one running instance of the service.
 type svc struct {
-	t       *testing.T
-	cancel  context.CancelFunc
-	done    chan error
-	logs    *testenv.SyncBuffer
-	health  string
-	metrics string
+	*testenv.Service
+	t *testing.T
 }
 
-// startService runs the service with env (plus free health and metrics ports) until the test
-// ends or stop is called.
+// startService runs the service with env (plus free health and metrics ports, debug logs)
+// until the test ends or Stop is called.
 func startService(t *testing.T, env map[string]string) *svc {
 	t.Helper()
-	s := &svc{t: t, done: make(chan error, 1), logs: &testenv.SyncBuffer{}, health: testenv.FreeAddr(t), metrics: testenv.FreeAddr(t)}
-	full := map[string]string{"HEALTH_ADDR": s.health, "METRICS_ADDR": s.metrics, "LOG_LEVEL": "debug"}
+	full := map[string]string{"LOG_LEVEL": "debug"}
 	for k, v := range env {
 		full[k] = v
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	go func() { s.done <- run(ctx, func(k string) string { return full[k] }, s.logs, io.Discard) }()
-	t.Cleanup(func() {
-		s.stop()
-		if t.Failed() {
-			t.Logf("service logs:\n%s", s.logs.String())
-		}
-	})
-	return s
-}
-
-// stop cancels the service and checks that run returns nil promptly.
-func (s *svc) stop() {
-	s.t.Helper()
-	if s.cancel == nil {
-		return
-	}
-	s.cancel()
-	s.cancel = nil
-	select {
-	case err := <-s.done:
-		if err != nil {
-			s.t.Errorf("run returned %v, want nil after cancel", err)
-		}
-	case <-time.After(10 * time.Second):
-		s.t.Errorf("run did not return within 10s of cancel")
-	}
-}
-
-// exited reports whether run has returned (with its error).
-func (s *svc) exited() (bool, error) {
-	select {
-	case err := <-s.done:
-		s.done <- err
-		return true, err
-	default:
-		return false, nil
-	}
-}
-
-// waitReady waits until /readyz answers 200.
-func (s *svc) waitReady(timeout time.Duration) {
-	s.t.Helper()
-	testenv.Eventually(s.t, timeout, func() error {
-		if code, body := httpGet(s.t, "http://"+s.health+"/readyz"); code != http.StatusOK {
-			return fmt.Errorf("/readyz: %d %s", code, body)
-		}
-		return nil
-	})
+	return &svc{t: t, Service: testenv.StartService(t, func(ctx context.Context, getenv func(string) string, logs io.Writer) error {
+		return run(ctx, getenv, logs, io.Discard)
+	}, full)}
 }
 
 // metric returns the value of one sample line of /metrics ("name{labels}"), 0 when absent.
 func (s *svc) metric(series string) float64 {
 	s.t.Helper()
-	_, body := httpGet(s.t, "http://"+s.metrics+"/metrics")
+	_, body := httpGet(s.t, "http://"+s.Metrics+"/metrics")
 	for _, line := range strings.Split(body, "\n") {
 		if rest, ok := strings.CutPrefix(line, series+" "); ok {
 			var v float64
@@ -271,7 +219,7 @@ func (s *svc) metric(series string) float64 {
 func (s *svc) waitLog(text string, timeout time.Duration) {
 	s.t.Helper()
 	testenv.EventuallyTrue(s.t, timeout, fmt.Sprintf("a log line contains %q", text), func() bool {
-		return strings.Contains(s.logs.String(), text)
+		return strings.Contains(s.Logs.String(), text)
 	})
 }
 
@@ -333,7 +281,7 @@ func (c *cluster) restartMidDebounce(claim string, env map[string]string, whileD
 		return got.HasSince
 	})
 	time.Sleep(2 * time.Second) // half the stable duration
-	first.stop()
+	first.Stop()
 	whileDown()
 
 	restarted := time.Now()

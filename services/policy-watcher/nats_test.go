@@ -85,7 +85,7 @@ func TestNATSModeEndToEnd(t *testing.T) {
 	env["NATS_URL"] = n.URL()
 	env["CLUSTER_NAME"] = cluster
 	s := startService(t, env)
-	s.waitReady(15 * time.Second)
+	s.WaitReady(15 * time.Second)
 
 	js := n.JetStream(t)
 	if _, err := js.Consumer(t.Context(), events.StreamName, events.ClaimWriterConsumer(cluster, events.TopologyOptions{}).Durable); err != nil {

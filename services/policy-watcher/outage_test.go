@@ -101,7 +101,7 @@ func TestAPIServerOutageNotFatal(t *testing.T) {
 	c.createPolicy("p", "Compliant")
 	s := startService(t, env)
 	c.waitClaim(claim, events.Compliant, 10*time.Second)
-	s.waitReady(5 * time.Second)
+	s.WaitReady(5 * time.Second)
 
 	p.cut()
 	c.setPolicy("p", "NonCompliant") // through the test's own connection
@@ -109,10 +109,10 @@ func TestAPIServerOutageNotFatal(t *testing.T) {
 		return s.metric(`enforcement_policy_watcher_api_errors_total{operation="get_claim"}`)+
 			s.metric(`enforcement_policy_watcher_api_errors_total{operation="list_policies"}`) >= 2
 	})
-	if code, _ := httpGet(t, "http://"+s.health+"/readyz"); code != http.StatusServiceUnavailable {
+	if code, _ := httpGet(t, "http://"+s.Health+"/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz during the outage: %d, want 503", code)
 	}
-	if done, err := s.exited(); done {
+	if done, err := s.Exited(); done {
 		t.Fatalf("service stopped during the outage: %v", err)
 	}
 	if got, _ := c.claim(claim); got.Value != events.Compliant {
@@ -123,7 +123,7 @@ func TestAPIServerOutageNotFatal(t *testing.T) {
 	start := time.Now()
 	_, at := c.waitClaim(claim, events.NonCompliant, 20*time.Second)
 	t.Logf("caught up %s after the API server came back", at.Sub(start).Round(time.Millisecond))
-	s.waitReady(5 * time.Second)
+	s.WaitReady(5 * time.Second)
 }
 
 // An API server that is not reachable when the service starts is not fatal either: the service
@@ -137,16 +137,16 @@ func TestAPIServerUnavailableAtStart(t *testing.T) {
 	c.createPolicy("p", "NonCompliant")
 	s := startService(t, env)
 	s.waitLog("Evaluation failed; retrying", 5*time.Second)
-	if code, _ := httpGet(t, "http://"+s.health+"/readyz"); code != http.StatusServiceUnavailable {
+	if code, _ := httpGet(t, "http://"+s.Health+"/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz with the API server unreachable: %d, want 503", code)
 	}
 	time.Sleep(time.Second)
-	if done, err := s.exited(); done {
+	if done, err := s.Exited(); done {
 		t.Fatalf("service stopped: %v", err)
 	}
 
 	p.restore()
 	c.waitClaim(claim, events.NonCompliant, 15*time.Second)
-	s.waitReady(5 * time.Second)
+	s.WaitReady(5 * time.Second)
 	s.waitLog(`"msg":"Watching Policies"`, 10*time.Second) // the access review was retried too
 }

@@ -49,8 +49,8 @@ func TestOriginalRBACOnly(t *testing.T) {
 	s.waitLog("Watching Policies is not allowed", 10*time.Second)
 	s.waitLog("Watching ClusterClaim is not allowed", 10*time.Second)
 	s.waitLog("ClusterClaim is missing and may not be created", 10*time.Second)
-	s.waitReady(5 * time.Second)
-	if done, err := s.exited(); done {
+	s.WaitReady(5 * time.Second)
+	if done, err := s.Exited(); done {
 		t.Fatalf("service stopped: %v", err)
 	}
 	if got, _ := c.claim(claim); got.Exists {

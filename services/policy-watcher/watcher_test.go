@@ -32,7 +32,7 @@ func TestAggregationCases(t *testing.T) {
 	c := newCluster(t, "fold")
 	claim := c.name("fold-claim")
 	s := startService(t, directEnv(c, claim, "60", "0"))
-	s.waitReady(10 * time.Second)
+	s.WaitReady(10 * time.Second)
 
 	c.waitClaim(claim, events.Empty, 10*time.Second)
 	if _, labels := c.claim(claim); labels[labelManagedBy] != managedByValue {
@@ -174,16 +174,16 @@ func TestRunReadyAndShutdown(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "ready")
 	s := startService(t, directEnv(c, c.name("ready-claim"), "30", "120"))
-	s.waitReady(10 * time.Second)
-	if code, body := httpGet(t, "http://"+s.health+"/healthz"); code != http.StatusOK {
+	s.WaitReady(10 * time.Second)
+	if code, body := httpGet(t, "http://"+s.Health+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz: %d %s", code, body)
 	}
 	start := time.Now()
-	s.stop()
+	s.Stop()
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("shutdown took %s", d)
 	}
-	if code, _ := httpGet(t, "http://"+s.health+"/readyz"); code != 0 {
+	if code, _ := httpGet(t, "http://"+s.Health+"/readyz"); code != 0 {
 		t.Errorf("/readyz still served after shutdown")
 	}
 }
@@ -197,11 +197,11 @@ func TestRunNotReadyWithoutNATS(t *testing.T) {
 	env["NATS_URL"] = "nats://" + testenv.FreeAddr(t)
 	s := startService(t, env)
 	s.waitLog("NATS not reachable yet", 10*time.Second)
-	if code, body := httpGet(t, "http://"+s.health+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "consumer") {
+	if code, body := httpGet(t, "http://"+s.Health+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "consumer") {
 		t.Fatalf("/readyz without NATS: %d %s, want 503 naming the consumer", code, body)
 	}
 	start := time.Now()
-	s.stop()
+	s.Stop()
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("shutdown while waiting for NATS took %s", d)
 	}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,9 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -55,17 +52,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	kube := testenv.SharedKube(t)
 	kube.InstallCRDsFromDir(t, crdDir)
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1beta1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(kube.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := kube.TypedClient(t, v1beta1.AddToScheme)
 	n := testenv.StartNATS(t)
 	nc, js := eventstest.Bus(t, n.URL())
 	ns := kube.Namespace(t, fmt.Sprintf("re-%s-%d", strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))[:min(len(t.Name()), 30)], testNamespaces.Add(1)))
@@ -77,50 +64,12 @@ func newEnv(t *testing.T) *env {
 // start runs the service until the returned stop is called (or the test ends); it waits for
 // /readyz to answer 200. stop cancels and checks that run returns nil promptly.
 func (e *env) start() (stop func()) {
-	t := e.t
-	t.Helper()
-	health, metricsAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
-	vars := map[string]string{"HEALTH_ADDR": health, "METRICS_ADDR": metricsAddr}
-	for k, v := range e.vars {
-		vars[k] = v
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, func(k string) string { return vars[k] }, io.Discard, io.Discard) }()
-	testenv.Eventually(t, 30*time.Second, func() error {
-		select {
-		case err := <-done:
-			t.Fatalf("run returned early: %v", err)
-		default:
-		}
-		resp, err := http.Get("http://" + health + "/readyz")
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("readyz %d: %s", resp.StatusCode, body)
-		}
-		return nil
-	})
-	var stopped atomic.Bool
-	stop = func() {
-		if !stopped.CompareAndSwap(false, true) {
-			return
-		}
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run returned %v, want nil", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("run did not return within 15s of cancel")
-		}
-	}
-	t.Cleanup(stop)
-	return stop
+	e.t.Helper()
+	s := testenv.StartService(e.t, func(ctx context.Context, getenv func(string) string, logs io.Writer) error {
+		return run(ctx, getenv, logs, io.Discard)
+	}, e.vars)
+	s.WaitReady(30 * time.Second)
+	return s.Stop
 }
 
 // rancherSource is the source the test rules use: default Secret, no filters.
