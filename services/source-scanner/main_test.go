@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +18,8 @@ import (
 
 	"github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
 	"github.com/enforcement-io/enforcement/pkg/testenv/rancherfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
 )
@@ -138,23 +138,13 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // stream reads the ENFORCEMENT stream from the start, as any subscriber could.
 type stream struct {
-	t    *testing.T
-	js   jetstream.JetStream
-	mu   sync.Mutex
-	last uint64
-	seen []string
+	t      *testing.T
+	js     jetstream.JetStream
+	reader *eventstest.Reader
+	mu     sync.Mutex
+	seen   []string
 	// heldScan is the scan number of the last RemovalsHeld event.
 	heldScan uint64
 }
@@ -163,24 +153,7 @@ type stream struct {
 func (s *stream) poll() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ctx := context.Background()
-	st, err := s.js.Stream(ctx, events.StreamName)
-	if err != nil {
-		return s.seen
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return s.seen
-	}
-	for seq := s.last + 1; seq <= info.State.LastSeq; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		e, _, err := events.Decode(m.Subject, m.Header, m.Data)
-		if err != nil {
-			s.t.Fatal(err)
-		}
+	for _, e := range s.reader.New(s.t) {
 		switch e := e.(type) {
 		case *events.ClusterAppeared:
 			s.seen = append(s.seen, "appeared "+e.Cluster.Source.Kind+" "+e.Cluster.Name)
@@ -195,15 +168,13 @@ func (s *stream) poll() []string {
 			}
 		}
 	}
-	s.last = info.State.LastSeq
 	return s.seen
 }
 
 // waitFor waits until every wanted event has been seen.
 func (s *stream) waitFor(want ...string) {
 	s.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.Eventually(s.t, 20*time.Second, func() error {
 		seen := s.poll()
 		missing := []string{}
 		for _, w := range want {
@@ -211,14 +182,11 @@ func (s *stream) waitFor(want ...string) {
 				missing = append(missing, w)
 			}
 		}
-		if len(missing) == 0 {
-			return
+		if len(missing) > 0 {
+			return fmt.Errorf("events %q never came; seen %q", missing, seen)
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("events %q never came; seen %q", missing, seen)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (s *stream) count(event string) int {
@@ -341,26 +309,4 @@ func TestRun(t *testing.T) {
 		}
 	}
 	stop()
-}
-
-// waitReady waits for /readyz to answer 200, failing early if run returns.
-func waitReady(t *testing.T, addr string, done <-chan error) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-done:
-			t.Fatalf("run returned early: %v", err)
-		default:
-		}
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("/readyz never became 200")
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -10,17 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/eks/eksfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/gke/gkefake"
@@ -38,6 +36,7 @@ type serviceEnv struct {
 	rulesNS string
 	env     map[string]string
 	s       *stream
+	svc     *testenv.Service // the instance start ran last
 }
 
 // newServiceEnv prepares namespaces and NATS; rules created with rule() are deleted when the
@@ -45,17 +44,7 @@ type serviceEnv struct {
 func newServiceEnv(t *testing.T, prefix string) *serviceEnv {
 	t.Helper()
 	kube := testenv.SharedKube(t)
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1beta1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	k, err := client.New(kube.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := kube.TypedClient(t, v1beta1.AddToScheme)
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -66,21 +55,12 @@ func newServiceEnv(t *testing.T, prefix string) *serviceEnv {
 	e.env = map[string]string{
 		"NATS_URL": srvNATS.URL(), "KUBECONFIG": kube.Kubeconfig, "OPERATOR_NAMESPACE": e.ns,
 		"SCAN_INTERVAL": "100ms", "GONE_GRACE_PERIOD": "300ms", "LIST_TIMEOUT": "5s",
-		"HEALTH_ADDR": freeAddr(t), "METRICS_ADDR": freeAddr(t),
 	}
 	t.Cleanup(func() {
 		_ = k.DeleteAllOf(context.Background(), &v1beta1.ClusterRule{}, client.InNamespace(e.rulesNS))
 	})
-	nc, err := nats.Connect(srvNATS.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.s = &stream{t: t, js: js}
+	_, js := eventstest.Bus(t, srvNATS.URL())
+	e.s = &stream{t: t, js: js, reader: eventstest.NewReader(t, js)}
 	return e
 }
 
@@ -101,35 +81,15 @@ func (e *serviceEnv) secret(name string, data map[string][]byte) {
 	e.must(e.k.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name}, Data: data}))
 }
 
-// start runs the service until the returned stop (also called when the test ends).
+// start runs the service, with a free HEALTH_ADDR and METRICS_ADDR, until the returned stop
+// (also called when the test ends), and waits until it is ready.
 func (e *serviceEnv) start() (stop func()) {
 	e.t.Helper()
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	env := make(map[string]string, len(e.env))
-	for k, v := range e.env {
-		env[k] = v
-	}
-	go func() { done <- run(runCtx, func(k string) string { return env[k] }, io.Discard, io.Discard) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				e.t.Errorf("run returned %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			e.t.Error("run did not return after cancel")
-		}
-	}
-	e.t.Cleanup(stop)
-	waitReady(e.t, env["HEALTH_ADDR"], done)
-	return stop
+	e.svc = testenv.StartService(e.t, func(ctx context.Context, getenv func(string) string, logs io.Writer) error {
+		return run(ctx, getenv, logs, io.Discard)
+	}, e.env)
+	e.svc.WaitReady(20 * time.Second)
+	return e.svc.Stop
 }
 
 // withPrefix counts the events starting with prefix.
@@ -146,19 +106,18 @@ func (s *stream) withPrefix(prefix string) int {
 // waitForPrefix waits until at least n events start with prefix.
 func (s *stream) waitForPrefix(prefix string, n int) {
 	s.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for s.withPrefix(prefix) < n {
-		if time.Now().After(deadline) {
-			s.t.Fatalf("fewer than %d events %q came; seen %q", n, prefix, s.poll())
+	testenv.Eventually(s.t, 20*time.Second, func() error {
+		if s.withPrefix(prefix) < n {
+			return fmt.Errorf("fewer than %d events %q came; seen %q", n, prefix, s.poll())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // metrics returns the service's /metrics text.
 func (e *serviceEnv) metrics() string {
 	e.t.Helper()
-	resp, err := http.Get("http://" + e.env["METRICS_ADDR"] + "/metrics")
+	resp, err := http.Get("http://" + e.svc.Metrics + "/metrics")
 	e.must(err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
