@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,7 +111,7 @@ func TestOldRendersArePurged(t *testing.T) {
 	keys := func() []string {
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		return sortedKeys(st.renders)
+		return slices.Sorted(maps.Keys(st.renders))
 	}
 	for gen := int64(1); gen <= 2; gen++ {
 		cr.Generation = gen

@@ -8,6 +8,8 @@ package main
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 )
@@ -213,7 +215,7 @@ func uninstalls(ref events.RuleRef, target events.Target, p *pairState, reason, 
 		policy = events.DeletionOrphan
 	}
 	var out []events.Event
-	for _, name := range sortedKeys(p.Enforcements) {
+	for _, name := range slices.Sorted(maps.Keys(p.Enforcements)) {
 		out = append(out, &events.UninstallIntent{Rule: ref, Cluster: target, Enforcement: name, Reason: reason, DeletionPolicy: policy})
 	}
 	return out

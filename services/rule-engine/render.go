@@ -14,8 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -150,12 +152,12 @@ func compile(enfs []v1beta1.Enforcement) *compiledRule {
 			targetRevision: compileField(at("targetRevision"), e.TargetRevision),
 		}
 		if e.Helm != nil {
-			for _, k := range sortedKeys(e.Helm.Parameters) {
+			for _, k := range slices.Sorted(maps.Keys(e.Helm.Parameters)) {
 				p := at("helm.parameters." + k)
 				ce.params = append(ce.params, fieldPair{compileField(p+"(name)", k), compileField(p, jsonString(e.Helm.Parameters[k].Raw))})
 			}
 		}
-		for _, k := range sortedKeys(e.Labels) {
+		for _, k := range slices.Sorted(maps.Keys(e.Labels)) {
 			p := at("labels." + k)
 			ce.labels = append(ce.labels, fieldPair{compileField(p+"(key)", k), compileField(p, e.Labels[k])})
 		}

@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -188,5 +190,5 @@ func (e *engine) ruleDeletion(key string, ref events.RuleRef, deletionPolicy str
 func (e *engine) ruleKeysWithPairs() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return sortedKeys(e.pairs)
+	return slices.Sorted(maps.Keys(e.pairs))
 }

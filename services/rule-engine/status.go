@@ -8,6 +8,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -132,7 +133,7 @@ func (e *engine) activeDegradation(sourceID string) (*degradation, time.Duration
 func readyCondition(r *ruleState, t *enfTally, deg *degradation, matched int32) (status metav1.ConditionStatus, reason, message string) {
 	switch {
 	case len(r.templateErrors) > 0:
-		cid := sortedKeys(r.templateErrors)[0]
+		cid := slices.Sorted(maps.Keys(r.templateErrors))[0]
 		te := r.templateErrors[cid]
 		return "False", v1beta1.ReasonTemplateError,
 			fmt.Sprintf("templates failed on %d cluster(s); %s: %s", len(r.templateErrors), te[0], te[1])
