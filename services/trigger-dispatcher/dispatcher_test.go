@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
@@ -49,18 +50,8 @@ func newHarness(t testing.TB) *harness {
 	n := namespaceSeq.Add(1)
 	h.argoNS = h.kube.Namespace(t, fmt.Sprintf("argocd-%d-%d", time.Now().UnixNano()%1e6, n))
 	h.ruleNS = h.kube.Namespace(t, fmt.Sprintf("rules-%d-%d", time.Now().UnixNano()%1e6, n))
-	nc, err := nats.Connect(h.nats.URL(), nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	if h.js, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
-	}
+	_, h.js = eventstest.Bus(t, h.nats.URL())
 	ctx := context.Background()
-	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, h.js); err != nil {
-		t.Fatal(err)
-	}
 	h.pub = events.NewPublisher(h.js, "/test")
 	oc, err := h.js.OrderedConsumer(ctx, events.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"enforcement.trigger.>"}})
 	if err != nil {
@@ -177,25 +168,7 @@ func matches(e events.Event, phase, intentID string) bool {
 // caughtUp waits until the dispatcher has acknowledged everything in the stream.
 func (h *harness) caughtUp() {
 	h.t.Helper()
-	ctx := context.Background()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c, err := h.js.Consumer(ctx, events.StreamName, events.ConsumerTriggerDispatcher)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		info, err := c.Info(ctx)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		if info.NumPending == 0 && info.NumAckPending == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("dispatcher not caught up within 15s: pending %d, ack pending %d", info.NumPending, info.NumAckPending)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventstest.CaughtUp(h.t, h.js, events.ConsumerTriggerDispatcher, 15*time.Second)
 }
 
 // createApplication does argo-syncer's part: create the Application of (cluster, logging), with
@@ -510,22 +483,6 @@ func TestBeforeInstallOnInstallGatedOnly(t *testing.T) {
 	}
 	if m := scrape(t, svc.metrics); strings.Contains(m, `outcome="skipped_update"`) {
 		t.Error("the dispatcher still judges updates itself")
-	}
-}
-
-// eventually retries f until it succeeds or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

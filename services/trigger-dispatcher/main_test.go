@@ -3,10 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,39 +31,10 @@ func kubeWithArgoCD(t testing.TB) *testenv.Kube {
 
 var crdOnce sync.Once
 
-// freeAddr returns a 127.0.0.1 address with a port that was free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return "127.0.0.1:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-}
-
-// syncBuffer is a bytes.Buffer safe for the service's logger and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // instance is one running instance of the dispatcher, started through run as main does.
 type instance struct {
 	health, metrics string
-	logs            *syncBuffer
+	logs            *testenv.SyncBuffer
 	cancel          context.CancelFunc
 	done            chan error
 }
@@ -74,7 +43,7 @@ type instance struct {
 // until /readyz answers 200. The instance is stopped at the end of the test if still running.
 func startService(t testing.TB, env map[string]string) *instance {
 	t.Helper()
-	s := &instance{health: freeAddr(t), metrics: freeAddr(t), logs: &syncBuffer{}, done: make(chan error, 1)}
+	s := &instance{health: testenv.FreeAddr(t), metrics: testenv.FreeAddr(t), logs: &testenv.SyncBuffer{}, done: make(chan error, 1)}
 	full := map[string]string{"HEALTH_ADDR": s.health, "METRICS_ADDR": s.metrics}
 	for k, v := range env {
 		full[k] = v
@@ -166,12 +135,12 @@ func TestRunReadinessAndShutdown(t *testing.T) {
 // when cancelled during that wait.
 func TestRunNotReadyWithoutNATS(t *testing.T) {
 	kube := kubeWithArgoCD(t)
-	health, metrics := freeAddr(t), freeAddr(t)
-	env := baseEnv("nats://"+freeAddr(t), kube.Kubeconfig)
+	health, metrics := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	env := baseEnv("nats://"+testenv.FreeAddr(t), kube.Kubeconfig)
 	env["HEALTH_ADDR"], env["METRICS_ADDR"] = health, metrics
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	go func() { done <- run(ctx, func(k string) string { return env[k] }, logs, logs) }()
 
 	var status int
@@ -211,7 +180,7 @@ func TestRunInvalidConfig(t *testing.T) {
 		"TRIGGER_BACKOFF_MAX":      {"TRIGGER_BACKOFF_BASE": "2s", "TRIGGER_BACKOFF_MAX": "1s"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := run(context.Background(), func(k string) string { return env[k] }, &syncBuffer{}, &syncBuffer{})
+			err := run(context.Background(), func(k string) string { return env[k] }, &testenv.SyncBuffer{}, &testenv.SyncBuffer{})
 			if err == nil || !strings.Contains(err.Error(), name) {
 				t.Errorf("run = %v, want an error naming %s", err, name)
 			}
