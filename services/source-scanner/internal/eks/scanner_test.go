@@ -16,26 +16,22 @@ import (
 // clears, the next scan is complete and still removes nothing.
 func TestScannerDegradedRemovesNothing(t *testing.T) {
 	bus := scannertest.NewBus(t)
-	tests := []struct {
-		name       string
-		fault      func(f *eksfake.Server)
-		wantReason string
-	}{
-		{"access denied", func(f *eksfake.Server) {
+	tests := []scannertest.Fault[*eksfake.Server]{
+		{Name: "access denied", Apply: func(f *eksfake.Server) {
 			f.Fail["ListClusters"] = eksfake.Error{Status: 403, ErrType: "AccessDeniedException", Message: "not authorized to perform: eks:ListClusters"}
-		}, events.DegradedUnauthorized},
-		{"throttled beyond the retries", func(f *eksfake.Server) { f.Throttle["ListClusters"] = 1000 }, events.DegradedListFailed},
-		{"one region fails", func(f *eksfake.Server) {
+		}, WantReason: events.DegradedUnauthorized},
+		{Name: "throttled beyond the retries", Apply: func(f *eksfake.Server) { f.Throttle["ListClusters"] = 1000 }, WantReason: events.DegradedListFailed},
+		{Name: "one region fails", Apply: func(f *eksfake.Server) {
 			f.Fail["ListClusters"] = eksfake.Error{Status: 500, ErrType: "ServerException", Message: "internal", Region: "us-east-1"}
-		}, events.DegradedPartial},
+		}, WantReason: events.DegradedPartial},
 		// Only the CREATING cluster (us-east-1) is described again, so one region of two fails.
-		{"5xx on describe", func(f *eksfake.Server) {
+		{Name: "5xx on describe", Apply: func(f *eksfake.Server) {
 			f.Fail["DescribeCluster"] = eksfake.Error{Status: 500, ErrType: "ServerException", Message: "internal"}
-		}, events.DegradedPartial},
-		{"timeout", func(f *eksfake.Server) { f.Delay = 3 * time.Second }, events.DegradedListFailed},
+		}, WantReason: events.DegradedPartial},
+		{Name: "timeout", Apply: func(f *eksfake.Server) { f.Delay = 3 * time.Second }, WantReason: events.DegradedListFailed},
 	}
 	for i, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+		t.Run(tt.Name, func(t *testing.T) {
 			f := eksfake.New(t)
 			f.Add("eu-west-1", "a", "ACTIVE", nil)
 			f.Add("eu-west-1", "b", "ACTIVE", nil)
@@ -44,11 +40,11 @@ func TestScannerDegradedRemovesNothing(t *testing.T) {
 			ref := events.SourceRef{Kind: events.SourceKindEKS, SecretNamespace: "enforcement", SecretName: "eks-" + string(rune('a'+i))}
 			ref.ID = events.SourceID(ref.Kind, ref.SecretNamespace, ref.SecretName, events.EKSSourceFilters([]string{"eu-west-1", "us-east-1"}))
 			bus.CheckDegradedRemovesNothing(t, scanner.Source{Ref: ref, Lister: l}, clk,
-				func() { f.Configure(tt.fault) },
+				func() { f.Configure(tt.Apply) },
 				func() {
 					f.Configure(func(f *eksfake.Server) { f.Fail, f.Throttle, f.Delay = map[string]eksfake.Error{}, map[string]int{}, 0 })
 				},
-				tt.wantReason)
+				tt.WantReason)
 		})
 	}
 }

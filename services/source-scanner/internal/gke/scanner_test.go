@@ -16,26 +16,22 @@ import (
 // clears, the next scan is complete and still removes nothing.
 func TestScannerDegradedRemovesNothing(t *testing.T) {
 	bus := scannertest.NewBus(t)
-	tests := []struct {
-		name       string
-		fault      func(f *gkefake.Server)
-		wantReason string
-	}{
-		{"permission denied", func(f *gkefake.Server) {
+	tests := []scannertest.Fault[*gkefake.Server]{
+		{Name: "permission denied", Apply: func(f *gkefake.Server) {
 			f.Fail["proj-a"] = gkefake.Error{Code: 403, Status: "PERMISSION_DENIED", Msg: "Required 'container.clusters.list' permission for 'projects/proj-a'."}
-		}, events.DegradedUnauthorized},
+		}, WantReason: events.DegradedUnauthorized},
 		// proj-b still answers, so the listing is partial.
-		{"throttled beyond the retries", func(f *gkefake.Server) {
+		{Name: "throttled beyond the retries", Apply: func(f *gkefake.Server) {
 			f.Fail["proj-a"] = gkefake.Error{Code: 429, Status: "RESOURCE_EXHAUSTED", Msg: "Quota exceeded."}
-		}, events.DegradedPartial},
-		{"5xx in one project of two", func(f *gkefake.Server) {
+		}, WantReason: events.DegradedPartial},
+		{Name: "5xx in one project of two", Apply: func(f *gkefake.Server) {
 			f.Fail["proj-b"] = gkefake.Error{Code: 502, Status: "UNAVAILABLE", Msg: "Bad gateway."}
-		}, events.DegradedPartial},
-		{"missing zones", func(f *gkefake.Server) { f.Missing["proj-a"] = []string{"europe-west1-b"} }, events.DegradedPartial},
-		{"timeout", func(f *gkefake.Server) { f.Delay = 3 * time.Second }, events.DegradedListFailed},
+		}, WantReason: events.DegradedPartial},
+		{Name: "missing zones", Apply: func(f *gkefake.Server) { f.Missing["proj-a"] = []string{"europe-west1-b"} }, WantReason: events.DegradedPartial},
+		{Name: "timeout", Apply: func(f *gkefake.Server) { f.Delay = 3 * time.Second }, WantReason: events.DegradedListFailed},
 	}
 	for i, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+		t.Run(tt.Name, func(t *testing.T) {
 			f := gkefake.New(t)
 			f.Add("proj-a", "europe-west1", "a", "RUNNING", nil)
 			f.Add("proj-a", "europe-west1-b", "b", "RUNNING", nil)
@@ -45,13 +41,13 @@ func TestScannerDegradedRemovesNothing(t *testing.T) {
 			ref := events.SourceRef{Kind: events.SourceKindGKE, SecretNamespace: "enforcement", SecretName: "gke-" + string(rune('a'+i))}
 			ref.ID = events.SourceID(ref.Kind, ref.SecretNamespace, ref.SecretName, events.GKESourceFilters([]string{"proj-a", "proj-b"}, nil))
 			bus.CheckDegradedRemovesNothing(t, scanner.Source{Ref: ref, Lister: l}, clk,
-				func() { f.Configure(tt.fault) },
+				func() { f.Configure(tt.Apply) },
 				func() {
 					f.Configure(func(f *gkefake.Server) {
 						f.Fail, f.Missing, f.Delay = map[string]gkefake.Error{}, map[string][]string{}, 0
 					})
 				},
-				tt.wantReason)
+				tt.WantReason)
 		})
 	}
 }

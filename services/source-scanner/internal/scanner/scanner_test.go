@@ -147,6 +147,22 @@ func clusters(n int) []map[string]any {
 	return out
 }
 
+// newAnnounced returns a harness whose Rancher holds clusters(n) and whose first scan announced
+// them all, and those clusters.
+func newAnnounced(t *testing.T, pageSize, n int) (*harness, []map[string]any) {
+	t.Helper()
+	h := newHarness(t, pageSize)
+	cs := clusters(n)
+	h.rancher.SetClusters(cs...)
+	h.scan()
+	want := make([]string, n)
+	for i := range want {
+		want[i] = fmt.Sprintf("appeared c-%d", i)
+	}
+	h.expect(want...)
+	return h, cs
+}
+
 func TestAppearedUpdatedGone(t *testing.T) {
 	h := newHarness(t, 2)
 	cs := clusters(3)
@@ -202,11 +218,7 @@ func TestAppearedUpdatedGone(t *testing.T) {
 }
 
 func TestReturningWithinGraceIsNotGone(t *testing.T) {
-	h := newHarness(t, 10)
-	cs := clusters(2)
-	h.rancher.SetClusters(cs...)
-	h.scan()
-	h.expect("appeared c-0", "appeared c-1")
+	h, cs := newAnnounced(t, 10, 2)
 	h.rancher.SetClusters(cs[0])
 	h.scan()
 	h.clock.Add(grace / 2)
@@ -343,11 +355,7 @@ func TestBreakerHoldsRemovalsUntilReleased(t *testing.T) {
 }
 
 func TestRestartDoesNotReannounce(t *testing.T) {
-	h := newHarness(t, 2)
-	cs := clusters(3)
-	h.rancher.SetClusters(cs...)
-	h.scan()
-	h.expect("appeared c-0", "appeared c-1", "appeared c-2")
+	h, cs := newAnnounced(t, 2, 3)
 	h.rancher.SetClusters(cs[0], cs[1])
 	before := h.scan() // c-2 missing since now
 
@@ -438,11 +446,7 @@ func TestMetricsLint(t *testing.T) {
 // TestSecondWriterFailsInsteadOfCorrupting runs two scanners on one bucket: the one with a stale
 // memory fails its scan on the compare-and-set, reloads, and then announces nothing twice.
 func TestSecondWriterFailsInsteadOfCorrupting(t *testing.T) {
-	h := newHarness(t, 10)
-	cs := clusters(3)
-	h.rancher.SetClusters(cs...)
-	h.scan()
-	h.expect("appeared c-0", "appeared c-1", "appeared c-2")
+	h, cs := newAnnounced(t, 10, 3)
 	first := h.sc
 	h.restart(events.NewPublisher(h.js, "/enforcement/source-scanner"))
 	h.scan() // the second scanner loads the inventory

@@ -77,6 +77,14 @@ func NewBus(t *testing.T) *Bus {
 	return &Bus{js: js, kv: kv, stream: eventstest.NewReader(t, js)}
 }
 
+// Fault is one case of CheckDegradedRemovesNothing for a fake cloud API of type F: what goes
+// wrong with it, and the degraded reason the scans must give.
+type Fault[F any] struct {
+	Name       string
+	Apply      func(f F)
+	WantReason string
+}
+
 // CheckDegradedRemovesNothing runs a new scanner (grace period one minute, listing timeout
 // 500 ms, clock clk) over src, whose lister lists three clusters: a first complete scan
 // announces them; then, with fault applied, two scans past the grace period each are degraded
