@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/docker/go-connections/nat"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/network"
@@ -38,6 +39,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
 // Configuration of the hub services in the tests: short intervals so that the scenario runs in
@@ -225,13 +227,23 @@ func (s *system) connectKube(ctx context.Context, t *testing.T) {
 }
 
 // connectNATS connects the test to the NATS container through its published port (which
-// changes when the container restarts). The topology is applied as the services apply it: it
-// is there already, so nothing changes.
+// changes when the container restarts), once the server takes connections there: just after a
+// restart the port may be published before it does. The topology is applied as the services
+// apply it: it is there already, so nothing changes.
 func (s *system) connectNATS(t *testing.T) jetstream.JetStream {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, js := eventstest.Bus(t, endpoint(ctx, t, s.nats, "4222/tcp", "nats"))
+	url := endpoint(ctx, t, s.nats, "4222/tcp", "nats")
+	testenv.Eventually(t, 30*time.Second, func() error {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			return fmt.Errorf("connect to NATS at %s: %w", url, err)
+		}
+		nc.Close()
+		return nil
+	})
+	_, js := eventstest.Bus(t, url)
 	return js
 }
 
