@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -167,7 +168,7 @@ func TestPublishedSourceIsTheRuleSource(t *testing.T) {
 
 	e.start()
 	var seen map[string][]appearance
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		seen = e.s.appearances()
 		missing := []string{}
 		for name := range want {
@@ -175,13 +176,11 @@ func TestPublishedSourceIsTheRuleSource(t *testing.T) {
 				missing = append(missing, name)
 			}
 		}
-		if len(missing) == 0 {
-			break
+		if len(missing) > 0 {
+			return fmt.Errorf("clusters %q never appeared (a source published under an id no rule has?); appeared: %v", missing, seen)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("clusters %q never appeared (a source published under an id no rule has?); appeared: %v", missing, seen)
-		}
-	}
+		return nil
+	})
 	for name, ref := range want {
 		wantSubject := events.Subject(&events.ClusterAppeared{Cluster: events.Cluster{Source: ref, Name: name}})
 		for _, a := range seen[name] {
