@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"time"
@@ -34,4 +35,23 @@ func newMetricsRegistryForTest() *prometheus.Registry {
 // server.
 func testEngine(st store, pub intentPublisher, m *metrics) *engine {
 	return newEngine(slog.New(slog.NewTextHandler(io.Discard, nil)), st, pub, newRenderer(nil, time.Second), m, time.Minute)
+}
+
+// recordingPublisher keeps the intents the engine publishes, in order.
+type recordingPublisher struct{ evs []events.Event }
+
+func (p *recordingPublisher) PublishAll(_ context.Context, evs []events.Event) error {
+	p.evs = append(p.evs, evs...)
+	return nil
+}
+
+// installs returns the install intents published so far.
+func (p *recordingPublisher) installs() []*events.InstallIntent {
+	var out []*events.InstallIntent
+	for _, ev := range p.evs {
+		if in, ok := ev.(*events.InstallIntent); ok {
+			out = append(out, in)
+		}
+	}
+	return out
 }

@@ -13,14 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// recordingPublisher keeps the intents the engine publishes.
-type recordingPublisher struct{ evs []events.Event }
-
-func (p *recordingPublisher) PublishAll(_ context.Context, evs []events.Event) error {
-	p.evs = append(p.evs, evs...)
-	return nil
-}
-
 // TestInstallIntentsCarryRegistrationHints: the cluster's "argocd.*" attributes (as the EKS and
 // GKE listers write them, decoded from the wire) become the install intent's
 // Target.Registration, strings as they are and the args list JSON-encoded; other attributes

@@ -10,25 +10,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// capturingPublisher keeps the install intents the engine publishes.
-type capturingPublisher struct{ intents []*events.InstallIntent }
-
-func (p *capturingPublisher) PublishAll(_ context.Context, evs []events.Event) error {
-	for _, e := range evs {
-		if in, ok := e.(*events.InstallIntent); ok {
-			p.intents = append(p.intents, in)
-		}
-	}
-	return nil
-}
-
 // TestTriggerFailurePhases checks how failurePolicy Fail trigger failures show in the status:
 // a beforeInstall failure blocks the install (TriggerBlocked) until a later delivery releases it;
 // an afterInstall failure comes after the Application was created, so it never marks the install
 // blocked: the Application counts as installed and the failure is an install error with reason
 // AfterInstallFailed, which is also the Ready reason.
 func TestTriggerFailurePhases(t *testing.T) {
-	pub := &capturingPublisher{}
+	pub := &recordingPublisher{}
 	e := testEngine(newMemStore(), pub, newMetrics(nil))
 	ctx := context.Background()
 	fail := &v1beta1.Trigger{Endpoint: "http://hooks.example/x", FailurePolicy: "Fail"}
@@ -46,11 +34,12 @@ func TestTriggerFailurePhases(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(pub.intents) != 2 {
-		t.Fatalf("%d install intents, want 2", len(pub.intents))
+	installs := pub.installs()
+	if len(installs) != 2 {
+		t.Fatalf("%d install intents, want 2", len(installs))
 	}
 	byCluster := map[string]*events.InstallIntent{}
-	for _, in := range pub.intents {
+	for _, in := range installs {
 		byCluster[in.Cluster.Name] = in
 	}
 	a, b := byCluster["a"], byCluster["b"]
