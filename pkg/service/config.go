@@ -89,6 +89,20 @@ func Seconds(getenv Getenv, name string, def time.Duration, min int) (time.Durat
 	return time.Duration(n) * time.Second, nil
 }
 
+// PositiveInt parses a whole number >= 1; def when unset. Anything else is an error naming the
+// variable.
+func PositiveInt(getenv Getenv, name string, def int) (int, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%s=%q: want a whole number >= 1", name, v)
+	}
+	return n, nil
+}
+
 // Fraction parses a number in (0, 1]; def when unset.
 func Fraction(getenv Getenv, name string, def float64) (float64, error) {
 	v := getenv(name)

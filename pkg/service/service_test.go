@@ -29,11 +29,14 @@ func TestConfigParsersNameTheVariableInTheirErrors(t *testing.T) {
 		{"seconds zero", func(g Getenv) error { _, err := Seconds(g, "POLL_INTERVAL_SEC", time.Second, 1); return err }, "0", "POLL_INTERVAL_SEC=\"0\""},
 		{"seconds text", func(g Getenv) error { _, err := Seconds(g, "STABLE_DURATION_SEC", time.Second, 0); return err }, "2m", "STABLE_DURATION_SEC"},
 		{"fraction ok", func(g Getenv) error { _, err := Fraction(g, "MAX_REMOVAL_FRACTION", 0.1); return err }, "0.25", ""},
+		{"positive int ok", func(g Getenv) error { _, err := PositiveInt(g, "SYNC_CONCURRENCY", 16); return err }, "4", ""},
+		{"positive int zero", func(g Getenv) error { _, err := PositiveInt(g, "SYNC_CONCURRENCY", 16); return err }, "0", "SYNC_CONCURRENCY=\"0\": want a whole number >= 1"},
+		{"positive int text", func(g Getenv) error { _, err := PositiveInt(g, "SYNC_CONCURRENCY", 16); return err }, "many", "SYNC_CONCURRENCY=\"many\""},
 		{"fraction too big", func(g Getenv) error { _, err := Fraction(g, "MAX_REMOVAL_FRACTION", 0.1); return err }, "1.5", "MAX_REMOVAL_FRACTION=\"1.5\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := strings.SplitN(tc.want, "=", 2)[0]
-			vars := map[string]string{"SCAN_INTERVAL": tc.val, "GONE_GRACE_PERIOD": tc.val, "POLL_INTERVAL_SEC": tc.val, "STABLE_DURATION_SEC": tc.val, "MAX_REMOVAL_FRACTION": tc.val}
+			vars := map[string]string{"SCAN_INTERVAL": tc.val, "GONE_GRACE_PERIOD": tc.val, "POLL_INTERVAL_SEC": tc.val, "STABLE_DURATION_SEC": tc.val, "MAX_REMOVAL_FRACTION": tc.val, "SYNC_CONCURRENCY": tc.val}
 			err := tc.run(env(vars))
 			if tc.want == "" {
 				if err != nil {

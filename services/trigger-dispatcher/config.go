@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -54,7 +53,7 @@ func loadConfig(getenv service.Getenv) (config, error) {
 	if c.DefaultTimeout == 0 {
 		return c, fmt.Errorf("TRIGGER_DEFAULT_TIMEOUT: must be greater than 0")
 	}
-	if c.MaxAttempts, err = positiveInt(getenv, "TRIGGER_MAX_ATTEMPTS", 5); err != nil {
+	if c.MaxAttempts, err = service.PositiveInt(getenv, "TRIGGER_MAX_ATTEMPTS", 5); err != nil {
 		return c, err
 	}
 	if c.BackoffBase, err = service.Duration(getenv, "TRIGGER_BACKOFF_BASE", 500*time.Millisecond); err != nil {
@@ -90,19 +89,6 @@ func loadConfig(getenv service.Getenv) (config, error) {
 		return c, err
 	}
 	return c, nil
-}
-
-// positiveInt parses a whole number >= 1; def when unset.
-func positiveInt(getenv service.Getenv, name string, def int) (int, error) {
-	v := getenv(name)
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		return 0, fmt.Errorf("%s=%q: want a whole number >= 1", name, v)
-	}
-	return n, nil
 }
 
 // parsePrefixes parses a comma-separated list of CIDR prefixes or single addresses (a single
