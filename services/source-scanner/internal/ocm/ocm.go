@@ -74,17 +74,7 @@ func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
 // server, claims and labels are merged into the labels (labels win), and the whole object minus
 // its managed fields is exposed to templates.
 func Convert(mc *unstructured.Unstructured) events.Cluster {
-	claims := map[string]string{}
-	items, _, _ := unstructured.NestedSlice(mc.Object, "status", "clusterClaims")
-	for _, it := range items {
-		if m, ok := it.(map[string]any); ok {
-			name, _ := m["name"].(string)
-			value, _ := m["value"].(string)
-			if name != "" {
-				claims[name] = value
-			}
-		}
-	}
+	claims := statusPairs(mc, "clusterClaims", "name", "value")
 	labels := map[string]string{}
 	for k, v := range claims {
 		labels[k] = v
@@ -131,15 +121,7 @@ const (
 )
 
 func stateOf(mc *unstructured.Unstructured) string {
-	cond := map[string]string{}
-	items, _, _ := unstructured.NestedSlice(mc.Object, "status", "conditions")
-	for _, it := range items {
-		if m, ok := it.(map[string]any); ok {
-			t, _ := m["type"].(string)
-			s, _ := m["status"].(string)
-			cond[t] = s
-		}
-	}
+	cond := statusPairs(mc, "conditions", "type", "status")
 	switch {
 	case cond["HubAcceptedManagedCluster"] != "True" || cond["ManagedClusterJoined"] != "True":
 		return StateNotJoined
@@ -147,6 +129,24 @@ func stateOf(mc *unstructured.Unstructured) string {
 		return StateUnavailable
 	}
 	return StateAvailable
+}
+
+// statusPairs reads the list status.<list> of mc, whose items are objects, as a map from each
+// item's key field to its value field (status.clusterClaims by name, status.conditions by type).
+// Items without a key are skipped.
+func statusPairs(mc *unstructured.Unstructured, list, key, value string) map[string]string {
+	out := map[string]string{}
+	items, _, _ := unstructured.NestedSlice(mc.Object, "status", list)
+	for _, it := range items {
+		if m, ok := it.(map[string]any); ok {
+			k, _ := m[key].(string)
+			v, _ := m[value].(string)
+			if k != "" {
+				out[k] = v
+			}
+		}
+	}
+	return out
 }
 
 // jsonCopy returns v as plain JSON values, so attributes never alias the cached object.
