@@ -13,6 +13,12 @@
 //     module versions (a test checks for drift), so the API server validates Applications,
 //     Policies and ClusterClaims exactly as a real cluster with those products would.
 //
+//   - StartService runs a service's run function with a map environment, free health and metrics
+//     ports and captured logs (shown when the test fails); TypedClient gives a controller-runtime
+//     client for the given schemes.
+//   - FreeAddr, Eventually, EventuallyTrue and SyncBuffer are the small helpers every test of the
+//     workspace uses instead of its own copy; (*NATS).JetStream connects a JetStream client.
+//
 // Every helper that takes a testing.TB fails the test on error and registers its own cleanup.
 // A component test typically reads:
 //
