@@ -12,7 +12,6 @@
 //   - ArgoCDCRDs and OCMCRDs return the upstream CRDs, copied byte for byte from the pinned
 //     module versions (a test checks for drift), so the API server validates Applications,
 //     Policies and ClusterClaims exactly as a real cluster with those products would.
-//
 //   - StartService runs a service's run function with a map environment, free health and metrics
 //     ports and captured logs (shown when the test fails); TypedClient gives a controller-runtime
 //     client for the given schemes.
