@@ -347,16 +347,11 @@ func TestChoreographyBeforeAndAfterInstall(t *testing.T) {
 	}
 
 	// Every attempt and outcome is counted.
-	metrics := scrape(t, svc.metrics)
-	for _, want := range []string{
+	svc.wantMetrics(t,
 		`enforcement_trigger_dispatcher_attempts_total{phase="beforeInstall",result="success"} 1`,
 		`enforcement_trigger_dispatcher_attempts_total{phase="afterInstall",result="success"} 1`,
 		`enforcement_trigger_dispatcher_deliveries_total{outcome="delivered",phase="beforeInstall"} 1`,
-	} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %s", want)
-		}
-	}
+	)
 }
 
 // Every HTTP attempt is a TriggerAttempted event, published as soon as the attempt is classified
@@ -435,16 +430,11 @@ func TestEveryAttemptIsAnEvent(t *testing.T) {
 	}
 
 	// And every attempt is a metric.
-	metrics := scrape(t, svc.metrics)
-	for _, want := range []string{
+	svc.wantMetrics(t,
 		`enforcement_trigger_dispatcher_attempts_total{phase="beforeInstall",result="server_error"} 2`,
 		`enforcement_trigger_dispatcher_attempts_total{phase="beforeInstall",result="success"} 1`,
 		`enforcement_trigger_dispatcher_attempts_total{phase="beforeInstall",result="refused"} 1`,
-	} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %s", want)
-		}
-	}
+	)
 }
 
 // The dispatcher never decides whether an install waits for beforeInstall: argo-syncer does.
@@ -499,6 +489,17 @@ func scrape(t testing.TB, addr string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// wantMetrics fails the test for every line of wants that the instance's /metrics lacks.
+func (s *instance) wantMetrics(t testing.TB, wants ...string) {
+	t.Helper()
+	metrics := scrape(t, s.metrics)
+	for _, want := range wants {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 // A redelivered intent, InstallGated or InstallSucceeded whose delivery is final calls no webhook again, and
