@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/enforcement-io/enforcement/pkg/service"
@@ -66,13 +65,13 @@ func LoadConfig(getenv service.Getenv) (Config, error) {
 	}
 	var errs []error
 	var err error
-	if c.Concurrency, err = positiveInt(getenv, "SYNC_CONCURRENCY", 16); err != nil {
+	if c.Concurrency, err = service.PositiveInt(getenv, "SYNC_CONCURRENCY", 16); err != nil {
 		errs = append(errs, err)
 	}
-	if c.KubeBurst, err = positiveInt(getenv, "KUBE_BURST", 200); err != nil {
+	if c.KubeBurst, err = service.PositiveInt(getenv, "KUBE_BURST", 200); err != nil {
 		errs = append(errs, err)
 	}
-	qps, err := positiveInt(getenv, "KUBE_QPS", 100)
+	qps, err := service.PositiveInt(getenv, "KUBE_QPS", 100)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -90,16 +89,4 @@ func LoadConfig(getenv service.Getenv) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
-}
-
-func positiveInt(getenv service.Getenv, name string, def int) (int, error) {
-	v := getenv(name)
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		return 0, fmt.Errorf("%s=%q: want a whole number >= 1", name, v)
-	}
-	return n, nil
 }

@@ -11,30 +11,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
 )
 
 // caughtUp waits until the argo-syncer consumer has acknowledged everything in the stream.
 func (h *harness) caughtUp() {
 	h.t.Helper()
-	ctx := context.Background()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := h.js.Consumer(ctx, events.StreamName, events.ConsumerArgoSyncer)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		info, err := c.Info(ctx)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		if info.NumPending == 0 && info.NumAckPending == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("argo-syncer not caught up within 20s: pending %d, ack pending %d", info.NumPending, info.NumAckPending)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventstest.CaughtUp(h.t, h.js, events.ConsumerArgoSyncer, 20*time.Second)
 }
 
 var beforeInstall = &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: "https://hooks.example/before", TimeoutSeconds: 5}}

@@ -26,6 +26,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
@@ -159,15 +160,8 @@ func newHarness(t testing.TB, opts ...harnessOption) *harness {
 	}
 
 	srv := testenv.StartNATS(t)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	h.js, _ = jetstream.New(nc)
-	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(context.Background(), h.js); err != nil {
-		t.Fatal(err)
-	}
+	var nc *nats.Conn
+	nc, h.js = eventstest.Bus(t, srv.URL())
 	sub, err := nc.Subscribe("enforcement.>", func(m *nats.Msg) {
 		if strings.HasPrefix(m.Subject, "enforcement.install.") || strings.HasPrefix(m.Subject, "enforcement.uninstall.") {
 			if ev, _, err := events.Decode(m.Subject, m.Header, m.Data); err == nil {
@@ -329,16 +323,10 @@ func (h *harness) secret(name string) *corev1.Secret {
 	return s
 }
 
-// eventually polls cond every 20 ms for up to 10 s.
+// eventually waits up to 10 s until cond holds.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.EventuallyTrue(t, 10*time.Second, what, cond)
 }
 
 // installIntent is an intent of rule ns/rule for cluster with the harness's source Secret.

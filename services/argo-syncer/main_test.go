@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,35 +16,6 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
-// freeAddr returns a 127.0.0.1 address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRunServesReadyInstallsAndStops starts the service as main does, with a map environment:
 // /readyz becomes 200, an intent published to NATS becomes an Application, the logs never show
 // the cluster token, and cancelling ctx returns nil promptly.
@@ -55,14 +24,14 @@ func TestRunServesReadyInstallsAndStops(t *testing.T) {
 	k.InstallCRDs(t, testenv.ArgoCDCRDs()...)
 	ns := k.Namespace(t, "argocd-run")
 	nats := testenv.StartNATS(t)
-	health, metrics := freeAddr(t), freeAddr(t)
+	health, metrics := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	envMap := map[string]string{
 		"NATS_URL": nats.URL(), "KUBECONFIG": k.Kubeconfig, "ARGOCD_NAMESPACE": ns,
 		"HEALTH_ADDR": health, "METRICS_ADDR": metrics,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, func(k string) string { return envMap[k] }, &logs, &logs) }()
 
