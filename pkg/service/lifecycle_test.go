@@ -1,7 +1,6 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,30 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
-
-// logBuffer is a bytes.Buffer safe for the service's logger and the test to share.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // testConsumer is a consumer of the default topology whose filter takes uninstall intents.
 const testConsumer = events.ConsumerArgoSyncer
@@ -49,17 +29,9 @@ func lifecycleEnv(natsURL string, extra map[string]string) Getenv {
 }
 
 // publishIntent publishes one uninstall intent through a connection of its own.
-func publishIntent(t *testing.T, url string) {
+func publishIntent(t *testing.T, n *testenv.NATS) {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := n.JetStream(t)
 	ev := &events.UninstallIntent{
 		Rule: events.RuleRef{Namespace: "team-a", Name: "r", UID: "u", Generation: 1},
 		Cluster: events.Target{Name: "c1", Key: "c1", URL: "https://c1",
@@ -72,17 +44,9 @@ func publishIntent(t *testing.T, url string) {
 }
 
 // consumerInfo reads the consumer's state on the server through a connection of its own.
-func consumerInfo(t *testing.T, url string) *jetstream.ConsumerInfo {
+func consumerInfo(t *testing.T, n *testenv.NATS) *jetstream.ConsumerInfo {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := n.JetStream(t)
 	c, err := js.Consumer(context.Background(), events.StreamName, testConsumer)
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +101,7 @@ func startConsuming(t *testing.T, ctx context.Context, getenv Getenv, logs io.Wr
 // stopped only after the consumer, so the handler still finds it.
 func TestStopFinishesInFlightWorkAndFlushesItsAck(t *testing.T) {
 	n := testenv.StartNATS(t)
-	logs := &logBuffer{}
+	logs := &testenv.SyncBuffer{}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 
@@ -160,7 +124,7 @@ func TestStopFinishesInFlightWorkAndFlushesItsAck(t *testing.T) {
 		return nil
 	})
 
-	publishIntent(t, n.URL())
+	publishIntent(t, n)
 	select {
 	case <-started:
 	case <-time.After(10 * time.Second):
@@ -178,7 +142,7 @@ func TestStopFinishesInFlightWorkAndFlushesItsAck(t *testing.T) {
 	}
 
 	// No waiting here: the ack must already be on the server.
-	info := consumerInfo(t, n.URL())
+	info := consumerInfo(t, n)
 	if info.NumAckPending != 0 || info.AckFloor.Stream != 1 || info.NumRedelivered != 0 {
 		t.Errorf("after Wait: ack pending %d, ack floor %d, redelivered %d; want the message acked",
 			info.NumAckPending, info.AckFloor.Stream, info.NumRedelivered)
@@ -215,7 +179,7 @@ func TestShutdownTimeoutBoundsAStuckHandler(t *testing.T) {
 			<-release
 			return nil
 		})
-	publishIntent(t, n.URL())
+	publishIntent(t, n)
 	<-started
 	stop()
 	begin := time.Now()
@@ -226,7 +190,7 @@ func TestShutdownTimeoutBoundsAStuckHandler(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "stop consumer "+testConsumer) || !strings.Contains(err.Error(), "SHUTDOWN_TIMEOUT") {
 		t.Errorf("Wait: %v, want the consumer's stop named with SHUTDOWN_TIMEOUT", err)
 	}
-	if info := consumerInfo(t, n.URL()); info.NumAckPending != 1 {
+	if info := consumerInfo(t, n); info.NumAckPending != 1 {
 		t.Errorf("ack pending %d, want the stuck message left unacknowledged", info.NumAckPending)
 	}
 }
@@ -234,7 +198,7 @@ func TestShutdownTimeoutBoundsAStuckHandler(t *testing.T) {
 // A worker that fails ends the service: Wait returns its error without a signal.
 func TestFailingWorkerEndsWait(t *testing.T) {
 	n := testenv.StartNATS(t)
-	logs := &logBuffer{}
+	logs := &testenv.SyncBuffer{}
 	svc, err := Start(context.Background(), Options{Name: "lifecycle-test", Getenv: lifecycleEnv(n.URL(), nil), Stdout: logs, NATS: true})
 	if err != nil {
 		t.Fatal(err)
