@@ -14,13 +14,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/service"
 )
 
 // gateEntry is one install intent waiting for its beforeInstall trigger.
@@ -49,18 +49,7 @@ func gateKey(rule events.RuleRef, application string) string {
 
 // get returns the entry under key and its revision, or nil when no intent waits.
 func (s *gateStore) get(ctx context.Context, key string) (*gateEntry, uint64, error) {
-	kve, err := s.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, nil
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("read install gate %s: %w", key, err)
-	}
-	var e gateEntry
-	if err := json.Unmarshal(kve.Value(), &e); err != nil {
-		return nil, 0, fmt.Errorf("decode install gate %s: %w", key, err)
-	}
-	return &e, kve.Revision(), nil
+	return service.GetJSON[gateEntry](ctx, s.kv, key, "install gate")
 }
 
 // put makes e the intent waiting under key, replacing any other.

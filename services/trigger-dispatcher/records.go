@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/service"
 )
 
 // Delivery states kept in a record.
@@ -103,18 +104,7 @@ type recordStore struct {
 
 // get returns the record and its revision, or nil when there is none.
 func (s *recordStore) get(ctx context.Context, id string) (*record, uint64, error) {
-	entry, err := s.kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, nil
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("read delivery record %s: %w", id, err)
-	}
-	var r record
-	if err := json.Unmarshal(entry.Value(), &r); err != nil {
-		return nil, 0, fmt.Errorf("decode delivery record %s: %w", id, err)
-	}
-	return &r, entry.Revision(), nil
+	return service.GetJSON[record](ctx, s.kv, id, "delivery record")
 }
 
 // create stores r unless a record with its id exists; it reports whether it stored it.
@@ -190,18 +180,7 @@ func pairKey(rule events.RuleRef, application string) string {
 
 // latest returns the marker under key, or nil.
 func (s *recordStore) latest(ctx context.Context, key string) (*latestIntent, uint64, error) {
-	entry, err := s.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, nil
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("read latest intent %s: %w", key, err)
-	}
-	var li latestIntent
-	if err := json.Unmarshal(entry.Value(), &li); err != nil {
-		return nil, 0, fmt.Errorf("decode latest intent %s: %w", key, err)
-	}
-	return &li, entry.Revision(), nil
+	return service.GetJSON[latestIntent](ctx, s.kv, key, "latest intent")
 }
 
 // noteLatest records li under key unless a newer intent (higher sequence) is recorded already.
