@@ -154,21 +154,26 @@ func TestContractLargeBatchOutrunsThePendingLimit(t *testing.T) {
 	}
 }
 
-func TestContractUnackedEventIsRedeliveredAfterTheConsumerDies(t *testing.T) {
+// crashWithEventInFlight publishes the appeared event c1@1 on a new server, lets a first
+// instance take it and die (its connection closed) before acknowledging it, and returns the
+// JetStream client of a second instance on the same server.
+func crashWithEventInFlight(t *testing.T, opts TopologyOptions) jetstream.JetStream {
+	t.Helper()
 	srv := startNATS(t, "")
-	opts := TopologyOptions{AckWait: time.Second}
 	nc1, js1 := connect(t, srv, opts)
 	publish(t, NewPublisher(js1, "/test"), appeared("c1", 1))
-
-	// The first instance takes the message and dies before acknowledging it.
 	took := make(chan struct{})
 	block := make(chan struct{})
-	defer close(block)
 	consume(t, js1, func(context.Context, Event, Meta) error { close(took); <-block; return nil }, ConsumerOptions{})
+	t.Cleanup(func() { close(block) }) // before the first consumer stops (cleanups run last first)
 	<-took
 	nc1.Close()
-
 	_, js2 := connect(t, srv, opts)
+	return js2
+}
+
+func TestContractUnackedEventIsRedeliveredAfterTheConsumerDies(t *testing.T) {
+	js2 := crashWithEventInFlight(t, TopologyOptions{AckWait: time.Second})
 	r := newRecorder(nil)
 	consume(t, js2, r.handle, ConsumerOptions{})
 	got := r.waitFor(t, 1)
@@ -213,18 +218,7 @@ func TestContractExhaustedRetriesBecomeADeadLetter(t *testing.T) {
 }
 
 func TestContractExhaustedDeliveriesAcrossCrashesBecomeADeadLetter(t *testing.T) {
-	srv := startNATS(t, "")
-	opts := TopologyOptions{AckWait: 500 * time.Millisecond, MaxDeliver: 2}
-	nc1, js1 := connect(t, srv, opts)
-	publish(t, NewPublisher(js1, "/test"), appeared("c1", 1))
-	took := make(chan struct{})
-	block := make(chan struct{})
-	defer close(block)
-	consume(t, js1, func(context.Context, Event, Meta) error { close(took); <-block; return nil }, ConsumerOptions{})
-	<-took
-	nc1.Close() // crash on delivery 1
-
-	_, js2 := connect(t, srv, opts)
+	js2 := crashWithEventInFlight(t, TopologyOptions{AckWait: 500 * time.Millisecond, MaxDeliver: 2}) // crash on delivery 1
 	r := newRecorder(func(*ClusterAppeared, Meta) error { return errors.New("still failing") })
 	consume(t, js2, r.handle, ConsumerOptions{MaxAttempts: 10})
 	r.waitFor(t, 1) // delivery 2 is the server's last: the consumer must not retry in the dark
