@@ -15,9 +15,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -35,14 +32,7 @@ const (
 	kubeBurst = 200
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Getenv, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "trigger-dispatcher:", err)
-		os.Exit(1)
-	}
-}
+func main() { service.Main(serviceName, run) }
 
 // run starts the dispatcher and blocks until ctx is cancelled, then shuts down gracefully and
 // returns nil. It returns an error when the configuration is invalid or a dependency cannot be
