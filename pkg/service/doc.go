@@ -25,6 +25,10 @@
 //	}
 //	return svc.Wait()
 //
+// That code is the service's run function, and its main is one line, service.Main(name, run):
+// run gets a context that SIGINT and SIGTERM cancel, and an error from it ends the process with
+// status 1 after "<name>: <error>" on stderr.
+//
 // Readiness: "kubernetes" (Options.Kubernetes) passes while the API server answers; "nats"
 // (Options.NATS) fails until ConnectNATS connected and while the connection is down; "consumer"
 // (Options.Consumers) fails until every declared consumer is bound by Consume, passes while
