@@ -556,13 +556,7 @@ func TestRestartDuringRetryRepeatsWithSameID(t *testing.T) {
 	h := newHarness(t)
 	var failing atomic.Bool
 	failing.Store(true)
-	before := newReceiver(t, func(w http.ResponseWriter, _ *http.Request) {
-		if failing.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})
+	before := newReceiver(t, statusWhile(&failing, http.StatusServiceUnavailable))
 	first := startService(t, h.env("TRIGGER_BACKOFF_BASE", "1m", "TRIGGER_BACKOFF_MAX", "1m"))
 	in := h.intent("restart", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: before.URL(), FailurePolicy: "Fail"}})
 	_, _, gateSeq := h.gated(in)
@@ -653,13 +647,7 @@ func TestFailurePolicies(t *testing.T) {
 	h := newHarness(t)
 	var reject atomic.Bool
 	reject.Store(true)
-	rc := newReceiver(t, func(w http.ResponseWriter, _ *http.Request) {
-		if reject.Load() {
-			w.WriteHeader(http.StatusBadRequest)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})
+	rc := newReceiver(t, statusWhile(&reject, http.StatusBadRequest))
 	startService(t, h.env("TRIGGER_BLOCKED_RETRY_INTERVAL", "200ms"))
 
 	ignore := h.intent("ignore", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL()}})
@@ -920,13 +908,7 @@ func TestBlockedDeliverySupersededByNewerIntent(t *testing.T) {
 	h := newHarness(t)
 	var reject atomic.Bool
 	reject.Store(true)
-	rc := newReceiver(t, func(w http.ResponseWriter, _ *http.Request) {
-		if reject.Load() {
-			w.WriteHeader(http.StatusInternalServerError)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})
+	rc := newReceiver(t, statusWhile(&reject, http.StatusInternalServerError))
 	startService(t, h.env("TRIGGER_BLOCKED_RETRY_INTERVAL", "100ms", "TRIGGER_MAX_ATTEMPTS", "1"))
 	old := h.intent("superseded", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL(), FailurePolicy: "Fail"}})
 	h.gated(old)

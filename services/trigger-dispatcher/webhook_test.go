@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -73,6 +74,17 @@ func (rc *receiver) Calls() []receivedCall {
 
 func status(code int) func(http.ResponseWriter, *http.Request) {
 	return func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(code) }
+}
+
+// statusWhile answers code while failing holds, and 200 OK once a test clears it.
+func statusWhile(failing *atomic.Bool, code int) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if failing.Load() {
+			w.WriteHeader(code)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}
 }
 
 func retryAfter(seconds string) func(http.ResponseWriter, *http.Request) {
