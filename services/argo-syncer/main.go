@@ -9,9 +9,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
 	argoclient "github.com/argoproj/argo-cd/v2/pkg/client/clientset/versioned"
 	"k8s.io/client-go/kubernetes"
@@ -22,21 +19,14 @@ import (
 
 const serviceName = "argo-syncer"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Getenv, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "argo-syncer:", err)
-		os.Exit(1)
-	}
-}
+func main() { service.Main(serviceName, run) }
 
 // run starts the service and blocks until ctx ends; it returns nil after a clean shutdown.
 // Start-up order: probes first (so that a failing start is visible), then the Argo CD caches
 // (intents are only useful once argo-syncer can read what exists), then NATS and the consumer.
 // /readyz turns green when the consumer is bound. At the stop the consumer finishes its
 // in-flight intents before the informers stop (see pkg/service for the whole order).
-func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) error {
+func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error {
 	cfg, err := LoadConfig(getenv)
 	if err != nil {
 		return err

@@ -490,31 +490,21 @@ func (s *Syncer) deleteApplication(ctx context.Context, app *argov1.Application,
 				"finalizers": finalizers, "resourceVersion": app.ResourceVersion}})
 			updated, err := client.Patch(ctx, app.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 			s.metrics.write("Application", "patch", err)
-			switch {
-			case apierrors.IsNotFound(err):
-				return false, nil
-			case apierrors.IsConflict(err) && attempt < 5:
-				if app, err = s.refetch(ctx, app.Name); app == nil || err != nil {
+			if err != nil {
+				if app, err = s.retryWrite(ctx, app, attempt, err, "set finalizers of application "+app.Name); app == nil || err != nil {
 					return false, err
 				}
 				continue
-			case err != nil:
-				return false, classify(err, "set finalizers of application "+app.Name)
 			}
 			app = updated
 		}
 		err := client.Delete(ctx, app.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &app.UID}})
 		s.metrics.write("Application", "delete", err)
-		switch {
-		case apierrors.IsNotFound(err):
-			return false, nil
-		case apierrors.IsConflict(err) && attempt < 5:
-			if app, err = s.refetch(ctx, app.Name); app == nil || err != nil {
+		if err != nil {
+			if app, err = s.retryWrite(ctx, app, attempt, err, "delete application "+app.Name); app == nil || err != nil {
 				return false, err
 			}
 			continue
-		case err != nil:
-			return false, classify(err, "delete application "+app.Name)
 		}
 		s.apps.removed(app.Name, app.UID, len(app.Finalizers) > 0)
 		policy := "Orphan"
@@ -523,6 +513,20 @@ func (s *Syncer) deleteApplication(ctx context.Context, app *argov1.Application,
 		}
 		s.logger.Info("Deleted Application", "application", app.Name, "policy", policy)
 		return true, nil
+	}
+}
+
+// retryWrite decides what the error of a write in deleteApplication means: after a conflict
+// (at most five attempts) it returns the Application read again, to try with; otherwise nil and
+// the error to return, none when the Application is gone. what names the write in that error.
+func (s *Syncer) retryWrite(ctx context.Context, app *argov1.Application, attempt int, err error, what string) (*argov1.Application, error) {
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case apierrors.IsConflict(err) && attempt < 5:
+		return s.refetch(ctx, app.Name)
+	default:
+		return nil, classify(err, what)
 	}
 }
 
