@@ -287,40 +287,33 @@ func uninstalled(intentID string) func(events.Event) bool {
 	}
 }
 
-func (h *harness) app(name string) *argov1.Application {
-	h.t.Helper()
-	a, err := h.argo.ArgoprojV1alpha1().Applications(h.ns).Get(context.Background(), name, metav1.GetOptions{})
+// getOrNil returns the object get reads under name, or nil when there is none; any other error
+// fails the test.
+func getOrNil[T any](t testing.TB, get func(context.Context, string, metav1.GetOptions) (*T, error), name string) *T {
+	t.Helper()
+	obj, err := get(context.Background(), name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
-	return a
+	return obj
+}
+
+func (h *harness) app(name string) *argov1.Application {
+	h.t.Helper()
+	return getOrNil(h.t, h.argo.ArgoprojV1alpha1().Applications(h.ns).Get, name)
 }
 
 func (h *harness) project(name string) *argov1.AppProject {
 	h.t.Helper()
-	p, err := h.argo.ArgoprojV1alpha1().AppProjects(h.ns).Get(context.Background(), name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return p
+	return getOrNil(h.t, h.argo.ArgoprojV1alpha1().AppProjects(h.ns).Get, name)
 }
 
 func (h *harness) secret(name string) *corev1.Secret {
 	h.t.Helper()
-	s, err := h.kube.CoreV1().Secrets(h.ns).Get(context.Background(), name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return s
+	return getOrNil(h.t, h.kube.CoreV1().Secrets(h.ns).Get, name)
 }
 
 // eventually waits up to 10 s until cond holds.
