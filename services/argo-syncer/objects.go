@@ -281,14 +281,14 @@ func ClusterConfigFromSecret(kind string, data map[string][]byte) (argov1.Cluste
 		ca = data["ca.crt"]
 	}
 	if len(ca) > 0 {
-		cfg.TLSClientConfig.CAData = ca
+		cfg.CAData = ca
 	}
 	if v := strings.TrimSpace(string(data["insecure"])); v != "" {
 		insecure, err := strconv.ParseBool(v)
 		if err != nil {
 			return cfg, fmt.Errorf("%w: %s Secret key \"insecure\" is not a boolean", errCredentials, kind)
 		}
-		cfg.TLSClientConfig.Insecure = insecure
+		cfg.Insecure = insecure
 	}
 	return cfg, nil
 }
@@ -339,7 +339,7 @@ func ClusterConfigFromHints(kind string, hints map[string]string) (argov1.Cluste
 		if block, _ := pem.Decode(ca); err != nil || block == nil {
 			errs = append(errs, fmt.Errorf("hint %q is not the base64 of a PEM certificate", HintCAData))
 		}
-		cfg.TLSClientConfig.CAData = ca
+		cfg.CAData = ca
 	}
 	if err := errors.Join(errs...); err != nil {
 		return argov1.ClusterConfig{}, fmt.Errorf("%w for %s cluster: %w", errRegistration, kind, err)

@@ -184,7 +184,7 @@ func TestMatchingIntentsAndStatus(t *testing.T) {
 	eventually(t, 20*time.Second, func() error {
 		err := e.c.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: "dev"}, &v1beta1.ClusterRule{})
 		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("rule still there (err %v)", err)
+			return fmt.Errorf("rule still there (err %w)", err)
 		}
 		return nil
 	})

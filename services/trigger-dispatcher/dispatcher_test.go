@@ -313,7 +313,7 @@ func TestChoreographyBeforeAndAfterInstall(t *testing.T) {
 	if !ok {
 		t.Fatalf("beforeInstall outcome is not TriggerDelivered")
 	}
-	if got.IntentSequence != seq || got.StatusCode != 200 || got.Attempts != 1 {
+	if got.IntentSequence != seq || got.StatusCode != http.StatusOK || got.Attempts != 1 {
 		t.Errorf("TriggerDelivered = %+v, want intent sequence %d, status 200, 1 attempt", got, seq)
 	}
 	if s := beforeSaw(); len(s) != 1 || s[0] {
@@ -523,7 +523,7 @@ func TestBeforeInstallWhileApplicationIsBeingDeleted(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, func() error {
 		if a, err := h.application("terminating"); err != nil || a != nil {
-			return fmt.Errorf("Application still there (%v)", err)
+			return fmt.Errorf("Application still there (%w)", err)
 		}
 		return nil
 	})
@@ -668,7 +668,7 @@ func TestRestartDuringRetryRepeatsWithSameID(t *testing.T) {
 		t.Fatalf("%d attempt events for %d calls", len(atts), len(calls))
 	}
 	initial, last := atts[0], atts[len(atts)-1]
-	if initial.Result != resultServerError || initial.StatusCode != 503 || !initial.WillRetry || initial.Series != fmt.Sprintf("event-%d-1", out.IntentSequence) {
+	if initial.Result != resultServerError || initial.StatusCode != http.StatusServiceUnavailable || !initial.WillRetry || initial.Series != fmt.Sprintf("event-%d-1", out.IntentSequence) {
 		t.Errorf("first attempt = %+v, want a 503 to retry in series event-%d-1", initial.TriggerAttempted, out.IntentSequence)
 	}
 	if last.Result != resultSuccess || last.WillRetry || last.Series == initial.Series || last.Attempt != out.Attempts {
@@ -734,7 +734,7 @@ func TestFailurePolicies(t *testing.T) {
 	ignore := h.intent("ignore", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL()}})
 	h.publish(ignore)
 	f, ok := h.waitOutcome(events.PhaseBeforeInstall, ignore.ID()).(*events.TriggerFailed)
-	if !ok || f.FailurePolicy != "Ignore" || f.StatusCode != 400 || f.Attempts != 1 || !strings.Contains(f.Message, "client_error") {
+	if !ok || f.FailurePolicy != "Ignore" || f.StatusCode != http.StatusBadRequest || f.Attempts != 1 || !strings.Contains(f.Message, "client_error") {
 		t.Fatalf("Ignore outcome = %+v, want TriggerFailed Ignore 400 after 1 attempt", f)
 	}
 
@@ -900,7 +900,7 @@ func TestCrashBetweenRecordAndPublish(t *testing.T) {
 	}
 	startService(t, h.env())
 	out, ok := h.waitOutcome(events.PhaseBeforeInstall, in.ID()).(*events.TriggerDelivered)
-	if !ok || out.StatusCode != 202 || out.IntentSequence != seq || out.DeliveryID != r.DeliveryID {
+	if !ok || out.StatusCode != http.StatusAccepted || out.IntentSequence != seq || out.DeliveryID != r.DeliveryID {
 		t.Fatalf("outcome = %+v, want the recorded delivery (202, sequence %d)", out, seq)
 	}
 	h.caughtUp()

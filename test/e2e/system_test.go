@@ -307,9 +307,9 @@ func (s *system) get(gvr schema.GroupVersionResource, name string) *unstructured
 func (s *system) eventually(timeout time.Duration, what string, cond func() string) {
 	s.t.Helper()
 	deadline := time.Now().Add(timeout)
-	last := ""
 	for {
-		if last = cond(); last == "" {
+		last := cond()
+		if last == "" {
 			return
 		}
 		if time.Now().After(deadline) {
