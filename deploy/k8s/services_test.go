@@ -281,7 +281,7 @@ func startService(t *testing.T, path string, env map[string]string) *serviceProc
 	t.Cleanup(func() {
 		if p.cmd.ProcessState == nil {
 			_ = p.cmd.Process.Kill()
-			<-p.done
+			_ = <-p.done // Wait reports the kill just sent
 		}
 	})
 	return p
