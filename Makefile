@@ -5,7 +5,7 @@
 MODULES := $(shell go list -m -f '{{.Dir}}')
 SHELL := /bin/bash
 
-.PHONY: test check tools fmt vet tidy generate bench build images compose-check
+.PHONY: test check lint tools fmt vet tidy generate bench build images compose-check
 
 # test is the one command CI runs (.ci/run): tools, hygiene checks, then every module's tests
 # with the race detector against the real servers.
@@ -23,7 +23,7 @@ tools:
 	@hack/build-tools.sh >/dev/null
 
 # check fails on unformatted code, vet findings, untidy go.mod files, a k8s.io version other
-# than the one argo-cd/v2 pins, and generated files that differ from their sources.
+# than the one argo-cd/v2 pins, generated files that differ from their sources, and lint findings.
 check:
 	@out="$$(gofmt -l $(MODULES))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && go vet ./...) || exit 1; done
@@ -32,6 +32,12 @@ check:
 	@hack/check-repo.sh
 	@hack/generate.sh && git diff --exit-code -- pkg/api deploy/k8s/enforcement-crds pkg/events/asyncapi.yaml \
 		|| { echo "generated files are stale: run hack/generate.sh and commit"; exit 1; }
+	@$(MAKE) --no-print-directory lint
+
+# lint runs golangci-lint (pinned in tools/golangci-lint, built once and cached by version) with
+# .golangci.yml in every module; golangci-lint's own cache makes a second run cheap.
+lint:
+	@hack/lint.sh $(MODULES)
 
 fmt:
 	gofmt -w $(MODULES)

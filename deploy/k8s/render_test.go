@@ -362,8 +362,11 @@ var (
 func serviceEnv(t *testing.T, dir string) (named, read map[string]bool) {
 	t.Helper()
 	named, read = map[string]bool{}, map[string]bool{}
-	_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
 		data, err := os.ReadFile(path)
@@ -378,6 +381,9 @@ func serviceEnv(t *testing.T, dir string) (named, read map[string]bool) {
 		}
 		return nil
 	})
+	if err != nil {
+		t.Fatalf("scan %s: %v", dir, err)
+	}
 	// The original's Argo CD API mode variables are refused by argo-syncer (not built yet).
 	for _, v := range []string{"ARGO_URL", "ARGO_USERNAME", "ARGO_PASSWORD", "ARGO_TOKEN"} {
 		delete(read, v)

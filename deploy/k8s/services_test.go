@@ -252,7 +252,9 @@ func startService(t *testing.T, path string, env map[string]string) *serviceProc
 	t.Cleanup(func() {
 		if p.cmd.ProcessState == nil {
 			_ = p.cmd.Process.Kill()
-			<-p.done
+			if err := <-p.done; err == nil {
+				t.Logf("%s exited cleanly before it was killed", p.name)
+			}
 		}
 	})
 	return p

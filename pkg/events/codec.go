@@ -94,14 +94,14 @@ func Decode(subject string, header nats.Header, data []byte) (Event, Meta, error
 	if t := headerValue(header, HeaderTime); t != "" {
 		parsed, err := time.Parse(time.RFC3339Nano, t)
 		if err != nil {
-			return nil, meta, fmt.Errorf("%w: ce-time %q: %v", ErrInvalidEvent, t, err)
+			return nil, meta, fmt.Errorf("%w: ce-time %q: %w", ErrInvalidEvent, t, err)
 		}
 		meta.Time = parsed
 	}
 	e := d.new()
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(e); err != nil {
-		return nil, meta, fmt.Errorf("%w: %s body: %v", ErrInvalidEvent, meta.Type, err)
+		return nil, meta, fmt.Errorf("%w: %s body: %w", ErrInvalidEvent, meta.Type, err)
 	}
 	if dec.More() {
 		return nil, meta, fmt.Errorf("%w: %s body: trailing data after the JSON object", ErrInvalidEvent, meta.Type)

@@ -37,8 +37,8 @@ func ObjectName(name string) string {
 	sum := sha256.Sum256([]byte(name))
 	suffix := hex.EncodeToString(sum[:4])
 	base := strings.Trim(b.String(), "-")
-	if max := MaxNameLength - len(suffix) - 1; len(base) > max {
-		base = strings.TrimRight(base[:max], "-")
+	if limit := MaxNameLength - len(suffix) - 1; len(base) > limit {
+		base = strings.TrimRight(base[:limit], "-")
 	}
 	if base == "" {
 		return "x-" + suffix
@@ -52,7 +52,7 @@ func isDNSLabel(s string) bool {
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
 			return false
 		}
 	}

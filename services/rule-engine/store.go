@@ -176,7 +176,7 @@ func (s *kvStore) load(ctx context.Context) (map[string]*clusterRecord, map[stri
 	if err != nil {
 		return nil, nil, fmt.Errorf("watch %s: %w", events.BucketRuleEngineState, err)
 	}
-	defer w.Stop()
+	defer func() { _ = w.Stop() }() // a failed unsubscribe of a finished watch changes nothing
 	for {
 		var entry jetstream.KeyValueEntry
 		select {
@@ -225,7 +225,8 @@ func (s *kvStore) getRender(ctx context.Context, key string) ([]events.Enforceme
 	// variables hash, so an entry never needs invalidating: a new generation reads new keys.
 	var enfs []events.Enforcement
 	if err := json.Unmarshal(entry.Value(), &enfs); err != nil {
-		return nil, false, nil // a damaged entry is re-rendered and overwritten
+		//nolint:nilerr // a damaged entry is a cache miss: it is re-rendered and overwritten
+		return nil, false, nil
 	}
 	return enfs, true, nil
 }

@@ -49,7 +49,7 @@ func (p netPolicy) check(addr netip.Addr) error {
 func (p netPolicy) control(_, address string, _ syscall.RawConn) error {
 	host, _, err := net.SplitHostPort(address)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", errRefusedAddress, address, err)
+		return fmt.Errorf("%w: %s: %w", errRefusedAddress, address, err)
 	}
 	addr, err := netip.ParseAddr(host)
 	if err != nil {

@@ -23,13 +23,12 @@ import (
 // receiver is a webhook endpoint for tests: it answers each call with the next scripted
 // response (repeating the last one) and records what it received.
 type receiver struct {
-	t       testing.TB
-	mu      sync.Mutex
-	calls   []receivedCall
-	script  []func(w http.ResponseWriter, r *http.Request)
-	onCall  func(r *http.Request, body []byte) // runs before the scripted answer, while handling
-	handler http.Handler
-	srv     *httptest.Server
+	t      testing.TB
+	mu     sync.Mutex
+	calls  []receivedCall
+	script []func(w http.ResponseWriter, r *http.Request)
+	onCall func(r *http.Request, body []byte) // runs before the scripted answer, while handling
+	srv    *httptest.Server
 }
 
 type receivedCall struct {

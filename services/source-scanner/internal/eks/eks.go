@@ -385,7 +385,33 @@ func classify(err error) string {
 // returns the region's clusters. partial is true when a page after the first failed.
 func (l *Lister) listRegion(ctx context.Context, region, roleARN string) (clusters []events.Cluster, partial bool, err error) {
 	inRegion := func(o *awseks.Options) { o.Region = region }
-	var names []string
+	names, partial, err := l.listNames(ctx, inRegion)
+	if err != nil {
+		return nil, partial, err
+	}
+	now := l.opts.Now()
+	results := l.describe(ctx, l.dueForDescribe(region, names, now), region, roleARN, inRegion)
+	gone, err := l.remember(region, results, now)
+	if err != nil {
+		return nil, false, err
+	}
+	l.forgetUnlisted(region, names)
+	for _, name := range names {
+		if gone[name] {
+			continue
+		}
+		e := l.cache[l.byName[region+"/"+name]]
+		if e == nil {
+			return nil, false, fmt.Errorf("cluster %s: no description (internal error)", name)
+		}
+		clusters = append(clusters, cloneCluster(e.cluster))
+	}
+	return clusters, false, nil
+}
+
+// listNames pages through ListClusters and returns the sorted, de-duplicated names. partial is
+// true when a page after the first failed; a nextToken that comes back twice is an error.
+func (l *Lister) listNames(ctx context.Context, inRegion func(*awseks.Options)) (names []string, partial bool, err error) {
 	var token *string
 	seen := map[string]bool{}
 	for page := 1; ; page++ {
@@ -404,10 +430,12 @@ func (l *Lister) listRegion(ctx context.Context, region, roleARN string) (cluste
 		token = out.NextToken
 	}
 	sort.Strings(names)
-	names = slices.Compact(names)
+	return slices.Compact(names), false, nil
+}
 
-	// Decide what to describe, then describe it with bounded concurrency.
-	now := l.opts.Now()
+// dueForDescribe returns the names that have no cached description, are in a transitional
+// state, or whose description is older than their refresh interval.
+func (l *Lister) dueForDescribe(region string, names []string, now time.Time) []string {
 	var todo []string
 	for _, name := range names {
 		e := l.cache[l.byName[region+"/"+name]]
@@ -415,12 +443,21 @@ func (l *Lister) listRegion(ctx context.Context, region, roleARN string) (cluste
 			todo = append(todo, name)
 		}
 	}
-	type result struct {
-		name    string
-		cluster *events.Cluster
-		err     error
-	}
-	results := make([]result, len(todo))
+	return todo
+}
+
+// described is the outcome of one DescribeCluster: a cluster, an error, or neither when the
+// cluster was deleted between ListClusters and DescribeCluster.
+type described struct {
+	name    string
+	cluster *events.Cluster
+	err     error
+}
+
+// describe calls DescribeCluster for every name, at most DescribeConcurrency at a time, and
+// returns one result per name in the same order.
+func (l *Lister) describe(ctx context.Context, todo []string, region, roleARN string, inRegion func(*awseks.Options)) []described {
+	results := make([]described, len(todo))
 	sem := make(chan struct{}, l.opts.DescribeConcurrency)
 	var wg sync.WaitGroup
 	for i, name := range todo {
@@ -428,31 +465,41 @@ func (l *Lister) listRegion(ctx context.Context, region, roleARN string) (cluste
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			results[i].name = name
-			out, err := l.client.DescribeCluster(ctx, &awseks.DescribeClusterInput{Name: aws.String(name)}, inRegion)
-			var nf *ekstypes.ResourceNotFoundException
-			switch {
-			case errors.As(err, &nf):
-				// Deleted between ListClusters and DescribeCluster: gone, not an error.
-			case err != nil:
-				results[i].err = fmt.Errorf("DescribeCluster %s: %w", name, err)
-			case out.Cluster == nil:
-				results[i].err = fmt.Errorf("DescribeCluster %s: the answer has no cluster", name)
-			default:
-				c, err := Convert(region, out.Cluster, roleARN)
-				if err != nil {
-					results[i].err = fmt.Errorf("DescribeCluster %s: %w", name, err)
-				}
-				results[i].cluster = &c
-			}
+			results[i] = l.describeOne(ctx, name, region, roleARN, inRegion)
 		}()
 	}
 	wg.Wait()
+	return results
+}
 
-	// Keep every successful description, even when another failed: the next scan then has
-	// less to do.
+// describeOne describes one cluster and converts it.
+func (l *Lister) describeOne(ctx context.Context, name, region, roleARN string, inRegion func(*awseks.Options)) described {
+	r := described{name: name}
+	out, err := l.client.DescribeCluster(ctx, &awseks.DescribeClusterInput{Name: aws.String(name)}, inRegion)
+	var nf *ekstypes.ResourceNotFoundException
+	switch {
+	case errors.As(err, &nf):
+		// Deleted between ListClusters and DescribeCluster: gone, not an error.
+	case err != nil:
+		r.err = fmt.Errorf("DescribeCluster %s: %w", name, err)
+	case out.Cluster == nil:
+		r.err = fmt.Errorf("DescribeCluster %s: the answer has no cluster", name)
+	default:
+		c, err := Convert(region, out.Cluster, roleARN)
+		if err != nil {
+			r.err = fmt.Errorf("DescribeCluster %s: %w", name, err)
+		}
+		r.cluster = &c
+	}
+	return r
+}
+
+// remember caches every successful description, even when another failed (the next scan then
+// has less to do), drops the clusters that turned out to be gone and returns their names. The
+// error joins the failed descriptions.
+func (l *Lister) remember(region string, results []described, now time.Time) (gone map[string]bool, err error) {
 	var errs []error
-	gone := map[string]bool{}
+	gone = map[string]bool{}
 	for _, r := range results {
 		switch {
 		case r.err != nil:
@@ -470,9 +517,13 @@ func (l *Lister) listRegion(ctx context.Context, region, roleARN string) (cluste
 		}
 	}
 	if len(errs) > 0 {
-		return nil, false, joinFirst(errs, 3)
+		return nil, joinFirst(errs, 3)
 	}
-	// Forget the region's clusters that are no longer listed.
+	return gone, nil
+}
+
+// forgetUnlisted drops the region's cached clusters that are no longer listed.
+func (l *Lister) forgetUnlisted(region string, names []string) {
 	listed := make(map[string]bool, len(names))
 	for _, n := range names {
 		listed[n] = true
@@ -483,17 +534,6 @@ func (l *Lister) listRegion(ctx context.Context, region, roleARN string) (cluste
 			delete(l.byName, key)
 		}
 	}
-	for _, name := range names {
-		if gone[name] {
-			continue
-		}
-		e := l.cache[l.byName[region+"/"+name]]
-		if e == nil {
-			return nil, false, fmt.Errorf("cluster %s: no description (internal error)", name)
-		}
-		clusters = append(clusters, cloneCluster(e.cluster))
-	}
-	return clusters, false, nil
 }
 
 // joinFirst joins the first n errors and counts the rest, so that a fleet-wide failure makes a

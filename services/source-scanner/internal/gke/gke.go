@@ -306,7 +306,7 @@ func (l *Lister) listProject(ctx context.Context, project string) ([]events.Clus
 		wait = min(wait*2, 8*l.opts.Backoff)
 		select {
 		case <-ctx.Done():
-			return nil, events.DegradedListFailed, fmt.Errorf("list %s: %w (after %d attempts, last: %v)", parent, ctx.Err(), attempt, err)
+			return nil, events.DegradedListFailed, fmt.Errorf("list %s: %w (after %d attempts, last: %w)", parent, ctx.Err(), attempt, err)
 		case <-time.After(d):
 		}
 	}

@@ -227,41 +227,50 @@ func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 		awsError(w, e.Status, e.ErrType, e.Message)
 		return
 	}
-	switch op {
-	case "ListClusters":
-		if q.Get("maxResults") != "100" {
-			f.t.Errorf("ListClusters maxResults = %q, want 100", q.Get("maxResults"))
-		}
-		if f.Garbage {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write([]byte(`<html>proxy error</html>`))
-			return
-		}
-		names := make([]string, 0, len(f.Clusters[region]))
-		for n := range f.Clusters[region] {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		size := 100
-		start := (page - 1) * size
-		end := min(start+size, len(names))
-		body := map[string]any{"clusters": []string{}}
-		if start < len(names) {
-			body["clusters"] = names[start:end]
-		}
-		if end < len(names) {
-			body["nextToken"] = fmt.Sprintf("page-%d", page+1)
-		}
-		writeJSON(w, http.StatusOK, body)
-	case "DescribeCluster":
-		name, _ := url.PathUnescape(strings.TrimPrefix(r.URL.Path, "/clusters/"))
-		c, ok := f.Clusters[region][name]
-		if !ok {
-			awsError(w, http.StatusNotFound, "ResourceNotFoundException", "No cluster found for name: "+name+".")
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"cluster": c})
+	if op == "ListClusters" {
+		f.listClusters(w, region, page, q.Get("maxResults"))
+		return
 	}
+	name, _ := url.PathUnescape(strings.TrimPrefix(r.URL.Path, "/clusters/"))
+	f.describeCluster(w, region, name)
+}
+
+// listClusters answers one ListClusters page of region, 100 names a page. f.mu is held.
+func (f *Server) listClusters(w http.ResponseWriter, region string, page int, maxResults string) {
+	if maxResults != "100" {
+		f.t.Errorf("ListClusters maxResults = %q, want 100", maxResults)
+	}
+	if f.Garbage {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`<html>proxy error</html>`))
+		return
+	}
+	names := make([]string, 0, len(f.Clusters[region]))
+	for n := range f.Clusters[region] {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	size := 100
+	start := (page - 1) * size
+	end := min(start+size, len(names))
+	body := map[string]any{"clusters": []string{}}
+	if start < len(names) {
+		body["clusters"] = names[start:end]
+	}
+	if end < len(names) {
+		body["nextToken"] = fmt.Sprintf("page-%d", page+1)
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// describeCluster answers DescribeCluster for one cluster of region. f.mu is held.
+func (f *Server) describeCluster(w http.ResponseWriter, region, name string) {
+	c, ok := f.Clusters[region][name]
+	if !ok {
+		awsError(w, http.StatusNotFound, "ResourceNotFoundException", "No cluster found for name: "+name+".")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"cluster": c})
 }
 
 // assumeRole answers STS AssumeRole (query protocol: a form POST, an XML answer).
