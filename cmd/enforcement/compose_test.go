@@ -180,7 +180,7 @@ func (p *composeProbe) kubeconfig(context.Context) error {
 	}
 	path := filepath.Join(p.dir, hostKubeconfig)
 	if out, err := exec.Command("docker", "cp", id+":/shared/"+hostKubeconfig, path).CombinedOutput(); err != nil {
-		return fmt.Errorf("docker cp: %v: %s", err, out)
+		return fmt.Errorf("docker cp: %w: %s", err, out)
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {

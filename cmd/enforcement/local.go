@@ -66,40 +66,14 @@ func runLocal(ctx context.Context, getenv func(string) string, stdout, stderr io
 	}
 	say("NATS ready at %s   (watch: nats sub 'enforcement.>' --server %s)", natsURL, natsURL)
 
-	kubeconfig := getenv("KUBECONFIG")
-	var cfg *rest.Config
-	if kubeconfig == "" {
-		missing, err := missingTools(ctx, root, getenv)
-		if err != nil {
-			return err
-		}
-		if len(missing) > 0 {
-			say("%s", buildNotice(missing, goModCache(ctx)))
-		}
-		say("Starting a local Kubernetes API (kube-apiserver + etcd)")
-		k, err := testenv.NewKube()
-		if err != nil {
-			return fmt.Errorf("start local Kubernetes API: %w", err)
-		}
-		defer k.Stop()
-		kubeconfig, cfg = k.Kubeconfig, k.Config
-	} else if cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
-		return fmt.Errorf("KUBECONFIG=%s: %w", kubeconfig, err)
+	kubeconfig, cfg, stopKube, err := localKube(ctx, root, getenv, say)
+	if err != nil {
+		return err
 	}
-	say("Kubernetes API ready   (look: KUBECONFIG=%s kubectl get clusterrules,applications,appprojects -A)", kubeconfig)
-
-	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
-		Paths:   []string{filepath.Join(root, "deploy", "k8s", "enforcement-crds", "crds")},
-		CRDs:    append(testenv.ArgoCDCRDs(), testenv.OCMCRDs()...),
-		MaxTime: time.Minute,
-	}); err != nil {
-		return fmt.Errorf("install CRDs: %w", err)
+	defer stopKube()
+	if err := prepareAPI(ctx, root, cfg, say); err != nil {
+		return err
 	}
-	say("Installed CRDs: ClusterRule, Argo CD Application/AppProject/ApplicationSet, OCM ClusterClaim/ManagedCluster/Policy")
-	if err := seedDemo(ctx, cfg); err != nil {
-		return fmt.Errorf("seed demo: %w", err)
-	}
-	say("Seeded the demo: ConfigMap %s/%s (3 clusters), Secret %s/%s and ClusterRule %s/demo", localOperatorNamespace, staticConfigMap, localOperatorNamespace, demoSecret, localOperatorNamespace)
 
 	bin := filepath.Join(work, "bin")
 	if prebuilt := getenv("ENFORCEMENT_BIN_DIR"); prebuilt != "" {
@@ -120,7 +94,7 @@ func runLocal(ctx context.Context, getenv func(string) string, stdout, stderr io
 	if err != nil {
 		return err
 	}
-	defer sub.Unsubscribe()
+	defer func() { _ = sub.Unsubscribe() }()
 
 	procs, err := startServices(ctx, bin, filepath.Join(work, "logs"), natsURL, kubeconfig, getenv, say)
 	defer stopServices(procs, say)
@@ -144,6 +118,51 @@ func runLocal(ctx context.Context, getenv func(string) string, stdout, stderr io
 	case name := <-exited:
 		return fmt.Errorf("%s exited unexpectedly; see its log in %s", name, filepath.Join(work, "logs", name+".log"))
 	}
+}
+
+// localKube returns the Kubernetes API the local mode uses: the one KUBECONFIG names, or a
+// kube-apiserver + etcd it starts (saying first what a first run has to build). stop ends the
+// started one; it does nothing for a given one.
+func localKube(ctx context.Context, root string, getenv func(string) string, say func(string, ...any)) (kubeconfig string, cfg *rest.Config, stop func(), err error) {
+	kubeconfig, stop = getenv("KUBECONFIG"), func() {}
+	if kubeconfig != "" {
+		if cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+			return "", nil, nil, fmt.Errorf("KUBECONFIG=%s: %w", kubeconfig, err)
+		}
+	} else {
+		missing, err := missingTools(ctx, root, getenv)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		if len(missing) > 0 {
+			say("%s", buildNotice(missing, goModCache(ctx)))
+		}
+		say("Starting a local Kubernetes API (kube-apiserver + etcd)")
+		k, err := testenv.NewKube()
+		if err != nil {
+			return "", nil, nil, fmt.Errorf("start local Kubernetes API: %w", err)
+		}
+		kubeconfig, cfg, stop = k.Kubeconfig, k.Config, func() { _ = k.Stop() }
+	}
+	say("Kubernetes API ready   (look: KUBECONFIG=%s kubectl get clusterrules,applications,appprojects -A)", kubeconfig)
+	return kubeconfig, cfg, stop, nil
+}
+
+// prepareAPI installs the CRDs the services need and seeds the demo.
+func prepareAPI(ctx context.Context, root string, cfg *rest.Config, say func(string, ...any)) error {
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
+		Paths:   []string{filepath.Join(root, "deploy", "k8s", "enforcement-crds", "crds")},
+		CRDs:    append(testenv.ArgoCDCRDs(), testenv.OCMCRDs()...),
+		MaxTime: time.Minute,
+	}); err != nil {
+		return fmt.Errorf("install CRDs: %w", err)
+	}
+	say("Installed CRDs: ClusterRule, Argo CD Application/AppProject/ApplicationSet, OCM ClusterClaim/ManagedCluster/Policy")
+	if err := seedDemo(ctx, cfg); err != nil {
+		return fmt.Errorf("seed demo: %w", err)
+	}
+	say("Seeded the demo: ConfigMap %s/%s (3 clusters), Secret %s/%s and ClusterRule %s/demo", localOperatorNamespace, staticConfigMap, localOperatorNamespace, demoSecret, localOperatorNamespace)
+	return nil
 }
 
 func startEmbeddedNATS(dir string) (*server.Server, error) {

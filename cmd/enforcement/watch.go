@@ -49,7 +49,7 @@ func runWatch(ctx context.Context, getenv func(string) string, stdout io.Writer)
 	if err != nil {
 		return err
 	}
-	defer sub.Unsubscribe()
+	defer func() { _ = sub.Unsubscribe() }()
 	<-ctx.Done()
 	return nil
 }

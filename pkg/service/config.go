@@ -76,15 +76,15 @@ func Duration(getenv Getenv, name string, def time.Duration) (time.Duration, err
 }
 
 // Seconds parses a whole number of seconds (the original policy-watcher's *_SEC variables);
-// def when unset. A non-number or a value below min is an error naming the variable.
-func Seconds(getenv Getenv, name string, def time.Duration, min int) (time.Duration, error) {
+// def when unset. A non-number or a value below least is an error naming the variable.
+func Seconds(getenv Getenv, name string, def time.Duration, least int) (time.Duration, error) {
 	v := getenv(name)
 	if v == "" {
 		return def, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < min {
-		return 0, fmt.Errorf("%s=%q: want a whole number of seconds >= %d", name, v, min)
+	if err != nil || n < least {
+		return 0, fmt.Errorf("%s=%q: want a whole number of seconds >= %d", name, v, least)
 	}
 	return time.Duration(n) * time.Second, nil
 }

@@ -159,7 +159,8 @@ func TestStopFinishesInFlightWorkAndFlushesItsAck(t *testing.T) {
 	if strings.Contains(out, "Disconnected from NATS") {
 		t.Errorf("the stop's own drain is logged as a disconnect:\n%s", out)
 	}
-	if _, err := http.Get("http://" + svc.HealthAddr() + "/healthz"); err == nil {
+	if resp, err := http.Get("http://" + svc.HealthAddr() + "/healthz"); err == nil {
+		resp.Body.Close()
 		t.Error("health server still answers after Wait")
 	}
 }
@@ -260,7 +261,7 @@ func TestStandbyIsReady(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer svc.Abort(nil)
+	defer func() { _ = svc.Abort(nil) }()
 	if code, _ := readyz(t, svc); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz unbound: %d", code)
 	}

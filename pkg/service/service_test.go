@@ -73,7 +73,7 @@ func TestReadyzReportsTheFailingDependency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Shutdown(context.Background())
+	defer func() { _ = srv.Shutdown(context.Background()) }()
 
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + srv.Addr + path)
@@ -102,7 +102,7 @@ func TestListenFailsOnABusyAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Shutdown(context.Background())
+	defer func() { _ = a.Shutdown(context.Background()) }()
 	if _, err := Listen(a.Addr, http.NotFoundHandler(), NewLogger(io.Discard, "t", env(nil))); err == nil || !strings.Contains(err.Error(), a.Addr) {
 		t.Fatalf("second Listen on %s: %v", a.Addr, err)
 	}

@@ -59,7 +59,8 @@ func TestStartServiceRunsUntilStop(t *testing.T) {
 	if done, err := s.Exited(); !done || err != nil {
 		t.Errorf("after Stop: Exited = %v, %v; want true, nil", done, err)
 	}
-	if _, err := http.Get("http://" + s.Health + "/readyz"); err == nil {
+	if resp, err := http.Get("http://" + s.Health + "/readyz"); err == nil {
+		resp.Body.Close()
 		t.Error("/readyz still served after Stop")
 	}
 	s.Stop() // a second call does nothing

@@ -281,8 +281,8 @@ func ClusterConfigFromSecret(kind string, data map[string][]byte) (argov1.Cluste
 	}
 	var cfg argov1.ClusterConfig
 	cfg.BearerToken = creds.Token
-	cfg.TLSClientConfig.CAData = creds.CACert
-	cfg.TLSClientConfig.Insecure = creds.Insecure
+	cfg.CAData = creds.CACert
+	cfg.Insecure = creds.Insecure
 	return cfg, nil
 }
 
@@ -332,7 +332,7 @@ func ClusterConfigFromHints(kind string, hints map[string]string) (argov1.Cluste
 		if block, _ := pem.Decode(ca); err != nil || block == nil {
 			errs = append(errs, fmt.Errorf("hint %q is not the base64 of a PEM certificate", HintCAData))
 		}
-		cfg.TLSClientConfig.CAData = ca
+		cfg.CAData = ca
 	}
 	if err := errors.Join(errs...); err != nil {
 		return argov1.ClusterConfig{}, fmt.Errorf("%w for %s cluster: %w", errRegistration, kind, err)

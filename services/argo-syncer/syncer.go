@@ -575,16 +575,7 @@ func (s *Syncer) unregister(ctx context.Context, cluster string) (bool, error) {
 	project, exists, _ := s.projects.get(name)
 	if terminating > 0 {
 		if exists && owned(project) && project.Annotations[AnnotationUnregister] == "" {
-			patch := []byte(`{"metadata":{"annotations":{"` + AnnotationUnregister + `":"pending"}}}`)
-			p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-			s.metrics.write("AppProject", "patch", err)
-			if err != nil && !apierrors.IsNotFound(err) {
-				return false, classify(err, "mark appproject "+name)
-			}
-			if err == nil {
-				s.projects.wrote(p)
-			}
-			s.logger.Info("Waiting for Applications to be deleted before unregistering cluster", "cluster", cluster, "terminating", terminating)
+			return false, s.markUnregisterPending(ctx, cluster, terminating)
 		}
 		return false, nil
 	}
@@ -610,6 +601,23 @@ func (s *Syncer) unregister(ctx context.Context, cluster string) (bool, error) {
 		s.logger.Info("Unregistered cluster", "cluster", cluster, "secret", secretName)
 	}
 	return true, nil
+}
+
+// markUnregisterPending marks the cluster's AppProject so that the unregistration finishes once
+// its terminating Applications are gone (finishUnregister).
+func (s *Syncer) markUnregisterPending(ctx context.Context, cluster string, terminating int) error {
+	name := ProjectName(cluster)
+	patch := []byte(`{"metadata":{"annotations":{"` + AnnotationUnregister + `":"pending"}}}`)
+	p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	s.metrics.write("AppProject", "patch", err)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return classify(err, "mark appproject "+name)
+	}
+	if err == nil {
+		s.projects.wrote(p)
+	}
+	s.logger.Info("Waiting for Applications to be deleted before unregistering cluster", "cluster", cluster, "terminating", terminating)
+	return nil
 }
 
 // finishUnregister completes an unregistration that waited for terminating Applications. It

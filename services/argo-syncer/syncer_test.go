@@ -56,7 +56,7 @@ func TestInstallWritesExactObjects(t *testing.T) {
 	}
 	var typed argov1.ClusterConfig
 	_ = json.Unmarshal(sec.Data["config"], &typed)
-	if string(typed.TLSClientConfig.CAData) != string(testCAPEMParsable(t)) || typed.TLSClientConfig.Insecure {
+	if string(typed.CAData) != string(testCAPEMParsable(t)) || typed.Insecure {
 		t.Errorf("tls config %+v", typed.TLSClientConfig)
 	}
 
@@ -487,7 +487,7 @@ func TestAdoptsOriginalOperatorObjects(t *testing.T) {
 	}
 	app := apps.Items[0]
 	if app.Labels[LabelManagedBy] != ManagedByValue || app.Spec.Source.Path != "charts/agent" || app.UID != h.app("legacy-agent").UID {
-		t.Errorf("adopted application %+v", app.ObjectMeta.Labels)
+		t.Errorf("adopted application %+v", app.Labels)
 	}
 	p := h.project("legacy")
 	if p.Labels[LabelManagedBy] != ManagedByValue || !slices.Contains(p.Spec.SourceRepos, "https://git.example/old") ||

@@ -62,8 +62,8 @@ func loadConfig(getenv service.Getenv) (config, error) {
 
 // seconds reads a *_SEC variable. The original took a whole number of seconds ("30"); a Go
 // duration ("1500ms", "2m") is accepted too, as the other services' durations are. A value below
-// min, or one that is neither, is an error naming the variable.
-func seconds(getenv service.Getenv, name string, def, min time.Duration) (time.Duration, error) {
+// least, or one that is neither, is an error naming the variable.
+func seconds(getenv service.Getenv, name string, def, least time.Duration) (time.Duration, error) {
 	v := getenv(name)
 	if v == "" {
 		return def, nil
@@ -74,8 +74,8 @@ func seconds(getenv service.Getenv, name string, def, min time.Duration) (time.D
 	} else if d, err = time.ParseDuration(v); err != nil {
 		return 0, fmt.Errorf("%s=%q: want a whole number of seconds or a Go duration such as 90s", name, v)
 	}
-	if d < min {
-		return 0, fmt.Errorf("%s=%q: must be at least %s", name, v, min)
+	if d < least {
+		return 0, fmt.Errorf("%s=%q: must be at least %s", name, v, least)
 	}
 	return d, nil
 }

@@ -208,7 +208,9 @@ func (s *svc) metric(series string) float64 {
 	for _, line := range strings.Split(body, "\n") {
 		if rest, ok := strings.CutPrefix(line, series+" "); ok {
 			var v float64
-			fmt.Sscan(rest, &v)
+			if _, err := fmt.Sscan(rest, &v); err != nil {
+				s.t.Fatalf("metric %s: %q is not a number: %v", series, rest, err)
+			}
 			return v
 		}
 	}

@@ -188,7 +188,7 @@ func (e *env) waitRuleGone(name string) {
 	testenv.Eventually(e.t, 20*time.Second, func() error {
 		err := e.c.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: name}, &v1beta1.ClusterRule{})
 		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("rule %s still there (err %v)", name, err)
+			return fmt.Errorf("rule %s still there (err %w)", name, err)
 		}
 		return nil
 	})

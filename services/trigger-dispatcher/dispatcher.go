@@ -336,77 +336,70 @@ func (d *dispatcher) retryBlockedOnce(ctx context.Context) error {
 		if !strings.HasPrefix(id, "dlv_") { // latest-intent markers
 			continue
 		}
-		r, rev, err := d.records.get(ctx, id)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if r == nil || !r.blocked() {
-			continue
-		}
-		// Claim the retry: only the replica whose compare-and-set succeeds delivers, and a record
-		// touched less than half an interval ago (by another replica's pass) waits.
-		if time.Since(r.UpdatedAt) < d.cfg.BlockedRetryInterval/2 {
+		stillBlocked, err := d.retryBlockedRecord(ctx, id)
+		if stillBlocked {
 			blocked++
-			continue
 		}
-		superseded, err := d.superseded(ctx, r)
 		if err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		r.UpdatedAt = time.Now().UTC()
-		if superseded {
-			r.State, r.Message = stateSuperseded, "superseded by a newer install intent; not released"
-			if _, _, err := d.records.update(ctx, r, rev); err != nil {
-				errs = append(errs, err)
-			}
-			d.logger.Info("Blocked beforeInstall superseded by a newer intent", "deliveryId", r.DeliveryID,
-				"rule", r.Rule.String(), "cluster", r.Cluster, "enforcement", r.Enforcement)
-			continue
-		}
-		// The claim's revision is unique to this retry, so it names the series of its attempts.
-		ok, claimed, err := d.records.update(ctx, r, rev)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if !ok {
-			continue
-		}
-		res, err := d.deliver(ctx, r, fmt.Sprintf("retry-%d", claimed))
-		if err != nil {
-			errs = append(errs, err)
-			blocked++
-			continue
-		}
-		r.Attempts += res.Attempts
-		r.StatusCode, r.Message, r.UpdatedAt = res.StatusCode, res.Message, time.Now().UTC()
-		if !res.Delivered {
-			blocked++
-			if err := d.records.put(ctx, r); err != nil {
-				errs = append(errs, err)
-			}
-			continue
-		}
-		// Published before it is recorded: the intent was acknowledged long ago, so if the
-		// record said Delivered before the event was stored, a crash in between would lose the
-		// release. The other way round, a crash repeats the call with the same id.
-		r.State = stateDelivered
-		if err := d.publish(ctx, r); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := d.records.put(ctx, r); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		d.metrics.delivery(r.Phase, outcomeDelivered)
-		d.logger.Info("Blocked beforeInstall delivered; install released", "deliveryId", r.DeliveryID,
-			"rule", r.Rule.String(), "cluster", r.Cluster, "enforcement", r.Enforcement)
 	}
 	if d.metrics != nil {
 		d.metrics.blocked.Set(float64(blocked))
 	}
 	return errors.Join(errs...)
+}
+
+// retryBlockedRecord retries the delivery record id if it is blocked and due, and reports whether
+// it is still blocked afterwards.
+func (d *dispatcher) retryBlockedRecord(ctx context.Context, id string) (stillBlocked bool, err error) {
+	r, rev, err := d.records.get(ctx, id)
+	if err != nil || r == nil || !r.blocked() {
+		return false, err
+	}
+	// Claim the retry: only the replica whose compare-and-set succeeds delivers, and a record
+	// touched less than half an interval ago (by another replica's pass) waits.
+	if time.Since(r.UpdatedAt) < d.cfg.BlockedRetryInterval/2 {
+		return true, nil
+	}
+	superseded, err := d.superseded(ctx, r)
+	if err != nil {
+		return false, err
+	}
+	r.UpdatedAt = time.Now().UTC()
+	if superseded {
+		r.State, r.Message = stateSuperseded, "superseded by a newer install intent; not released"
+		_, _, err := d.records.update(ctx, r, rev)
+		d.logger.Info("Blocked beforeInstall superseded by a newer intent", "deliveryId", r.DeliveryID,
+			"rule", r.Rule.String(), "cluster", r.Cluster, "enforcement", r.Enforcement)
+		return false, err
+	}
+	// The claim's revision is unique to this retry, so it names the series of its attempts.
+	ok, claimed, err := d.records.update(ctx, r, rev)
+	if err != nil || !ok {
+		return false, err
+	}
+	res, err := d.deliver(ctx, r, fmt.Sprintf("retry-%d", claimed))
+	if err != nil {
+		return true, err
+	}
+	r.Attempts += res.Attempts
+	r.StatusCode, r.Message, r.UpdatedAt = res.StatusCode, res.Message, time.Now().UTC()
+	if !res.Delivered {
+		return true, d.records.put(ctx, r)
+	}
+	// Published before it is recorded: the intent was acknowledged long ago, so if the
+	// record said Delivered before the event was stored, a crash in between would lose the
+	// release. The other way round, a crash repeats the call with the same id.
+	r.State = stateDelivered
+	if err := d.publish(ctx, r); err != nil {
+		return false, err
+	}
+	if err := d.records.put(ctx, r); err != nil {
+		return false, err
+	}
+	d.metrics.delivery(r.Phase, outcomeDelivered)
+	d.logger.Info("Blocked beforeInstall delivered; install released", "deliveryId", r.DeliveryID,
+		"rule", r.Rule.String(), "cluster", r.Cluster, "enforcement", r.Enforcement)
+	return false, nil
 }

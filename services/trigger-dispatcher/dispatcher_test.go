@@ -191,21 +191,6 @@ func (h *harness) createApplication(cluster string, finalizers ...string) {
 	}
 }
 
-// application reads the Application of (cluster, logging); nil when there is none.
-func (h *harness) application(cluster string) (*unstructured.Unstructured, error) {
-	u := &unstructured.Unstructured{}
-	u.SetAPIVersion("argoproj.io/v1alpha1")
-	u.SetKind("Application")
-	err := h.kube.Client.Get(context.Background(), types.NamespacedName{Namespace: h.argoNS, Name: events.ApplicationName(cluster, "logging")}, u)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return u, nil
-}
-
 // storedAttempt is one TriggerAttempted event as the stream holds it.
 type storedAttempt struct {
 	*events.TriggerAttempted
@@ -302,7 +287,7 @@ func TestChoreographyBeforeAndAfterInstall(t *testing.T) {
 	if !ok {
 		t.Fatalf("beforeInstall outcome is not TriggerDelivered")
 	}
-	if got.IntentSequence != seq || got.StatusCode != 200 || got.Attempts != 1 {
+	if got.IntentSequence != seq || got.StatusCode != http.StatusOK || got.Attempts != 1 {
 		t.Errorf("TriggerDelivered = %+v, want intent sequence %d, status 200, 1 attempt", got, seq)
 	}
 	if s := beforeSaw(); len(s) != 1 || s[0] {
@@ -593,7 +578,7 @@ func TestRestartDuringRetryRepeatsWithSameID(t *testing.T) {
 		t.Fatalf("%d attempt events for %d calls", len(atts), len(calls))
 	}
 	initial, last := atts[0], atts[len(atts)-1]
-	if initial.Result != resultServerError || initial.StatusCode != 503 || !initial.WillRetry || initial.Series != fmt.Sprintf("event-%d-1", gateSeq) {
+	if initial.Result != resultServerError || initial.StatusCode != http.StatusServiceUnavailable || !initial.WillRetry || initial.Series != fmt.Sprintf("event-%d-1", gateSeq) {
 		t.Errorf("first attempt = %+v, want a 503 to retry in series event-%d-1", initial.TriggerAttempted, gateSeq)
 	}
 	if last.Result != resultSuccess || last.WillRetry || last.Series == initial.Series || last.Attempt != out.Attempts {
@@ -653,7 +638,7 @@ func TestFailurePolicies(t *testing.T) {
 	ignore := h.intent("ignore", "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL()}})
 	h.gated(ignore)
 	f, ok := h.waitOutcome(events.PhaseBeforeInstall, ignore.ID()).(*events.TriggerFailed)
-	if !ok || f.FailurePolicy != "Ignore" || f.StatusCode != 400 || f.Attempts != 1 || !strings.Contains(f.Message, "client_error") {
+	if !ok || f.FailurePolicy != "Ignore" || f.StatusCode != http.StatusBadRequest || f.Attempts != 1 || !strings.Contains(f.Message, "client_error") {
 		t.Fatalf("Ignore outcome = %+v, want TriggerFailed Ignore 400 after 1 attempt", f)
 	}
 
@@ -809,7 +794,7 @@ func TestCrashBetweenRecordAndPublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.State, r.StatusCode, r.Attempts = stateDelivered, 202, 1
+	r.State, r.StatusCode, r.Attempts = stateDelivered, http.StatusAccepted, 1
 	kv, err := h.js.KeyValue(context.Background(), events.BucketTriggers)
 	if err != nil {
 		t.Fatal(err)
@@ -819,7 +804,7 @@ func TestCrashBetweenRecordAndPublish(t *testing.T) {
 	}
 	startService(t, h.env())
 	out, ok := h.waitOutcome(events.PhaseBeforeInstall, in.ID()).(*events.TriggerDelivered)
-	if !ok || out.StatusCode != 202 || out.IntentSequence != seq || out.DeliveryID != r.DeliveryID {
+	if !ok || out.StatusCode != http.StatusAccepted || out.IntentSequence != seq || out.DeliveryID != r.DeliveryID {
 		t.Fatalf("outcome = %+v, want the recorded delivery (202, sequence %d)", out, seq)
 	}
 	h.caughtUp()

@@ -126,7 +126,8 @@ func TestRunReadinessAndShutdown(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("shutdown took %s, want under 5s", d)
 	}
-	if _, err := http.Get("http://" + s.health + "/healthz"); err == nil {
+	if resp, err := http.Get("http://" + s.health + "/healthz"); err == nil {
+		resp.Body.Close()
 		t.Error("health server still answers after shutdown")
 	}
 }

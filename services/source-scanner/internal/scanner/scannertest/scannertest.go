@@ -89,10 +89,10 @@ type Fault[F any] struct {
 // 500 ms, clock clk) over src, whose lister lists three clusters: a first complete scan
 // announces them; then, with fault applied, two scans past the grace period each are degraded
 // with wantReason and remove nothing, and the stream holds a SourceDegraded event with that
-// reason, a message and the three known clusters but no ClusterGone; once clear has removed the
+// reason, a message and the three known clusters but no ClusterGone; once heal has removed the
 // fault, the next scan is complete and still removes nothing. Every source of a Bus needs its
 // own id.
-func (b *Bus) CheckDegradedRemovesNothing(t *testing.T, src scanner.Source, clk *Clock, fault, clear func(), wantReason string) {
+func (b *Bus) CheckDegradedRemovesNothing(t *testing.T, src scanner.Source, clk *Clock, fault, heal func(), wantReason string) {
 	t.Helper()
 	ctx := context.Background()
 	sc := scanner.New(b.kv, events.NewPublisher(b.js, "/enforcement/source-scanner"), scanner.Config{
@@ -133,7 +133,7 @@ func (b *Bus) CheckDegradedRemovesNothing(t *testing.T, src scanner.Source, clk 
 		t.Fatal("no SourceDegraded event")
 	}
 
-	clear()
+	heal()
 	clk.Add(2 * time.Minute)
 	res, err = sc.ScanOnce(ctx, src)
 	if err != nil || !res.Complete || res.Gone != 0 || res.Known != 3 {
