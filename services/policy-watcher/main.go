@@ -17,9 +17,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,14 +30,7 @@ import (
 // serviceName names the service in logs, metrics, the NATS connection and ce-source.
 const serviceName = "policy-watcher"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Getenv, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, serviceName+":", err)
-		os.Exit(1)
-	}
-}
+func main() { service.Main(serviceName, run) }
 
 // run starts the watcher (and, with NATS, the claim writer) and blocks until ctx is cancelled;
 // then it shuts down and returns nil. It returns an error only for what no retry can fix: an

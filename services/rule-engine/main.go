@@ -11,11 +11,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
@@ -29,14 +26,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Getenv, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "rule-engine:", err)
-		os.Exit(1)
-	}
-}
+func main() { service.Main(serviceName, run) }
 
 // serviceName names the service in logs, metrics and the events it publishes.
 const serviceName = "rule-engine"
@@ -115,7 +105,7 @@ func commaList(v string) []string {
 // a standby replica waiting for leadership is ready), and the Kubernetes API reachable. At the
 // stop the consumer finishes its in-flight events before the controller stops, so that a status
 // notice from an in-flight handler still finds the controller.
-func run(ctx context.Context, getenv func(string) string, stdout, _ io.Writer) error {
+func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error {
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return err

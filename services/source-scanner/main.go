@@ -13,10 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -34,14 +31,7 @@ import (
 // serviceName names the service in logs, metrics and the NATS connection.
 const serviceName = "source-scanner"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Getenv, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "source-scanner:", err)
-		os.Exit(1)
-	}
-}
+func main() { service.Main(serviceName, run) }
 
 // run starts the scanner and blocks until ctx ends, then shuts down in order (pkg/service): the
 // scan loop starts no new pass and the current one finishes (within SHUTDOWN_TIMEOUT; a scan cut
