@@ -317,7 +317,7 @@ func seed(ctx context.Context, kubeconfig, crdDir string, stdout io.Writer) erro
 	}
 	say("Waiting for the Kubernetes API at %s", cfg.Host)
 	if err := retry(ctx, func() error { return apiReady(ctx, cfg) }); err != nil {
-		return fmt.Errorf("kubernetes API at %s: %w", cfg.Host, err)
+		return fmt.Errorf("wait for the Kubernetes API at %s: %w", cfg.Host, err)
 	}
 	say("Kubernetes API ready after %s", time.Since(start).Round(100*time.Millisecond))
 	if err := retry(ctx, func() error {

@@ -35,7 +35,7 @@ func KubeReachable(cfg *rest.Config) (Check, error) {
 	return func(ctx context.Context) error {
 		_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		if err != nil {
-			return fmt.Errorf("kubernetes API: %w", err)
+			return fmt.Errorf("reach the Kubernetes API: %w", err)
 		}
 		return nil
 	}, nil
