@@ -22,6 +22,17 @@ func (h *harness) caughtUp() {
 
 var beforeInstall = &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: "https://hooks.example/before", TimeoutSeconds: 5}}
 
+// waitingIntent publishes an install intent with a beforeInstall trigger for an Application that
+// does not exist yet, and waits until argo-syncer announces that it waits (InstallGated).
+func (h *harness) waitingIntent(rule, cluster, enforcement string) *events.InstallIntent {
+	h.t.Helper()
+	in := h.installIntent(rule, cluster, enforcement)
+	in.Triggers = beforeInstall
+	h.publish(in)
+	h.outcome(gated(in.ID()))
+	return in
+}
+
 func delivered(in *events.InstallIntent, deliveryID string, seq uint64) *events.TriggerDelivered {
 	return &events.TriggerDelivered{DeliveryID: deliveryID, IntentID: in.ID(), IntentSequence: seq, Phase: events.PhaseBeforeInstall,
 		Rule: in.Rule, Cluster: in.Cluster.Name, Enforcement: in.Enforcement.Name, StatusCode: 200, Attempts: 1}
@@ -129,10 +140,7 @@ func TestBeforeInstallGate(t *testing.T) {
 
 	// Failed with policy Fail: nothing, and the intent keeps waiting; the dispatcher's retry of
 	// the blocked delivery succeeds later and releases it.
-	b := h.installIntent("baseline", "c2", "agent")
-	b.Triggers = beforeInstall
-	h.publish(b)
-	h.outcome(gated(b.ID()))
+	b := h.waitingIntent("baseline", "c2", "agent")
 	h.publish(failedTrigger(b, "d2", "Fail"))
 	h.caughtUp()
 	h.noOutcome(200*time.Millisecond, succeeded(b.ID()))
@@ -148,10 +156,7 @@ func TestBeforeInstallGate(t *testing.T) {
 	}
 
 	// Failed with policy Ignore: installed.
-	c := h.installIntent("baseline", "c3", "agent")
-	c.Triggers = beforeInstall
-	h.publish(c)
-	h.outcome(gated(c.ID()))
+	c := h.waitingIntent("baseline", "c3", "agent")
 	h.publish(failedTrigger(c, "d3", "Ignore"))
 	h.outcome(succeeded(c.ID()))
 	if h.app("c3-agent") == nil {
@@ -174,10 +179,7 @@ func TestBeforeInstallGate(t *testing.T) {
 	}
 
 	// Released after an uninstall of the same Application: nothing.
-	d := h.installIntent("baseline", "c4", "agent")
-	d.Triggers = beforeInstall
-	h.publish(d)
-	h.outcome(gated(d.ID()))
+	d := h.waitingIntent("baseline", "c4", "agent")
 	ud := uninstallIntent(d, events.UninstallNoLongerMatches)
 	h.publish(ud)
 	h.outcome(uninstalled(ud.ID()))
@@ -257,10 +259,7 @@ func TestRedeliveredReleaseCreatesOnce(t *testing.T) {
 func TestNewerIntentReplacesWaitingOne(t *testing.T) {
 	h := newHarness(t)
 	h.consume()
-	old := h.installIntent("baseline", "newer", "agent")
-	old.Triggers = beforeInstall
-	h.publish(old)
-	h.outcome(gated(old.ID()))
+	old := h.waitingIntent("baseline", "newer", "agent")
 	cur := h.installIntent("baseline", "newer", "agent")
 	cur.Triggers = beforeInstall
 	cur.SpecHash, cur.Enforcement.Path = "h2", "charts/v2"
@@ -282,10 +281,7 @@ func TestNewerIntentReplacesWaitingOne(t *testing.T) {
 	}
 
 	// The rule dropped its trigger: the new intent installs at once and the old one stops waiting.
-	waits := h.installIntent("baseline", "direct", "agent")
-	waits.Triggers = beforeInstall
-	h.publish(waits)
-	h.outcome(gated(waits.ID()))
+	waits := h.waitingIntent("baseline", "direct", "agent")
 	direct := h.installIntent("baseline", "direct", "agent")
 	direct.SpecHash, direct.Enforcement.Path = "h2", "charts/v2"
 	h.publish(direct)
