@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -17,7 +18,8 @@ import (
 // an error wrapping ErrPermanent or ErrInvalidEvent when retrying cannot help (the message becomes
 // a dead letter with the error as its reason), an error wrapping ErrNoHandler when the event is
 // not its to handle (acknowledged and logged, see Router), and any other error to have it retried
-// with backoff.
+// with backoff. A panic counts as a permanent error: the event becomes a dead letter with the panic
+// value as its reason (see Consumer.call).
 // Handlers must be idempotent: a message may be delivered more than once.
 type Handler func(ctx context.Context, e Event, m Meta) error
 
@@ -227,7 +229,7 @@ func (c *Consumer) process(msg jetstream.Msg) bool {
 	for local := 1; ; local++ {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(c.handlerCtx, c.opts.HandlerTimeout)
-		err = c.handler(ctx, ev, meta)
+		err = c.call(ctx, ev, meta)
 		cancel()
 		c.opts.Metrics.observe(meta.Type, time.Since(start))
 		if err == nil {
@@ -259,6 +261,24 @@ func (c *Consumer) process(msg jetstream.Msg) bool {
 			return false
 		}
 	}
+}
+
+// call runs the handler and turns a panic into a permanent error, so the event becomes a dead
+// letter with the panic value as its reason and the service goes on with other events (and with
+// later events of the same key). A handler that panics on an event panics again on every
+// redelivery, so retrying cannot help; and an unrecovered panic would end the process and, after
+// MaxDeliver restarts, lose the event. The stack goes to the log only. A panic in a goroutine the
+// handler started itself is not recovered here.
+func (c *Consumer) call(ctx context.Context, ev Event, meta Meta) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.opts.Metrics.outcome(meta.Type, "panicked")
+			c.opts.Logger.Error("Recovered panic in handler", "consumer", c.opts.Name, "type", meta.Type, "id", meta.ID,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			err = Permanent(fmt.Errorf("handler panic: %v", p))
+		}
+	}()
+	return c.handler(ctx, ev, meta)
 }
 
 // ack acknowledges a finished message and counts it under outcome. A failed ack only means the

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // appeared is a valid event for cluster key with the given revision.
@@ -250,6 +252,87 @@ func TestContractInvalidEventIsDeadLetteredWhileOthersCarryOn(t *testing.T) {
 	if dl.EventID != "garbage-1" || !strings.Contains(dl.Reason, "invalid event") {
 		t.Fatalf("dead letter %+v", dl)
 	}
+}
+
+// TestContractPanicBecomesADeadLetterWhileOthersCarryOn: a handler that panics on one event does
+// not end the process; that event becomes a dead letter whose reason is the panic value, and the
+// other events, a later one of the same key included, are still handled.
+func TestContractPanicBecomesADeadLetterWhileOthersCarryOn(t *testing.T) {
+	_, js := connect(t, startNATS(t, ""), TopologyOptions{})
+	poison := appeared("a", 1)
+	publish(t, NewPublisher(js, "/test"), poison, appeared("a", 2), appeared("b", 1))
+	r := newRecorder(func(e *ClusterAppeared, _ Meta) error {
+		if e.Cluster.Key == "a" && e.Revision == 1 {
+			panic("template cache is nil")
+		}
+		return nil
+	})
+	reg := prometheus.NewRegistry()
+	var log lockedBuffer
+	consume(t, js, r.handle, ConsumerOptions{Metrics: NewMetrics(reg, "test"), Logger: slog.New(slog.NewJSONHandler(&log, nil))})
+
+	dl := waitDeadLetters(t, js, ConsumerRuleEngine, 1)[0]
+	if dl.EventID != poison.ID() || !strings.Contains(dl.Reason, "panic") || !strings.Contains(dl.Reason, "template cache is nil") || dl.Attempts != 1 {
+		t.Fatalf("dead letter %+v, want the panicking event with the panic value as reason", dl)
+	}
+	if strings.Contains(dl.Reason, "goroutine") {
+		t.Fatalf("dead letter reason carries the stack: %q", dl.Reason)
+	}
+	got := r.waitFor(t, 2) // the panicking call never reports, the two others do
+	if strings.Join(got, ",") != "a@2#1,b@1#1" && strings.Join(got, ",") != "b@1#1,a@2#1" {
+		t.Fatalf("handled after the panic: %v, want a@2 (same key, not blocked) and b@1", got)
+	}
+	if l := log.String(); !strings.Contains(l, "Recovered panic in handler") || !strings.Contains(l, "goroutine") {
+		t.Fatalf("the panic and its stack are not logged: %s", l)
+	}
+	if n := counterValue(t, reg, "enforcement_test_events_handled_total", poison.Type(), "panicked"); n != 1 {
+		t.Fatalf("outcome panicked counted %v times, want 1", n)
+	}
+	if n := counterValue(t, reg, "enforcement_test_events_handled_total", poison.Type(), "dead_lettered"); n != 1 {
+		t.Fatalf("outcome dead_lettered counted %v times, want 1", n)
+	}
+}
+
+// lockedBuffer is a log destination the consumer's goroutines may write to while a test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// counterValue reads the counter name{type, outcome} from reg; 0 when it has no such series.
+func counterValue(t *testing.T, reg *prometheus.Registry, name, eventType, outcome string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["type"] == eventType && labels["outcome"] == outcome {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 func TestContractPerKeyOrderHoldsWhileARetryWaits(t *testing.T) {

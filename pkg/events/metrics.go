@@ -15,9 +15,11 @@ type Metrics struct {
 
 // NewMetrics registers the consumer metrics of a service on reg:
 //
-//	enforcement_<service>_events_handled_total{type,outcome}   outcome: acked, ignored, retried, dead_lettered, handed_back
+//	enforcement_<service>_events_handled_total{type,outcome}   outcome: acked, ignored, retried, panicked, dead_lettered, handed_back
 //	enforcement_<service>_event_handling_seconds{type}
 //
+// retried and panicked count handler calls (a panic is also counted once more as dead_lettered
+// when its dead letter is stored); the others count messages.
 // service is the service name ("rule-engine"); '-' becomes '_'. Labels are low-cardinality:
 // event types and outcomes only.
 func NewMetrics(reg prometheus.Registerer, service string) *Metrics {
