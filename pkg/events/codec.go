@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,6 +42,22 @@ type Meta struct {
 	// Sequence is the stream sequence, NumDelivered the delivery count (1 on first delivery).
 	Sequence     uint64
 	NumDelivered uint64
+	// OriginalSequence is, on a replayed dead letter (ReplayDeadLetter), the stream sequence of
+	// the message it replays, from its Enforcement-Original-Sequence header; 0 otherwise.
+	OriginalSequence uint64
+}
+
+// DecisionSequence is the message's place in the order its events were decided in: the stream
+// sequence of the original message when this one replays it, else its own stream sequence; 0
+// when neither is known (a message not read from the stream). A redelivery keeps its sequence,
+// and a replay takes the original's, so a consumer that remembers the last sequence it acted on
+// per key recognises a late or replayed event as older than what it already did. The header can
+// only move a message back, never ahead of its own place in the stream.
+func (m Meta) DecisionSequence() uint64 {
+	if m.OriginalSequence != 0 && (m.Sequence == 0 || m.OriginalSequence < m.Sequence) {
+		return m.OriginalSequence
+	}
+	return m.Sequence
 }
 
 // Encode builds the NATS message for an event in CloudEvents binary mode. source names the
@@ -90,6 +107,13 @@ func Decode(subject string, header nats.Header, data []byte) (Event, Meta, error
 	d, ok := byType[meta.Type]
 	if !ok {
 		return nil, meta, fmt.Errorf("%w: unknown ce-type %q", ErrInvalidEvent, meta.Type)
+	}
+	if v := headerValue(header, HeaderDeadSequence); v != "" {
+		seq, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return nil, meta, fmt.Errorf("%w: %s %q is not a stream sequence", ErrInvalidEvent, HeaderDeadSequence, v)
+		}
+		meta.OriginalSequence = seq
 	}
 	if t := headerValue(header, HeaderTime); t != "" {
 		parsed, err := time.Parse(time.RFC3339Nano, t)

@@ -84,7 +84,11 @@ func deadLetterOf(seq uint64, h nats.Header, data []byte) DeadLetter {
 // ReplayDeadLetter publishes the original event of the dead letter at stream sequence seq again,
 // on its original subject, so every consumer that filters it sees it once more (after the
 // operator fixed the cause). The event keeps its ce-id, so idempotent consumers stay idempotent;
-// its Nats-Msg-Id names the replay, so the server does not drop it as a duplicate.
+// its Nats-Msg-Id names the replay, so the server does not drop it as a duplicate. It also keeps
+// the original's stream sequence in the Enforcement-Original-Sequence header (the first
+// original's, when the dead letter is itself of a replay), which Decode reads into
+// Meta.OriginalSequence: a consumer then orders the replay by Meta.DecisionSequence where the
+// original stood, not after everything published since.
 func ReplayDeadLetter(ctx context.Context, js jetstream.JetStream, seq uint64) (PublishResult, error) {
 	stream, err := js.Stream(ctx, StreamName)
 	if err != nil {
@@ -107,10 +111,30 @@ func ReplayDeadLetter(ctx context.Context, js jetstream.JetStream, seq uint64) (
 		}
 		m.Header[k] = v
 	}
+	if orig := firstOriginal(ctx, stream, dl.OriginalSequence); orig != 0 {
+		m.Header.Set(HeaderDeadSequence, strconv.FormatUint(orig, 10))
+	}
 	m.Header.Set(nats.MsgIdHdr, "replay:"+strconv.FormatUint(seq, 10)+":"+dl.EventID)
 	ack, err := js.PublishMsg(ctx, m)
 	if err != nil {
 		return PublishResult{}, fmt.Errorf("replay dead letter %d: %w", seq, err)
 	}
 	return PublishResult{Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+// firstOriginal returns the stream sequence of the first original of the message at seq: seq
+// itself, or, when that message is a replay (its own Enforcement-Original-Sequence header says
+// so, and it is still in the stream), the earlier sequence the header names.
+func firstOriginal(ctx context.Context, stream jetstream.Stream, seq uint64) uint64 {
+	if seq == 0 {
+		return 0
+	}
+	msg, err := stream.GetMsg(ctx, seq)
+	if err != nil {
+		return seq
+	}
+	if prev, err := strconv.ParseUint(headerValue(msg.Header, HeaderDeadSequence), 10, 64); err == nil && prev != 0 && prev < seq {
+		return prev
+	}
+	return seq
 }

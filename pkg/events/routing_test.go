@@ -140,7 +140,7 @@ func TestEveryRoutedConsumerIsDeclared(t *testing.T) {
 
 // Every bucket a service opens is declared in the topology, and the topology declares no other.
 func TestTopologyDeclaresEveryBucket(t *testing.T) {
-	opened := []string{BucketInventory, BucketRenderCache, BucketTriggers, BucketRuleEngineState, BucketInstallGates}
+	opened := []string{BucketInventory, BucketRenderCache, BucketTriggers, BucketRuleEngineState, BucketInstallGates, BucketLastDecisions}
 	var declared []string
 	for _, b := range DefaultTopology(TopologyOptions{}).Buckets {
 		declared = append(declared, b.Bucket)

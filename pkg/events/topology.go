@@ -31,6 +31,12 @@ const (
 	// BucketInstallGates holds argo-syncer's install intents that wait for their beforeInstall
 	// trigger, one entry per rule and Application.
 	BucketInstallGates = "enforcement-install-gates"
+
+	// BucketLastDecisions holds argo-syncer's record of the last intent it acted on per rule,
+	// cluster and enforcement (its Meta.DecisionSequence), so that a late or replayed intent
+	// never undoes a newer one. Entries expire with the stream's MaxAge: after that no older
+	// intent can be replayed from the stream any more.
+	BucketLastDecisions = "enforcement-last-decisions"
 )
 
 // sharedConsumers are the consumers with one durable consumer for the whole installation, in
@@ -120,6 +126,7 @@ func DefaultTopology(opts TopologyOptions) Topology {
 			{Bucket: BucketTriggers, Description: "trigger-dispatcher delivery records", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas, TTL: 30 * 24 * time.Hour},
 			{Bucket: BucketRuleEngineState, Description: "rule-engine cluster view and install records", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas},
 			{Bucket: BucketInstallGates, Description: "argo-syncer install intents waiting for beforeInstall", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas},
+			{Bucket: BucketLastDecisions, Description: "argo-syncer last decision acted on per rule, cluster and enforcement", Storage: jetstream.FileStorage, History: 1, Replicas: o.Replicas, TTL: o.MaxAge},
 		},
 	}
 }
