@@ -125,6 +125,22 @@ func (r *ruleState) renderInput(c *events.Cluster, cv *clusterVars) (map[string]
 	return vars, r.renderPrefix + hash
 }
 
+// credentialsRef is the Secret reference an intent carries for a cluster of the rule's source.
+// The rule defines the source's Secret; a cluster whose source names a Secret of its own (a
+// static cluster's `secretName`, which the scanner sends as the cluster's source.secretName)
+// keeps that one, so argo-syncer registers it with its own credentials rather than the
+// source's. The source id is the rule's either way.
+func credentialsRef(rule, cluster events.SourceRef) events.SourceRef {
+	ref := rule
+	if cluster.SecretName != "" {
+		ref.SecretName = cluster.SecretName
+		if cluster.SecretNamespace != "" {
+			ref.SecretNamespace = cluster.SecretNamespace
+		}
+	}
+	return ref
+}
+
 // diffPair returns the pair's next record for a render, and the intents that take the cluster
 // there: installs of what is new or changed, in render order, then uninstalls of what the
 // render no longer has (EnforcementRemoved), in name order.
@@ -134,9 +150,7 @@ func (r *ruleState) renderInput(c *events.Cluster, cv *clusterVars) (map[string]
 // old one.
 func (r *ruleState) diffPair(rec *clusterRecord, old *pairState, renderKey string, enfs []events.Enforcement) (*pairState, []events.Event) {
 	target := targetOf(rec)
-	// The rule's own reference to its source Secret: the ids are equal, and the rule is where
-	// the Secret name and namespace are defined.
-	target.Source = r.sel.source
+	target.Source = credentialsRef(r.sel.source, rec.Cluster.Source)
 	next := &pairState{Rule: r.ref, Cluster: target, RenderKey: renderKey, DeletionPolicy: r.deletionPolicy,
 		Enforcements: make(map[string]*enfState, len(enfs))}
 	var intents []events.Event

@@ -126,3 +126,42 @@ func applySourceRules(t *testing.T, e *engine) {
 		}
 	}
 }
+
+// TestStaticClusterSecretTravelsInTheIntent: a static cluster that names a Secret of its own
+// (the scanner sends it as the cluster's source.secretName) gets install intents that reference
+// that Secret, so argo-syncer registers it with its own token; a static cluster without one
+// references the source's Secret.
+func TestStaticClusterSecretTravelsInTheIntent(t *testing.T) {
+	pub := &recordingPublisher{}
+	e := testEngine(newMemStore(), pub, newMetrics(nil))
+	ctx := context.Background()
+	cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "enforcement", Name: "edge", UID: "u-edge", Generation: 1},
+		Spec: v1beta1.ClusterRuleSpec{Source: v1beta1.Source{Static: &v1beta1.StaticSource{}}, Enforcements: []v1beta1.Enforcement{
+			{Name: "agent", Repo: "https://git.example/agent", Path: "chart"}}}}
+	if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
+		t.Fatal(err)
+	}
+	source := events.SourceRef{Kind: "static", ID: events.SourceID("static", "enforcement", "static", events.StaticSourceFilters("")),
+		SecretNamespace: "enforcement", SecretName: "static"}
+	own := source
+	own.SecretName = "edge-1-credentials"
+	for i, c := range []events.Cluster{
+		{Source: own, Key: "edge-1", Name: "edge-1", URL: "https://edge-1.example:6443", Eligible: true},
+		{Source: source, Key: "edge-2", Name: "edge-2", URL: "https://edge-2.example:6443", Eligible: true},
+	} {
+		if err := e.applyCluster(ctx, c, uint64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]string{}
+	for _, in := range pub.installs() {
+		got[in.Cluster.Name] = in.Cluster.Source.SecretNamespace + "/" + in.Cluster.Source.SecretName
+		if in.Cluster.Source.ID != source.ID {
+			t.Errorf("%s: intent source id %s, want the rule's %s", in.Cluster.Name, in.Cluster.Source.ID, source.ID)
+		}
+	}
+	want := map[string]string{"edge-1": "enforcement/edge-1-credentials", "edge-2": "enforcement/static"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Secrets referenced by the install intents: %v, want %v", got, want)
+	}
+}
