@@ -69,7 +69,7 @@ func TestExampleRancherRule(t *testing.T) {
 		"https://github.com/argoproj/argocd-example-apps", "helm-guestbook", map[string]string{"replicaCount": "1"})
 	checkApplication(t, s.get(gvrApplication, "prod-a-guestbook"), "prod-a", "default",
 		"https://github.com/argoproj/argocd-example-apps", "guestbook", nil)
-	checkClusterSecret(t, s, "prod-a", s.rancher.URL+"/k8s/clusters/c-1")
+	checkClusterSecret(t, s, "prod-a", s.rancher.URL+"/k8s/clusters/c-1", token)
 
 	// A cluster that finishes provisioning, and a new one, get their packages.
 	s.rancher.SetClusters(slices.Concat(steady, []map[string]any{prodD, gke("c-6", "prod-e", "active", norman)})...)
@@ -246,7 +246,9 @@ func checkApplication(t *testing.T, app *unstructured.Unstructured, cluster, nam
 	}
 }
 
-func checkClusterSecret(t *testing.T, s *system, cluster, server string) {
+// checkClusterSecret checks the Argo CD cluster Secret of a cluster: its server, the bearer token
+// of its credentials and the managed-by label.
+func checkClusterSecret(t *testing.T, s *system, cluster, server, wantToken string) {
 	t.Helper()
 	list, err := s.dyn.Resource(gvrSecret).Namespace(argoNS).List(t.Context(), listBySecretType)
 	if err != nil {
@@ -263,8 +265,8 @@ func checkClusterSecret(t *testing.T, s *system, cluster, server string) {
 		var cfg struct {
 			BearerToken string `json:"bearerToken"`
 		}
-		if err := json.Unmarshal([]byte(decodeB64(data["config"])), &cfg); err != nil || cfg.BearerToken != token {
-			t.Errorf("cluster Secret %s: config does not carry the source's bearer token (%v)", cluster, err)
+		if err := json.Unmarshal([]byte(decodeB64(data["config"])), &cfg); err != nil || cfg.BearerToken != wantToken {
+			t.Errorf("cluster Secret %s: config carries bearer token %q, want %q (%v)", cluster, cfg.BearerToken, wantToken, err)
 		}
 		if i.GetLabels()["app.kubernetes.io/managed-by"] != "enforcement" {
 			t.Errorf("cluster Secret %s lacks the managed-by label", cluster)
