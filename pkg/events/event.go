@@ -48,6 +48,8 @@ var catalog = []descriptor{
 		"A cluster was absent from complete listings for the whole grace period.", func() Event { return &ClusterGone{} }, []string{ConsumerRuleEngine}},
 	{"io.enforcement.source.degraded.v1", []string{SubjectRoot, "source", "degraded", "{sourceKind}", "{sourceId}"},
 		"A scan did not produce a complete listing (or removals are held); nothing was removed.", func() Event { return &SourceDegraded{} }, []string{ConsumerRuleEngine}},
+	{"io.enforcement.removals.released.v1", []string{SubjectRoot, "removals", "released", "{sourceKind}", "{sourceId}"},
+		"An operator released the removals one trip of a source's removal breaker holds.", func() Event { return &RemovalsReleased{} }, []string{ConsumerSourceScanner}},
 	{"io.enforcement.intent.install.v1", []string{SubjectRoot, "intent", "install", "{cluster}", "{ruleNamespace}", "{rule}"},
 		"Make one (cluster, enforcement) Application exist as rendered.", func() Event { return &InstallIntent{} }, []string{ConsumerArgoSyncer, ConsumerTriggerDispatcher}},
 	{"io.enforcement.intent.uninstall.v1", []string{SubjectRoot, "intent", "uninstall", "{cluster}", "{ruleNamespace}", "{rule}"},
@@ -163,6 +165,23 @@ func (e *SourceDegraded) Validate() error {
 	return required("source degraded: source.kind, source.id, reason", e.Source.Kind, e.Source.ID, e.Reason)
 }
 func (e *SourceDegraded) subjectKeys() []string { return []string{e.Source.Kind, e.Source.ID} }
+
+// RemovalsReleased
+
+func (*RemovalsReleased) Type() string { return "io.enforcement.removals.released.v1" }
+
+// ID is the trip: releasing the same trip twice is one release.
+func (e *RemovalsReleased) ID() string {
+	return id("removals-released", e.Source.ID, u64(e.Trip))
+}
+func (e *RemovalsReleased) OrderingKey() string { return "source:" + e.Source.ID }
+func (e *RemovalsReleased) Validate() error {
+	if e.Trip == 0 {
+		return errors.New("removals released: trip: want the scan number that held the removals")
+	}
+	return required("removals released: source.kind, source.id", e.Source.Kind, e.Source.ID)
+}
+func (e *RemovalsReleased) subjectKeys() []string { return []string{e.Source.Kind, e.Source.ID} }
 
 // InstallIntent
 

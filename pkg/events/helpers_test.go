@@ -81,5 +81,6 @@ func sampleEvents() []Event {
 			Series: "event-9-1", Attempt: 2, Result: "server_error", StatusCode: 503, DurationMillis: 12, WillRetry: true, RetryInMillis: 1000},
 		&ComplianceChanged{Cluster: "cluster1", Namespace: "cluster1", Claim: "policy-watcher-claim", Value: Compliant, Previous: NonCompliant, Since: since, Policies: 2},
 		&ClaimUpdated{Cluster: "cluster1", Claim: "policy-watcher-claim", Value: Compliant, Previous: NonCompliant, ComplianceID: "compliance:cluster1"},
+		&RemovalsReleased{Source: testSource, Trip: 12, Clusters: []string{"prod.eu-1"}, By: "ops@laptop"},
 	}
 }

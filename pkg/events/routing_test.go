@@ -27,6 +27,7 @@ func TestConsumerFiltersDeriveFromTheCatalog(t *testing.T) {
 			"enforcement.trigger.delivered.>", "enforcement.trigger.failed.>",
 		},
 		ConsumerTriggerDispatcher: {"enforcement.intent.install.>", "enforcement.install.succeeded.>", "enforcement.install.gated.>"},
+		ConsumerSourceScanner:     {"enforcement.removals.released.>"},
 	}
 	topo := DefaultTopology(TopologyOptions{})
 	if len(topo.Consumers) != len(want) {
@@ -55,6 +56,7 @@ func TestDerivedFiltersSelectWhatTheHandWrittenOnesDid(t *testing.T) {
 		ConsumerArgoSyncer:        {"enforcement.intent.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>"},
 		ConsumerTriggerDispatcher: {"enforcement.intent.install.>", "enforcement.install.gated.>", "enforcement.install.succeeded.>"},
 		ConsumerClaimWriter:       {"enforcement.compliance.changed.cluster1"},
+		ConsumerSourceScanner:     {"enforcement.removals.released.>"},
 	}
 	configs := map[string]jetstream.ConsumerConfig{ConsumerClaimWriter: ClaimWriterConsumer("cluster1", TopologyOptions{})}
 	for _, c := range DefaultTopology(TopologyOptions{}).Consumers {

@@ -14,10 +14,12 @@ const (
 	StreamName = "ENFORCEMENT"
 
 	// Consumers, one per consuming service: the catalog routes event types to these names.
-	// The first three are also the names of their durable consumers in DefaultTopology.
+	// The first four are also the names of their durable consumers in DefaultTopology.
 	ConsumerRuleEngine        = "rule-engine"
 	ConsumerArgoSyncer        = "argo-syncer"
 	ConsumerTriggerDispatcher = "trigger-dispatcher"
+	// ConsumerSourceScanner receives the operator's releases of held removals.
+	ConsumerSourceScanner = "source-scanner"
 	// ConsumerClaimWriter is policy-watcher's claim writer. It has one durable consumer per
 	// managed cluster, ClaimWriterConsumer(cluster), which receives that cluster's events only.
 	ConsumerClaimWriter = "claim-writer"
@@ -41,7 +43,7 @@ const (
 
 // sharedConsumers are the consumers with one durable consumer for the whole installation, in
 // the order DefaultTopology declares them.
-var sharedConsumers = []string{ConsumerRuleEngine, ConsumerArgoSyncer, ConsumerTriggerDispatcher}
+var sharedConsumers = []string{ConsumerRuleEngine, ConsumerArgoSyncer, ConsumerTriggerDispatcher, ConsumerSourceScanner}
 
 // Topology is the JetStream set-up as data: the stream, the durable consumers and the key-value
 // buckets. Apply creates what is missing and updates what differs, so every service can apply it

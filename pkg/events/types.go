@@ -100,6 +100,21 @@ type SourceDegraded struct {
 	HeldRemovals []string `json:"heldRemovals,omitempty"`
 }
 
+// RemovalsReleased says an operator released the removals that one trip of a source's removal
+// breaker holds: the clusters whose removal scan Trip held (the trip a RemovalsHeld
+// SourceDegraded event names), and no others. `enforcement release-removals` publishes it;
+// source-scanner records it and removes those clusters at the next complete scan if they are
+// still missing. A release of a trip that holds nothing is dead-lettered.
+type RemovalsReleased struct {
+	Source SourceRef `json:"source"`
+	// Trip is the scan number that held the removals.
+	Trip uint64 `json:"trip"`
+	// Clusters names the held clusters the operator saw when releasing (for audit).
+	Clusters []string `json:"clusters,omitempty"`
+	// By says who released them (the CLI's user and host), for audit.
+	By string `json:"by,omitempty"`
+}
+
 // RuleRef identifies a ClusterRule at one generation.
 type RuleRef struct {
 	Namespace  string `json:"namespace"`
