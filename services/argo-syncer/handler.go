@@ -24,11 +24,13 @@ import (
 
 // Handler handles the events of the argo-syncer consumer.
 type Handler struct {
-	syncer  *Syncer
-	pub     *events.Publisher
-	gates   *gateStore
-	logger  *slog.Logger
-	metrics *Metrics
+	syncer *Syncer
+	pub    *events.Publisher
+	gates  *gateStore
+	// decisions order intents: a late or replayed one never undoes a newer one (decisions.go).
+	decisions *decisionStore
+	logger    *slog.Logger
+	metrics   *Metrics
 
 	routesOnce sync.Once
 	routes     *events.Router
@@ -45,10 +47,10 @@ func (h *Handler) Routes() *events.Router {
 	h.routesOnce.Do(func() {
 		h.routes = events.NewRouter(events.ConsumerArgoSyncer,
 			events.On(func(ctx context.Context, ev *events.InstallIntent, m events.Meta) error {
-				return h.install(ctx, ev, m.Sequence)
+				return h.install(ctx, ev, m.DecisionSequence())
 			}),
-			events.On(func(ctx context.Context, ev *events.UninstallIntent, _ events.Meta) error {
-				return h.uninstall(ctx, ev)
+			events.On(func(ctx context.Context, ev *events.UninstallIntent, m events.Meta) error {
+				return h.uninstall(ctx, ev, m.DecisionSequence())
 			}),
 			events.On(func(ctx context.Context, ev *events.TriggerDelivered, _ events.Meta) error {
 				if ev.Phase != events.PhaseBeforeInstall {
@@ -76,9 +78,14 @@ func (h *Handler) onTriggerFailed(ctx context.Context, ev *events.TriggerFailed,
 	return h.release(ctx, ev.Rule, ev.Cluster, ev.Enforcement, ev.IntentID)
 }
 
-// install runs one install intent. One that has to wait for its beforeInstall trigger is
-// recorded and announced; any other is carried out and its outcome published.
+// install runs one install intent whose decision sequence is seq. A stale one (a newer intent
+// of its rule, cluster and enforcement was acted on) is skipped. One that has to wait for its
+// beforeInstall trigger is recorded and announced; any other is carried out and its outcome
+// published.
 func (h *Handler) install(ctx context.Context, in *events.InstallIntent, seq uint64) error {
+	if stale, err := h.stale(ctx, in.Rule, in.Cluster.Name, in.Enforcement.Name, seq, in.ID(), "install"); stale || err != nil {
+		return err
+	}
 	res, err := h.syncer.Install(ctx, in, true)
 	if err == nil && res.Waiting {
 		return h.hold(ctx, in, seq, res.Application)
@@ -127,6 +134,16 @@ func (h *Handler) release(ctx context.Context, rule events.RuleRef, cluster, enf
 		return nil
 	}
 	in := &entry.Intent
+	// Every newer intent replaces or removes the entry; one that still waits although a newer
+	// decision was recorded (a crash between the two) is obsolete.
+	newer, err := h.decisions.newer(ctx, decisionKey(rule, cluster, enforcement), entry.IntentSequence)
+	if err != nil {
+		return err
+	}
+	if newer != nil {
+		h.skipped("install", in.ID(), app, entry.IntentSequence, newer)
+		return h.ungate(ctx, rule, app, newer.IntentID)
+	}
 	res, err := h.syncer.Install(ctx, in, false)
 	// The entry exists only while the Application did not exist when the intent arrived, and
 	// every other intent for the Application replaces or removes it. An Application already as
@@ -179,7 +196,11 @@ func (h *Handler) ungate(ctx context.Context, rule events.RuleRef, app, by strin
 	return err
 }
 
-func (h *Handler) uninstall(ctx context.Context, in *events.UninstallIntent) error {
+// uninstall runs one uninstall intent whose decision sequence is seq; a stale one is skipped.
+func (h *Handler) uninstall(ctx context.Context, in *events.UninstallIntent, seq uint64) error {
+	if stale, err := h.stale(ctx, in.Rule, in.Cluster.Name, in.Enforcement, seq, in.ID(), "uninstall"); stale || err != nil {
+		return err
+	}
 	// The waiting install goes first, so that its trigger's outcome, however late, creates
 	// nothing; a crash after this step repeats the uninstall, which finds no entry.
 	if err := h.ungate(ctx, in.Rule, events.ApplicationName(in.Cluster.Name, in.Enforcement), in.ID()); err != nil {
@@ -199,4 +220,24 @@ func (h *Handler) uninstall(ctx context.Context, in *events.UninstallIntent) err
 		Application: res.Application, Deleted: res.Deleted,
 	})
 	return err
+}
+
+// stale records seq as the last decision for the rule's enforcement on cluster and reports
+// false, or, when a newer decision was already acted on, logs and counts the intent as skipped
+// and reports true: the caller acknowledges it without any write and publishes nothing, so no
+// outcome of an old intent can pass for the current one's.
+func (h *Handler) stale(ctx context.Context, rule events.RuleRef, cluster, enforcement string, seq uint64, intentID, kind string) (bool, error) {
+	newer, err := h.decisions.admit(ctx, decisionKey(rule, cluster, enforcement), seq, intentID, kind)
+	if err != nil || newer == nil {
+		return false, err
+	}
+	h.skipped(kind, intentID, events.ApplicationName(cluster, enforcement), seq, newer)
+	return true, nil
+}
+
+// skipped logs and counts an intent that a newer decision superseded.
+func (h *Handler) skipped(kind, intentID, app string, seq uint64, newer *decisionRecord) {
+	h.metrics.intent(kind, "stale")
+	h.logger.Info("Skipped stale intent", "type", kind, "intent", intentID, "application", app,
+		"sequence", seq, "newerIntent", newer.IntentID, "newerSequence", newer.Sequence)
 }

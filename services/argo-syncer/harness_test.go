@@ -179,8 +179,12 @@ func newHarness(t testing.TB, opts ...harnessOption) *harness {
 		t.Fatal(err)
 	}
 	h.gates = &gateStore{kv: gates}
+	decisions, err := h.js.KeyValue(context.Background(), events.BucketLastDecisions)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h.handler = &Handler{syncer: h.syncer, pub: events.NewPublisher(h.js, "/enforcement/argo-syncer"), gates: h.gates,
-		logger: so.Logger}
+		decisions: &decisionStore{kv: decisions}, logger: so.Logger}
 	return h
 }
 

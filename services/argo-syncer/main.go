@@ -92,7 +92,8 @@ func newSyncer(cfg Config, svc *service.Service, metrics *Metrics) (*Syncer, err
 	}), nil
 }
 
-// newHandler opens argo-syncer's install-gates bucket and returns the consumer's handler.
+// newHandler opens argo-syncer's buckets (install gates, last decisions) and returns the
+// consumer's handler.
 // Outcomes are published with the deterministic ids of pkg/events, so a retried handler that
 // publishes again is deduplicated by the stream.
 func newHandler(svc *service.Service, syncer *Syncer, metrics *Metrics) (*Handler, error) {
@@ -100,11 +101,16 @@ func newHandler(svc *service.Service, syncer *Syncer, metrics *Metrics) (*Handle
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", events.BucketInstallGates, err)
 	}
+	decisions, err := svc.JetStream.KeyValue(svc.Context(), events.BucketLastDecisions)
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", events.BucketLastDecisions, err)
+	}
 	return &Handler{
-		syncer:  syncer,
-		pub:     svc.Publisher(),
-		gates:   &gateStore{kv: gates},
-		logger:  svc.Logger,
-		metrics: metrics,
+		syncer:    syncer,
+		pub:       svc.Publisher(),
+		gates:     &gateStore{kv: gates},
+		decisions: &decisionStore{kv: decisions},
+		logger:    svc.Logger,
+		metrics:   metrics,
 	}, nil
 }

@@ -8,12 +8,14 @@ import (
 // Metrics are argo-syncer's own metrics, next to the consumer metrics of pkg/events:
 //
 //	enforcement_argo_syncer_api_writes_total{kind,verb,result}   kind: Secret, AppProject, Application
-//	enforcement_argo_syncer_intents_total{type,outcome}          outcome: installed, waiting, failed, uninstalled
+//	enforcement_argo_syncer_intents_total{type,outcome}          outcome: installed, waiting, failed, uninstalled, stale
+//	enforcement_argo_syncer_unregistrations_held_total           foreign Applications keep a cluster's AppProject
 //
 // Labels are low-cardinality: never a cluster or rule name. A nil *Metrics records nothing.
 type Metrics struct {
 	writes  *prometheus.CounterVec
 	intents *prometheus.CounterVec
+	held    prometheus.Counter
 }
 
 // NewMetrics registers argo-syncer's metrics on reg.
@@ -27,8 +29,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "enforcement_argo_syncer_intents_total",
 			Help: "Intents handled, by intent type and outcome.",
 		}, []string{"type", "outcome"}),
+		held: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "enforcement_argo_syncer_unregistrations_held_total",
+			Help: "Cluster unregistrations held back because Applications Enforcement does not manage use the cluster's AppProject.",
+		}),
 	}
-	reg.MustRegister(m.writes, m.intents)
+	reg.MustRegister(m.writes, m.intents, m.held)
 	return m
 }
 
@@ -60,4 +66,11 @@ func resultOf(err error) string {
 	default:
 		return "error"
 	}
+}
+
+func (m *Metrics) unregistrationHeld() {
+	if m == nil {
+		return
+	}
+	m.held.Inc()
 }

@@ -31,6 +31,7 @@ import (
 // Index names of the informers.
 const (
 	indexCluster = "cluster" // Applications by cluster_name label
+	indexProject = "project" // Applications by spec.project
 	indexServer  = "server"  // cluster Secrets by data.server
 	indexName    = "name"    // cluster Secrets by data.name
 )
@@ -120,6 +121,13 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 			}
 			return []string{app.Labels[LabelCluster]}, nil
 		},
+		indexProject: func(obj any) ([]string, error) {
+			app, ok := obj.(*argov1.Application)
+			if !ok || app.Spec.Project == "" {
+				return nil, nil
+			}
+			return []string{app.Spec.Project}, nil
+		},
 	})
 	projectInformer := argoinformers.NewAppProjectInformer(argo, s.ns, 0, cache.Indexers{})
 	secretInformer := coreinformers.NewFilteredSecretInformer(kube, s.ns, 0, cache.Indexers{
@@ -132,6 +140,11 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 	s.apps.onDelete = func(app *argov1.Application) {
 		if c := app.Annotations[AnnotationCluster]; c != "" && owned(app) {
 			s.pending.Add(c)
+			return
+		}
+		// A foreign Application that held up an unregistration (see unregister) is gone.
+		if p, ok, _ := s.projects.get(app.Spec.Project); ok && owned(p) && p.Annotations[AnnotationUnregister] != "" {
+			s.pending.Add(p.Annotations[AnnotationCluster])
 		}
 	}
 	s.synced = []cache.InformerSynced{appInformer.HasSynced, projectInformer.HasSynced, secretInformer.HasSynced}
@@ -184,20 +197,6 @@ func (s *Syncer) Run(ctx context.Context, ready chan<- struct{}) error {
 // owned reports whether Enforcement manages the object.
 func owned(o metav1.Object) bool { return o.GetLabels()[LabelManagedBy] == ManagedByValue }
 
-// adoptable reports whether the object was created by the original operator for cluster: no
-// managed-by label, and the cluster_name label of that cluster (or, for AppProjects, which the
-// original created without labels, no cluster_name label at all).
-func adoptable(o metav1.Object, cluster string, labelOptional bool) bool {
-	if _, has := o.GetLabels()[LabelManagedBy]; has {
-		return false
-	}
-	v, has := o.GetLabels()[LabelCluster]
-	if !has {
-		return labelOptional
-	}
-	return v == cluster || v == clusterLabel(cluster)
-}
-
 // InstallResult says what an install did.
 type InstallResult struct {
 	Application string
@@ -228,21 +227,9 @@ func (s *Syncer) Install(ctx context.Context, in *events.InstallIntent, gate boo
 	if terminating {
 		return res, &failure{reason: ReasonTerminating, err: fmt.Errorf("application %s is being deleted; waiting until it is gone", desired.Metadata.Name)}
 	}
-	if exists && !owned(existing) && !adoptable(existing, cluster, false) {
-		return res, &failure{reason: ReasonNotOwned, permanent: true,
-			err: fmt.Errorf("application %s exists and is not managed by Enforcement", existing.Name)}
-	}
-	if exists && owned(existing) {
-		if rule := existing.Annotations[AnnotationRule]; rule != "" && rule != in.Rule.String() {
-			return res, &failure{reason: ReasonNotOwned, permanent: true,
-				err: fmt.Errorf("application %s belongs to rule %s", existing.Name, rule)}
-		}
-		// "<cluster>-<enforcement>" is ambiguous: cluster "a-b" with enforcement "c" and cluster
-		// "a" with enforcement "b-c" share a name. The first one keeps it.
-		if !samePair(existing, cluster, in.Enforcement.Name) {
-			return res, &failure{reason: ReasonNotOwned, permanent: true,
-				err: fmt.Errorf("application %s belongs to cluster %s, enforcement %s", existing.Name,
-					existing.Annotations[AnnotationCluster], existing.Annotations[AnnotationEnforcement])}
+	if exists {
+		if err := mayWrite(existing, in); err != nil {
+			return res, err
 		}
 	}
 	if !exists && gate && in.Triggers != nil && in.Triggers.BeforeInstall != nil {
@@ -266,6 +253,12 @@ func (s *Syncer) Install(ctx context.Context, in *events.InstallIntent, gate boo
 		res.Unchanged = true
 		return res, nil // already as rendered: a redelivery or a no-op change
 	}
+	if exists && !owned(existing) {
+		res.Writes++
+		if err := s.adoptApplication(ctx, existing); err != nil {
+			return res, err
+		}
+	}
 	app, err := s.applyApplication(ctx, desired)
 	res.Writes++
 	if err != nil {
@@ -278,11 +271,36 @@ func (s *Syncer) Install(ctx context.Context, in *events.InstallIntent, gate boo
 	case res.Created:
 		s.logger.Info("Created Application", "application", app.Name, "cluster", cluster, "rule", in.Rule.String())
 	case !owned(existing):
-		s.logger.Info("Adopted Application", "application", app.Name, "cluster", cluster, "rule", in.Rule.String())
+		s.logger.Info("Adopted Application", "application", app.Name, "cluster", cluster, "rule", in.Rule.String(), "from", OriginOriginalOperator)
 	default:
 		s.logger.Info("Updated Application", "application", app.Name, "cluster", cluster, "rule", in.Rule.String())
 	}
 	return res, nil
+}
+
+// mayWrite reports, as a permanent NotOwned failure, why the intent must not write over the
+// existing Application: someone else's (not the original operator's either, see adoption.go),
+// another rule's, or another pair's that shares the name; nil when it may.
+func mayWrite(existing *argov1.Application, in *events.InstallIntent) error {
+	if !owned(existing) {
+		if why := originalApplication(existing, in.Cluster.Name); why != "" {
+			return &failure{reason: ReasonNotOwned, permanent: true,
+				err: fmt.Errorf("application %s exists and is not managed by Enforcement (not the original operator's, so not adopted: %s)", existing.Name, why)}
+		}
+		return nil
+	}
+	if rule := existing.Annotations[AnnotationRule]; rule != "" && rule != in.Rule.String() {
+		return &failure{reason: ReasonNotOwned, permanent: true,
+			err: fmt.Errorf("application %s belongs to rule %s", existing.Name, rule)}
+	}
+	// "<cluster>-<enforcement>" is ambiguous: cluster "a-b" with enforcement "c" and cluster
+	// "a" with enforcement "b-c" share a name. The first one keeps it.
+	if !samePair(existing, in.Cluster.Name, in.Enforcement.Name) {
+		return &failure{reason: ReasonNotOwned, permanent: true,
+			err: fmt.Errorf("application %s belongs to cluster %s, enforcement %s", existing.Name,
+				existing.Annotations[AnnotationCluster], existing.Annotations[AnnotationEnforcement])}
+	}
+	return nil
 }
 
 func (s *Syncer) applyApplication(ctx context.Context, o *applyObject) (*argov1.Application, error) {
@@ -385,10 +403,16 @@ func (s *Syncer) secretRef(src events.SourceRef) secretRef {
 func (s *Syncer) ensureProject(ctx context.Context, t events.Target, repo string) (int, error) {
 	name := ProjectName(t.Name)
 	existing, exists, _ := s.projects.get(name)
-	// Argo CD's built-in "default" project is never adopted, even for a cluster named "default".
-	if exists && !owned(existing) && (name == "default" || !adoptable(existing, t.Name, true)) {
-		return 0, &failure{reason: ReasonNotOwned, permanent: true,
-			err: fmt.Errorf("appproject %s exists and is not managed by Enforcement", name)}
+	writes := 0
+	if exists && !owned(existing) {
+		if why := originalProject(existing, t); why != "" {
+			return 0, &failure{reason: ReasonNotOwned, permanent: true,
+				err: fmt.Errorf("appproject %s exists and is not managed by Enforcement (not the original operator's, so not adopted: %s)", name, why)}
+		}
+		writes++
+		if err := s.adoptProject(ctx, existing, t.Name); err != nil {
+			return writes, err
+		}
 	}
 	// Repositories are only added: an AppProject never loses a repository while the cluster is
 	// registered (an adopted project keeps what the original operator allowed).
@@ -398,7 +422,6 @@ func (s *Syncer) ensureProject(ctx context.Context, t events.Target, repo string
 	}
 	desired := RenderProject(s.ns, t.Name, t.URL, repos, s.project)
 	desired.seal()
-	writes := 0
 	if exists && existing.Annotations[AnnotationUnregister] != "" {
 		patch := []byte(`{"metadata":{"annotations":{"` + AnnotationUnregister + `":null}}}`)
 		p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
@@ -582,6 +605,11 @@ func (s *Syncer) unregister(ctx context.Context, cluster string) (bool, error) {
 	// Applications are gone (above), then the AppProject that names the cluster, then the
 	// cluster Secret: each step removes only what nothing left depends on.
 	if exists && owned(project) {
+		// Applications of someone else's in the project deploy to this cluster (the project
+		// allows no other destination): the project and the registration stay for them.
+		if foreign := s.foreignApplications(name); len(foreign) > 0 {
+			return false, s.keepProject(ctx, cluster, project, foreign)
+		}
 		err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &project.UID}})
 		s.metrics.write("AppProject", "delete", err)
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
@@ -617,6 +645,41 @@ func (s *Syncer) markUnregisterPending(ctx context.Context, cluster string, term
 		s.projects.wrote(p)
 	}
 	s.logger.Info("Waiting for Applications to be deleted before unregistering cluster", "cluster", cluster, "terminating", terminating)
+	return nil
+}
+
+// foreignApplications lists, sorted, the Applications in the AppProject project that
+// Enforcement does not manage (from the cache).
+func (s *Syncer) foreignApplications(project string) []string {
+	var names []string
+	for _, a := range s.apps.list(indexProject, project) {
+		if !owned(a) {
+			names = append(names, a.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// keepProject leaves the cluster's AppProject and cluster Secret in place because foreign
+// Applications use the project, and marks the project so that the unregistration finishes once
+// they are gone (the informer's delete events bring the cluster back to finishUnregister).
+func (s *Syncer) keepProject(ctx context.Context, cluster string, project *argov1.AppProject, foreign []string) error {
+	s.metrics.unregistrationHeld()
+	s.logger.Warn("Kept AppProject used by Applications Enforcement does not manage; cluster stays registered",
+		"appproject", project.Name, "cluster", cluster, "applications", foreign)
+	if project.Annotations[AnnotationUnregister] != "" {
+		return nil
+	}
+	patch := []byte(`{"metadata":{"annotations":{"` + AnnotationUnregister + `":"pending"}}}`)
+	p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, project.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	s.metrics.write("AppProject", "patch", err)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return classify(err, "mark appproject "+project.Name)
+	}
+	if err == nil {
+		s.projects.wrote(p)
+	}
 	return nil
 }
 

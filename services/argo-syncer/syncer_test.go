@@ -445,57 +445,6 @@ func TestDeleteToleratesConflictAndNotFound(t *testing.T) {
 	}
 }
 
-// TestAdoptsOriginalOperatorObjects: Applications and AppProjects the original operator made
-// (same names, cluster_name label, no managed-by) are adopted, not duplicated or failed on.
-func TestAdoptsOriginalOperatorObjects(t *testing.T) {
-	h := newHarness(t)
-	h.consume()
-	ctx := context.Background()
-	legacyProject := &argov1.AppProject{
-		ObjectMeta: metav1.ObjectMeta{Name: "legacy", Namespace: h.ns},
-		Spec: argov1.AppProjectSpec{SourceRepos: []string{"https://git.example/old"},
-			Destinations: []argov1.ApplicationDestination{{Name: "legacy", Namespace: "*"}}},
-	}
-	if _, err := h.argo.ArgoprojV1alpha1().AppProjects(h.ns).Create(ctx, legacyProject, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	legacyApp := &argov1.Application{
-		ObjectMeta: metav1.ObjectMeta{Name: "legacy-agent", Namespace: h.ns, Labels: map[string]string{LabelCluster: "legacy"}},
-		Spec: argov1.ApplicationSpec{Project: "legacy", Destination: argov1.ApplicationDestination{Name: "legacy", Namespace: "default"},
-			Source: &argov1.ApplicationSource{RepoURL: "https://git.example/agent", Path: "old"}},
-	}
-	if _, err := h.argo.ArgoprojV1alpha1().Applications(h.ns).Create(ctx, legacyApp, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "cache sees legacy objects", func() bool {
-		_, a, _ := h.syncer.apps.get("legacy-agent")
-		_, p, _ := h.syncer.projects.get("legacy")
-		return a && p
-	})
-	in := h.installIntent("baseline", "legacy", "agent")
-	h.publish(in)
-	s := h.outcome(succeeded(in.ID())).(*events.InstallSucceeded)
-	if s.Created {
-		t.Error("adoption reported Created")
-	}
-	apps, err := h.argo.ArgoprojV1alpha1().Applications(h.ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(apps.Items) != 1 {
-		t.Fatalf("%d Applications, want the one adopted", len(apps.Items))
-	}
-	app := apps.Items[0]
-	if app.Labels[LabelManagedBy] != ManagedByValue || app.Spec.Source.Path != "charts/agent" || app.UID != h.app("legacy-agent").UID {
-		t.Errorf("adopted application %+v", app.Labels)
-	}
-	p := h.project("legacy")
-	if p.Labels[LabelManagedBy] != ManagedByValue || !slices.Contains(p.Spec.SourceRepos, "https://git.example/old") ||
-		!slices.Contains(p.Spec.SourceRepos, "https://git.example/agent") {
-		t.Errorf("adopted project %+v %+v", p.Labels, p.Spec.SourceRepos)
-	}
-}
-
 // TestRejectedObjectIsPermanentFailure: the API server refuses the rendered Application (an
 // enforcement label that is not a valid label key); the failure is permanent, carries the
 // server's message, and the message is acknowledged rather than retried.

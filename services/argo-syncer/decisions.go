@@ -1,0 +1,98 @@
+package main
+
+// The order of decisions. rule-engine decides, for each rule and cluster, what should be
+// installed, and publishes its decisions in order; the stream sequence of an intent is its place
+// in that order. A late or replayed intent (a dead letter replayed after the rule changed its
+// mind, say) must not undo a newer one, so argo-syncer remembers, per rule, cluster and
+// enforcement, the decision sequence (events.Meta.DecisionSequence: the original's stream
+// sequence for a replay, else the intent's own) of the last intent it acted on, in its KV bucket
+// events.BucketLastDecisions. An intent whose decision sequence is lower is stale: acknowledged,
+// logged and counted, and nothing is written or published.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/service"
+)
+
+// decisionRecord is the last intent argo-syncer acted on for one rule, cluster and enforcement.
+type decisionRecord struct {
+	// Sequence is the intent's decision sequence.
+	Sequence uint64 `json:"sequence"`
+	IntentID string `json:"intentId"`
+	// Kind is "install" or "uninstall".
+	Kind string `json:"kind"`
+}
+
+// decisionStore reads and writes decision records in the enforcement-last-decisions bucket.
+type decisionStore struct {
+	kv jetstream.KeyValue
+}
+
+// decisionKey is the bucket key of one rule's enforcement on one cluster: the Application name
+// (a valid key) and a digest of the rule, cluster and enforcement. The rule is its namespace and
+// name, as the Application's ownership and the consumer's ordering know it, not its UID: an
+// uninstall of a deleted rule replayed after a rule of the same name was created must still
+// meet the newer rule's install. The cluster and enforcement, not only the Application name,
+// because two pairs can share a name ("a-b" + "c", "a" + "b-c") and are not ordered together.
+func decisionKey(rule events.RuleRef, cluster, enforcement string) string {
+	sum := sha256.Sum256([]byte(rule.Namespace + "/" + rule.Name + "\x00" + cluster + "\x00" + enforcement))
+	return events.ApplicationName(cluster, enforcement) + "." + hex.EncodeToString(sum[:8])
+}
+
+// admit records seq as the last decision under key unless a newer one is recorded; then it
+// returns that newer record and writes nothing. A redelivery (the recorded sequence itself)
+// writes nothing either. A sequence of 0 (not read from the stream) carries no order: it is
+// admitted and not recorded. Concurrent writers are settled by compare-and-set.
+func (s *decisionStore) admit(ctx context.Context, key string, seq uint64, intentID, kind string) (*decisionRecord, error) {
+	if seq == 0 {
+		return nil, nil
+	}
+	data, err := json.Marshal(decisionRecord{Sequence: seq, IntentID: intentID, Kind: kind})
+	if err != nil {
+		return nil, fmt.Errorf("encode decision record %s: %w", key, err)
+	}
+	for attempt := 0; ; attempt++ {
+		rec, rev, err := service.GetJSON[decisionRecord](ctx, s.kv, key, "decision record")
+		if err != nil {
+			return nil, err
+		}
+		if rec != nil && rec.Sequence > seq {
+			return rec, nil
+		}
+		if rec != nil && rec.Sequence == seq {
+			return nil, nil
+		}
+		if rec == nil {
+			_, err = s.kv.Create(ctx, key, data)
+		} else {
+			_, err = s.kv.Update(ctx, key, data, rev)
+		}
+		if err == nil {
+			return nil, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) || attempt >= 4 {
+			return nil, fmt.Errorf("write decision record %s: %w", key, err)
+		}
+	}
+}
+
+// newer returns the record under key when it is newer than seq, else nil (also for seq 0).
+func (s *decisionStore) newer(ctx context.Context, key string, seq uint64) (*decisionRecord, error) {
+	if seq == 0 {
+		return nil, nil
+	}
+	rec, _, err := service.GetJSON[decisionRecord](ctx, s.kv, key, "decision record")
+	if err != nil || rec == nil || rec.Sequence <= seq {
+		return nil, err
+	}
+	return rec, nil
+}

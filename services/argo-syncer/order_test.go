@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
+)
+
+// consumeBreaking starts the argo-syncer consumer with fast retries and two attempts, in
+// front of which the handler fails every delivery of the event with id broken (as an
+// argo-syncer that cannot reach its API server would), so that it is dead-lettered, until the
+// returned repair is called.
+func (h *harness) consumeBreaking(broken string) (repair func()) {
+	h.t.Helper()
+	var repaired atomic.Bool
+	handle := func(ctx context.Context, e events.Event, m events.Meta) error {
+		if e.ID() == broken && !repaired.Load() {
+			return errors.New("kubernetes API unavailable")
+		}
+		return h.handler.Handle(ctx, e, m)
+	}
+	c, err := events.Consume(context.Background(), h.js, handle, events.ConsumerOptions{
+		Name: events.ConsumerArgoSyncer, Concurrency: 16, MaxAttempts: 2,
+		Backoff: func(int) time.Duration { return 20 * time.Millisecond },
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Stop(ctx)
+	})
+	return func() { repaired.Store(true) }
+}
+
+// deadLetter waits for the argo-syncer dead letter of the event with id and returns it.
+func (h *harness) deadLetter(id string) events.DeadLetter {
+	h.t.Helper()
+	var found events.DeadLetter
+	testenv.EventuallyTrue(h.t, 20*time.Second, "dead letter of "+id, func() bool {
+		dls, err := events.ListDeadLetters(context.Background(), h.js, events.ConsumerArgoSyncer)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		for _, dl := range dls {
+			if dl.EventID == id {
+				found = dl
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// withMetrics gives the harness's handler metrics on a registry of its own.
+func (h *harness) withMetrics() *Metrics {
+	m := NewMetrics(prometheus.NewRegistry())
+	h.handler.metrics = m
+	return m
+}
+
+// install → uninstall (which fails and is dead-lettered) → reinstall → the operator replays the
+// old uninstall: the replay is older than the reinstall, so the Application stays, nothing is
+// written and no UninstallDone is published; the skip is counted.
+func TestReplayedUninstallDoesNotUndoReinstall(t *testing.T) {
+	h := newHarness(t)
+	metrics := h.withMetrics()
+	in := h.installIntent("baseline", "c1", "agent")
+	un := uninstallIntent(in, events.UninstallNoLongerMatches)
+	un.Cluster.Revision = 2
+	repair := h.consumeBreaking(un.ID())
+	h.publish(in)
+	h.outcome(succeeded(in.ID()))
+	h.publish(un)
+	dl := h.deadLetter(un.ID())
+
+	re := h.installIntent("baseline", "c1", "agent")
+	re.Cluster.Revision = 3
+	re.SpecHash = "h2"
+	h.publish(re)
+	h.outcome(succeeded(re.ID()))
+
+	repair()
+	mark := h.log.mark()
+	if _, err := events.ReplayDeadLetter(context.Background(), h.js, dl.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	h.caughtUp()
+	h.noOutcome(300*time.Millisecond, uninstalled(un.ID()))
+	app := h.app("c1-agent")
+	if app == nil || app.DeletionTimestamp != nil || app.Annotations[AnnotationSpecHash] != "h2" {
+		t.Fatalf("the replayed uninstall undid the reinstall: %+v", app)
+	}
+	if w := writes(h.log.since(mark)); len(w) != 0 {
+		t.Errorf("the stale uninstall wrote %d times: %+v", len(w), w)
+	}
+	if n := testutil.ToFloat64(metrics.intents.WithLabelValues("uninstall", "stale")); n != 1 {
+		t.Errorf("stale uninstalls counted %v, want 1", n)
+	}
+}
+
+// The mirror case: an install fails (its source Secret is missing) and is dead-lettered, the
+// rule lets go of the cluster (uninstall), the operator fixes the Secret and replays the old
+// install: nothing is created, not even the cluster Secret or AppProject.
+func TestReplayedInstallAfterUninstallCreatesNothing(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	in := h.installIntent("baseline", "c1", "agent")
+	in.Cluster.Source.SecretName = "rancher-late"
+	h.consumeBreaking("")
+	h.publish(in)
+	dl := h.deadLetter(in.ID())
+	un := uninstallIntent(in, events.UninstallNoLongerMatches)
+	un.Cluster.Revision = 2
+	h.publish(un)
+	h.outcome(uninstalled(un.ID()))
+
+	src, err := h.kube.CoreV1().Secrets(h.opNS).Get(ctx, "rancher", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.ObjectMeta = metav1.ObjectMeta{Name: "rancher-late", Namespace: h.opNS}
+	if _, err := h.kube.CoreV1().Secrets(h.opNS).Create(ctx, src, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mark := h.log.mark()
+	if _, err := events.ReplayDeadLetter(ctx, h.js, dl.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	h.caughtUp()
+	h.noOutcome(300*time.Millisecond, succeeded(in.ID()))
+	if h.app("c1-agent") != nil || h.secret("cluster-c1") != nil || h.project("c1") != nil {
+		t.Fatal("the replayed install created objects after its uninstall")
+	}
+	if w := writes(h.log.since(mark)); len(w) != 0 {
+		t.Errorf("the stale install wrote %d times: %+v", len(w), w)
+	}
+}
+
+// A beforeInstall outcome releases the waiting install only while no newer decision was acted
+// on: an entry left waiting although a newer intent was recorded (a crash between recording
+// the newer decision and dropping the entry) is dropped, and nothing is created.
+func TestObsoleteWaitingInstallIsNotReleased(t *testing.T) {
+	h := newHarness(t)
+	h.consume()
+	in := h.installIntent("baseline", "c1", "agent")
+	in.Triggers = beforeInstall
+	seq := h.publish(in)[0]
+	h.outcome(gated(in.ID()))
+	un := uninstallIntent(in, events.UninstallNoLongerMatches)
+	if newer, err := h.handler.decisions.admit(context.Background(), decisionKey(in.Rule, "c1", "agent"), seq+100, un.ID(), "uninstall"); err != nil || newer != nil {
+		t.Fatalf("record a newer decision: %+v %v", newer, err)
+	}
+	h.publish(delivered(in, "dlv-1", seq))
+	h.caughtUp()
+	h.noOutcome(300*time.Millisecond, succeeded(in.ID()))
+	if h.app("c1-agent") != nil {
+		t.Fatal("an obsolete waiting install was released")
+	}
+	if w := h.waiting(in); w != "" {
+		t.Errorf("install %s still waiting", w)
+	}
+}
