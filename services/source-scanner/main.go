@@ -5,11 +5,13 @@
 // enforcement-inventory, and publishes cluster appeared / updated / gone and source degraded
 // events. The deletion safety rules (degraded listings remove nothing, a grace period, a removal
 // breaker) live in internal/scanner; the README explains them and how an operator releases held
-// removals.
+// removals (a release annotation on a rule in OPERATOR_NAMESPACE, or the removals released event
+// this service consumes, published by `enforcement release-removals`).
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -43,7 +45,7 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 		return err
 	}
 	svc, err := service.Start(ctx, service.Options{Name: serviceName, Getenv: getenv, Stdout: stdout,
-		Kubernetes: true, NATS: true})
+		Kubernetes: true, NATS: true, Consumers: []string{events.ConsumerSourceScanner}})
 	if err != nil {
 		return err
 	}
@@ -63,6 +65,7 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 		GracePeriod:        cfg.GracePeriod,
 		MaxRemovalFraction: cfg.MaxRemovalFraction,
 		ListTimeout:        cfg.ListTimeout,
+		OperatorNamespace:  cfg.OperatorNamespace,
 	}, metrics, svc.Logger)
 	svc.Logger.Info("Started source scanner", "scanInterval", cfg.ScanInterval.String(),
 		"goneGracePeriod", cfg.GracePeriod.String(), "maxRemovalFraction", cfg.MaxRemovalFraction,
@@ -71,12 +74,34 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 	loop := newScanLoop(sc, metrics, cfg, svc.Logger)
 	deps.trigger = loop.trigger
 	loop.deps = deps
+	routes := releaseRoutes(sc, loop.trigger)
+	if err := svc.Consume(events.ConsumerOptions{Name: events.ConsumerSourceScanner, Routes: routes}, routes.Handle); err != nil {
+		return svc.Abort(err)
+	}
 	svc.Go("scan loop", func(ctx context.Context) error {
 		// Scans run on a context that outlives the stop of the loop: the current one finishes.
 		loop.run(ctx, context.WithoutCancel(ctx))
 		return nil
 	})
 	return svc.Wait()
+}
+
+// releaseRoutes is the handler table of the source-scanner consumer: an operator's release of
+// one trip (enforcement release-removals) is recorded in the inventory and the source is scanned
+// soon, which removes what the trip holds. A release of a trip that holds nothing is a dead
+// letter with the reason; a bucket error is retried.
+func releaseRoutes(sc *scanner.Scanner, trigger func(sourceID string)) *events.Router {
+	return events.NewRouter(events.ConsumerSourceScanner,
+		events.On(func(ctx context.Context, e *events.RemovalsReleased, _ events.Meta) error {
+			err := sc.Release(ctx, e.Source, e.Trip)
+			if errors.Is(err, scanner.ErrNotHeld) {
+				return events.Permanent(err)
+			}
+			if err == nil {
+				trigger(e.Source.ID)
+			}
+			return err
+		}))
 }
 
 // newListerDeps creates the Kubernetes client the listers read ClusterRules and source Secrets
@@ -116,6 +141,10 @@ type scanLoop struct {
 	// uses.
 	active map[string]string
 
+	// ignoredReleases are the release annotations warned about, rule → value, so that a standing
+	// one is logged once rather than at every pass.
+	ignoredReleases map[string]string
+
 	// pending are the source ids triggered since the last triggered pass; wake signals them.
 	mu      sync.Mutex
 	pending map[string]bool
@@ -125,6 +154,20 @@ type scanLoop struct {
 func newScanLoop(sc *scanner.Scanner, metrics *scanner.Metrics, cfg config, logger *slog.Logger) *scanLoop {
 	return &scanLoop{scanner: sc, metrics: metrics, cfg: cfg, logger: logger,
 		listers: map[string]sourceLister{}, pending: map[string]bool{}, wake: make(chan struct{}, 1)}
+}
+
+// warnIgnored logs the release annotations that release nothing, once per rule and value.
+func (l *scanLoop) warnIgnored(ignored []ignoredRelease) {
+	seen := make(map[string]string, len(ignored))
+	for _, ig := range ignored {
+		seen[ig.Rule] = ig.Value
+		if v, ok := l.ignoredReleases[ig.Rule]; ok && v == ig.Value {
+			continue
+		}
+		l.logger.Warn("Ignored release annotation", "rule", ig.Rule, "annotation", scanner.ReleaseAnnotation,
+			"value", ig.Value, "reason", ig.Why)
+	}
+	l.ignoredReleases = seen
 }
 
 // trigger asks for a scan of a source soon (safe from any goroutine, never blocks).
@@ -188,7 +231,8 @@ func (l *scanLoop) pass(ctx context.Context, only map[string]bool) {
 		l.logger.Error("Could not list ClusterRules; scanning nothing this time", "error", err)
 		return
 	}
-	specs := sourcesFromRules(rules.Items, l.cfg.OperatorNamespace, l.logger)
+	specs, ignored := sourcesFromRules(rules.Items, l.cfg.OperatorNamespace, l.logger)
+	l.warnIgnored(ignored)
 	active := make(map[string]string, len(specs))
 	var wg sync.WaitGroup
 	for _, spec := range specs {
@@ -204,7 +248,7 @@ func (l *scanLoop) pass(ctx context.Context, only map[string]bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			src := scanner.Source{Ref: spec.Ref, Lister: ls, ReleaseThrough: spec.ReleaseThrough}
+			src := scanner.Source{Ref: spec.Ref, Lister: ls, Releases: spec.Releases}
 			if _, err := l.scanner.ScanOnce(ctx, src); err != nil && ctx.Err() == nil {
 				l.logger.Error("Scan failed; retrying next interval", "source", spec.Ref.ID, "kind", spec.Ref.Kind, "error", err)
 			}

@@ -40,10 +40,13 @@ func TestSourcesFromRules(t *testing.T) {
 		r.Annotations = map[string]string{scanner.ReleaseAnnotation: v}
 		return r
 	}
+	rke := events.SourceID("rancher", "enforcement", "rancher", map[string]string{"provider": "rke"})
 	rules := []v1beta1.ClusterRule{
 		*rule("a", "r1", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"provider": "rke"}}}),
-		*withRelease(rule("b", "r2", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"provider": "rke"}, Labels: map[string]string{"x": "y"}}}), "7"),
-		*withRelease(rule("b", "r3", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"provider": "rke"}}}), "all"),
+		*withRelease(rule("b", "r2", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"provider": "rke"}, Labels: map[string]string{"x": "y"}}}), rke+"/7"),
+		*withRelease(rule("enforcement", "r3", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"provider": "rke"}}}), "all"),
+		*withRelease(rule("enforcement", "r3b", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"provider": "rke"}}}), rke+"/9"),
+		*withRelease(rule("enforcement", "r3c", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"provider": "rke"}}}), "12"),
 		*rule("a", "r4", v1beta1.Source{SecretName: "rancher-secret", Rancher: &v1beta1.RancherSource{}}),
 		*rule("a", "r5", v1beta1.Source{Static: &v1beta1.StaticSource{}}),
 		*rule("a", "r6", v1beta1.Source{Static: &v1beta1.StaticSource{ConfigMap: "enforcement-static-clusters"}}),
@@ -57,11 +60,11 @@ func TestSourcesFromRules(t *testing.T) {
 		*rule("b", "r14", v1beta1.Source{OCM: &v1beta1.OCMSource{Labels: map[string]string{"env": "prod"}}}),
 		*rule("a", "r15", v1beta1.Source{}),
 	}
-	specs := sourcesFromRules(rules, "enforcement", logger)
+	specs, ignored := sourcesFromRules(rules, "enforcement", logger)
 	var got []string
 	for _, s := range specs {
-		got = append(got, fmt.Sprintf("%s/%s %v cm=%s regions=%v projects=%v release=%d %v", s.Ref.Kind, s.Ref.SecretName, s.Filters, s.ConfigMap,
-			s.Regions, s.Projects, s.ReleaseThrough, s.Rules))
+		got = append(got, fmt.Sprintf("%s/%s %v cm=%s regions=%v projects=%v release=%v %v", s.Ref.Kind, s.Ref.SecretName, s.Filters, s.ConfigMap,
+			s.Regions, s.Projects, s.Releases, s.Rules))
 		if s.Ref.SecretNamespace != "enforcement" {
 			t.Errorf("secret namespace %q", s.Ref.SecretNamespace)
 		}
@@ -70,18 +73,32 @@ func TestSourcesFromRules(t *testing.T) {
 	// The rule without a source kind (r15) is dropped; two eks rules listing the same regions in
 	// another order and spelling share a source, the two ocm rules too.
 	want := []string{
-		"eks/eks map[] cm= regions=[] projects=[] release=0 [a/r8]",
-		"eks/eks map[] cm= regions=[us-east-1  eu-west-1 us-east-1] projects=[] release=0 [a/r9 b/r10]",
-		"gke/gke map[location:europe-*] cm= regions=[] projects=[b a] release=0 [a/r11]",
-		"gke/gke-key map[] cm= regions=[] projects=[a] release=0 [a/r12]",
-		"ocm/ocm map[] cm= regions=[] projects=[] release=0 [a/r13 b/r14]",
-		"rancher/rancher map[provider:rke] cm= regions=[] projects=[] release=7 [a/r1 b/r2 b/r3]",
-		"rancher/rancher-secret map[] cm= regions=[] projects=[] release=0 [a/r4]",
-		"static/static map[] cm=enforcement-static-clusters regions=[] projects=[] release=0 [a/r5 a/r6]",
-		"static/static map[] cm=lab regions=[] projects=[] release=0 [a/r7]",
+		"eks/eks map[] cm= regions=[] projects=[] release=[] [a/r8]",
+		"eks/eks map[] cm= regions=[us-east-1  eu-west-1 us-east-1] projects=[] release=[] [a/r9 b/r10]",
+		"gke/gke map[location:europe-*] cm= regions=[] projects=[b a] release=[] [a/r11]",
+		"gke/gke-key map[] cm= regions=[] projects=[a] release=[] [a/r12]",
+		"ocm/ocm map[] cm= regions=[] projects=[] release=[] [a/r13 b/r14]",
+		"rancher/rancher map[provider:rke] cm= regions=[] projects=[] release=[{enforcement/r3b 9}] [a/r1 b/r2 enforcement/r3 enforcement/r3b enforcement/r3c]",
+		"rancher/rancher-secret map[] cm= regions=[] projects=[] release=[] [a/r4]",
+		"static/static map[] cm=enforcement-static-clusters regions=[] projects=[] release=[] [a/r5 a/r6]",
+		"static/static map[] cm=lab regions=[] projects=[] release=[] [a/r7]",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("sources:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// Only a rule in the operator namespace releases, and only with "<source id>/<trip>": the
+	// tenant's rule b/r2 and the malformed values are ignored, each with the reason.
+	var why []string
+	for _, ig := range ignored {
+		why = append(why, ig.Rule+": "+ig.Why)
+	}
+	wantWhy := []string{
+		"b/r2: held removals are released only from ClusterRules in the operator namespace enforcement",
+		`enforcement/r3: release value "all": want ` + rke + "/<trip>",
+		`enforcement/r3c: release value "12": want ` + rke + "/<trip>",
+	}
+	if !slices.Equal(why, wantWhy) {
+		t.Fatalf("ignored releases:\n%s\nwant:\n%s", strings.Join(why, "\n"), strings.Join(wantWhy, "\n"))
 	}
 	// The id is the documented algorithm over (kind, namespace, secret, filters); the default
 	// static ConfigMap adds no filter, another one adds configMap=<name> (pkg/events pins the
@@ -145,8 +162,8 @@ type stream struct {
 	reader *eventstest.Reader
 	mu     sync.Mutex
 	seen   []string
-	// heldScan is the scan number of the last RemovalsHeld event.
-	heldScan uint64
+	// held are the RemovalsHeld events, in stream order.
+	held []*events.SourceDegraded
 }
 
 // poll appends the events stored since the last poll, rendered as "appeared <kind> <name>".
@@ -164,7 +181,7 @@ func (s *stream) poll() []string {
 		case *events.SourceDegraded:
 			s.seen = append(s.seen, "degraded "+e.Source.Kind+" "+e.Reason)
 			if e.Reason == events.DegradedRemovalsHeld {
-				s.heldScan = e.Scan
+				s.held = append(s.held, e)
 			}
 		}
 	}
@@ -206,7 +223,7 @@ func (s *stream) count(event string) int {
 func TestRun(t *testing.T) {
 	e := newServiceEnv(t, "run")
 	e.env["LIST_TIMEOUT"] = "2s"
-	ns, rulesNS, k, s := e.ns, e.rulesNS, e.k, e.s
+	ns, k, s := e.ns, e.k, e.s
 	ctx := context.Background()
 
 	fake := rancherfake.New(t, "tok-77aa", 2)
@@ -247,7 +264,7 @@ func TestRun(t *testing.T) {
 	s.waitFor("updated static edge-1 labels", "appeared static edge-4", "gone static edge-3")
 
 	// Two of three vanish at once: more than the breaker's one per scan, so both are held until
-	// an operator annotates a rule of the source with the scan number.
+	// an operator annotates a rule of the source in OPERATOR_NAMESPACE with the trip.
 	cm.Data["clusters.yaml"] = `[{name: edge-1, url: "https://edge-1:6443"}]`
 	must(k.Update(ctx, cm))
 	s.waitFor("degraded static RemovalsHeld")
@@ -255,12 +272,12 @@ func TestRun(t *testing.T) {
 	if s.count("gone static edge-2")+s.count("gone static edge-4") != 0 {
 		t.Fatal("held removals were published")
 	}
-	var edges v1beta1.ClusterRule
-	must(k.Get(ctx, client.ObjectKey{Namespace: rulesNS, Name: "edges"}, &edges))
 	s.mu.Lock()
-	edges.Annotations = map[string]string{scanner.ReleaseAnnotation: fmt.Sprint(s.heldScan)}
+	trip := s.held[0] // the first RemovalsHeld event is the trip's scan
 	s.mu.Unlock()
-	must(k.Update(ctx, &edges))
+	ops := rule(ns, "edges-ops", v1beta1.Source{Static: &v1beta1.StaticSource{}})
+	ops.Annotations = map[string]string{scanner.ReleaseAnnotation: scanner.ReleaseValue(trip.Source.ID, trip.Scan)}
+	must(k.Create(ctx, ops))
 	s.waitFor("gone static edge-2", "gone static edge-4")
 
 	// A malformed ConfigMap, then a missing one, degrade the static source and remove nothing.

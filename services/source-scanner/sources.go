@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -37,8 +35,13 @@ type sourceSpec struct {
 	Projects []string
 	// Rules names the rules (namespace/name) using the source.
 	Rules []string
-	// ReleaseThrough is the highest valid release annotation among those rules.
-	ReleaseThrough uint64
+	// Releases are the valid release annotations of those rules in the operator namespace.
+	Releases []scanner.Release
+}
+
+// ignoredRelease is a release annotation the scan loop does not pass on, and why.
+type ignoredRelease struct {
+	Rule, Value, Why string
 }
 
 // sourceOf derives a rule's source: its SourceRef is v1beta1.Source.Ref, the derivation
@@ -65,9 +68,10 @@ func sourceOf(rule *v1beta1.ClusterRule, operatorNamespace string) (spec sourceS
 	return spec, true
 }
 
-// sourcesFromRules groups the rules by source, in source id order. A malformed release
-// annotation is logged and ignored (it releases nothing).
-func sourcesFromRules(rules []v1beta1.ClusterRule, operatorNamespace string, logger *slog.Logger) []*sourceSpec {
+// sourcesFromRules groups the rules by source, in source id order, with the release annotations
+// of the rules in the operator namespace. A release annotation on a rule in another namespace, or
+// a malformed one, releases nothing and is returned in ignored.
+func sourcesFromRules(rules []v1beta1.ClusterRule, operatorNamespace string, logger *slog.Logger) (specs []*sourceSpec, ignored []ignoredRelease) {
 	byID := map[string]*sourceSpec{}
 	for i := range rules {
 		rule := &rules[i]
@@ -81,24 +85,31 @@ func sourcesFromRules(rules []v1beta1.ClusterRule, operatorNamespace string, log
 			cur = &spec
 			byID[spec.Ref.ID] = cur
 		}
-		cur.Rules = append(cur.Rules, rule.Namespace+"/"+rule.Name)
-		if v, set := rule.Annotations[scanner.ReleaseAnnotation]; set {
-			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				logger.Warn("Ignoring release annotation: want a scan number", "rule", rule.Namespace+"/"+rule.Name,
-					"annotation", scanner.ReleaseAnnotation, "value", v)
-				continue
-			}
-			cur.ReleaseThrough = max(cur.ReleaseThrough, n)
+		name := rule.Namespace + "/" + rule.Name
+		cur.Rules = append(cur.Rules, name)
+		v, set := rule.Annotations[scanner.ReleaseAnnotation]
+		if !set {
+			continue
 		}
+		if rule.Namespace != operatorNamespace {
+			ignored = append(ignored, ignoredRelease{Rule: name, Value: v,
+				Why: "held removals are released only from ClusterRules in the operator namespace " + operatorNamespace})
+			continue
+		}
+		trip, err := scanner.ParseReleaseValue(v, spec.Ref.ID)
+		if err != nil {
+			ignored = append(ignored, ignoredRelease{Rule: name, Value: v, Why: err.Error()})
+			continue
+		}
+		cur.Releases = append(cur.Releases, scanner.Release{Rule: name, Trip: trip})
 	}
-	out := make([]*sourceSpec, 0, len(byID))
+	specs = make([]*sourceSpec, 0, len(byID))
 	for _, s := range byID {
 		sort.Strings(s.Rules)
-		out = append(out, s)
+		specs = append(specs, s)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Ref.ID < out[j].Ref.ID })
-	return out
+	sort.Slice(specs, func(i, j int) bool { return specs[i].Ref.ID < specs[j].Ref.ID })
+	return specs, ignored
 }
 
 // sourceLister lists one source. The scan loop keeps one per source id for as long as some rule

@@ -39,7 +39,7 @@ type serviceEnv struct {
 	svc     *testenv.Service // the instance start ran last
 }
 
-// newServiceEnv prepares namespaces and NATS; rules created with rule() are deleted when the
+// newServiceEnv prepares namespaces and NATS; the rules of both namespaces are deleted when the
 // test ends (after the service stopped), so that the next test's service does not scan them.
 func newServiceEnv(t *testing.T, prefix string) *serviceEnv {
 	t.Helper()
@@ -58,6 +58,7 @@ func newServiceEnv(t *testing.T, prefix string) *serviceEnv {
 	}
 	t.Cleanup(func() {
 		_ = k.DeleteAllOf(context.Background(), &v1beta1.ClusterRule{}, client.InNamespace(e.rulesNS))
+		_ = k.DeleteAllOf(context.Background(), &v1beta1.ClusterRule{}, client.InNamespace(e.ns)) // release tests' rules
 	})
 	_, js := eventstest.Bus(t, srvNATS.URL())
 	e.s = &stream{t: t, js: js, reader: eventstest.NewReader(t, js)}

@@ -253,11 +253,12 @@ type removals struct {
 }
 
 // decideRemovals applies the removal breaker to the clusters due for removal. A cluster held by
-// an earlier scan stays held until an operator releases it (releaseThrough ≥ the scan that held
-// it), whatever later scans find; a released cluster is removed without counting against the
-// cap. The other due clusters are removed if there are at most removalCap of them, and all held
-// otherwise: removing "the first 10%" every scan would still empty a source within a few scans.
-func decideRemovals(known map[string]*record, due []string, releaseThrough uint64, fraction float64) removals {
+// an earlier scan (a trip) stays held until an operator releases that trip (released[the scan
+// that held it]), whatever later scans find; a released cluster is removed without counting
+// against the cap. The other due clusters are removed if there are at most removalCap of them,
+// and all held otherwise: removing "the first 10%" every scan would still empty a source within
+// a few scans.
+func decideRemovals(known map[string]*record, due []string, released map[uint64]bool, fraction float64) removals {
 	live := 0
 	for _, r := range known {
 		if !r.tombstone() {
@@ -269,7 +270,7 @@ func decideRemovals(known map[string]*record, due []string, releaseThrough uint6
 	for _, key := range due {
 		r := known[key]
 		switch {
-		case r.HeldAt != 0 && r.HeldAt <= releaseThrough:
+		case r.HeldAt != 0 && released[r.HeldAt]:
 			d.Remove = append(d.Remove, key)
 		case r.HeldAt != 0:
 			// Still held: waits for its release.

@@ -107,23 +107,43 @@ func TestDecideRemovals(t *testing.T) {
 		known[fmt.Sprint(i)] = &record{Cluster: cluster(fmt.Sprint(i), nil)}
 	}
 	// 20 known at 0.1: the cap is 2.
-	if d := decideRemovals(known, []string{"1", "2"}, 0, 0.1); d.Tripped || len(d.Remove) != 2 {
+	if d := decideRemovals(known, []string{"1", "2"}, nil, 0.1); d.Tripped || len(d.Remove) != 2 {
 		t.Errorf("2 due: %+v, want both removed", d)
 	}
-	d := decideRemovals(known, []string{"1", "2", "3"}, 0, 0.1)
+	d := decideRemovals(known, []string{"1", "2", "3"}, nil, 0.1)
 	if !d.Tripped || len(d.Remove) != 0 || len(d.Hold) != 3 {
 		t.Errorf("3 due: %+v, want all 3 held", d)
 	}
 	known["1"].HeldAt, known["2"].HeldAt, known["3"].HeldAt = 7, 7, 9
 	// Held clusters stay held without a release, even when few are due.
-	if d := decideRemovals(known, []string{"1"}, 0, 0.1); len(d.Remove) != 0 || d.Tripped {
+	if d := decideRemovals(known, []string{"1"}, nil, 0.1); len(d.Remove) != 0 || d.Tripped {
 		t.Errorf("held, no release: %+v", d)
 	}
-	// A release through scan 7 frees the ones held by scan 7, not the one held by scan 9, and
-	// does not count against the cap.
-	d = decideRemovals(known, []string{"1", "2", "3", "4", "5"}, 7, 0.1)
+	// Releasing trip 7 frees the ones held by scan 7, not the one held by scan 9, and does not
+	// count against the cap; releasing trip 9 does not free those of trip 7.
+	d = decideRemovals(known, []string{"1", "2", "3", "4", "5"}, map[uint64]bool{7: true}, 0.1)
 	if !reflect.DeepEqual(d.Remove, []string{"1", "2", "4", "5"}) || d.Tripped {
 		t.Errorf("release 7: %+v", d)
+	}
+	d = decideRemovals(known, []string{"1", "2", "3"}, map[uint64]bool{9: true}, 0.1)
+	if !reflect.DeepEqual(d.Remove, []string{"3"}) || d.Tripped {
+		t.Errorf("release 9: %+v", d)
+	}
+	// A release of a later trip (a huge number, say) releases nothing held by earlier ones.
+	if d := decideRemovals(known, []string{"1", "2", "3"}, map[uint64]bool{1 << 62: true}, 0.1); len(d.Remove) != 0 {
+		t.Errorf("release of a later trip: %+v", d)
+	}
+}
+
+func TestParseReleaseValue(t *testing.T) {
+	const id = "0123456789abcdef"
+	if trip, err := ParseReleaseValue(" "+ReleaseValue(id, 12)+" ", id); err != nil || trip != 12 {
+		t.Fatalf("ParseReleaseValue(%q) = %d, %v", ReleaseValue(id, 12), trip, err)
+	}
+	for _, v := range []string{"12", "all", id + "/0", id + "/-1", id + "/x", "fedcba9876543210/12", "/12"} {
+		if _, err := ParseReleaseValue(v, id); err == nil {
+			t.Errorf("ParseReleaseValue(%q) accepted", v)
+		}
 	}
 }
 

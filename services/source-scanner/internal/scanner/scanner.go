@@ -50,14 +50,14 @@ type ListerFunc func(ctx context.Context) ([]events.Cluster, error)
 // List calls f.
 func (f ListerFunc) List(ctx context.Context) ([]events.Cluster, error) { return f(ctx) }
 
-// Source is one source to scan: its identity, how to list it, and the operator's release of held
-// removals.
+// Source is one source to scan: its identity, how to list it, and the operator's releases of
+// held removals.
 type Source struct {
 	Ref    events.SourceRef
 	Lister Lister
-	// ReleaseThrough releases the removals held by scans up to and including this scan number
-	// (0 releases nothing). It comes from the release annotation of the rules using the source.
-	ReleaseThrough uint64
+	// Releases are the release annotations of the rules in the operator namespace that use the
+	// source, each naming one trip (see releasedTrips).
+	Releases []Release
 }
 
 // Publisher is the part of events.Publisher the scanner needs.
@@ -77,6 +77,9 @@ type Config struct {
 	ListTimeout time.Duration
 	// Now is the clock; tests inject one so that grace periods pass without sleeping.
 	Now func() time.Time
+	// OperatorNamespace is where a release annotation is honoured (OPERATOR_NAMESPACE, default
+	// "enforcement"); the RemovalsHeld message names it.
+	OperatorNamespace string
 }
 
 func (c Config) withDefaults() Config {
@@ -91,6 +94,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.OperatorNamespace == "" {
+		c.OperatorNamespace = "enforcement"
 	}
 	return c
 }
@@ -137,6 +143,12 @@ type sourceMeta struct {
 	Published uint64 `json:"published"`
 	// LastComplete is the time of the last complete listing.
 	LastComplete time.Time `json:"lastComplete,omitzero"`
+	// Released are the trips an operator released over the bus (RemovalsReleased), until the
+	// next complete scan removes what they hold.
+	Released []uint64 `json:"released,omitempty"`
+	// EarlyReleases are the release annotations read before their trip existed; they release
+	// nothing for as long as they stand.
+	EarlyReleases []Release `json:"earlyReleases,omitempty"`
 
 	rev uint64
 }
@@ -199,6 +211,7 @@ func (s *Scanner) scan(ctx context.Context, src Source) (Result, error) {
 	}
 
 	st.meta.Source = src.Ref
+	released := s.releasedTrips(st, src)
 	st.meta.Scan++
 	if err := s.putMeta(ctx, st); err != nil {
 		return fail(err)
@@ -232,14 +245,12 @@ func (s *Scanner) scan(ctx context.Context, src Source) (Result, error) {
 	}
 
 	res.Complete = true
-	if err := s.apply(ctx, st, src, listing, &res); err != nil {
+	if err := s.apply(ctx, st, src, listing, released, &res); err != nil {
 		return fail(err)
 	}
 	if len(res.Held) > 0 {
 		res.Reason = events.DegradedRemovalsHeld
-		res.Message = fmt.Sprintf("%d cluster removals are held by the removal breaker (cap %d of %d known per scan); "+
-			"release them with the annotation %s=\"%d\" on a ClusterRule using this source",
-			len(res.Held), removalCap(res.Known, s.cfg.MaxRemovalFraction), res.Known, ReleaseAnnotation, res.Scan)
+		res.Message = heldMessage(st, removalCap(res.Known, s.cfg.MaxRemovalFraction), res.Known, s.cfg.OperatorNamespace)
 		if err := s.degraded(ctx, st, res.Reason, res.Message, res.Held); err != nil {
 			return fail(err)
 		}
@@ -257,9 +268,10 @@ func (s *Scanner) scan(ctx context.Context, src Source) (Result, error) {
 }
 
 // ReleaseAnnotation is the ClusterRule annotation an operator sets to release held removals:
-// its value is the scan number reported by the RemovalsHeld event (or condition), and it
-// releases every removal held by that scan or an earlier one. The number (rather than "all")
-// makes a forgotten annotation harmless: removals held by later scans stay held.
+// its value, "<source id>/<trip>" (ReleaseValue), names one trip, the scan that held them, as
+// the RemovalsHeld event (or condition) says, and releases exactly the removals that scan held.
+// It is honoured only on rules in the operator namespace, and only once its trip exists, so
+// neither a tenant nor a forgotten or guessed value releases a later trip.
 const ReleaseAnnotation = "enforcement.globo.com/release-removals"
 
 // list runs the source's lister under the listing timeout and records its duration.
@@ -305,10 +317,10 @@ func validate(ref events.SourceRef, listing []events.Cluster) error {
 
 // apply turns a complete listing into record writes and events (see the package comment for the
 // order of writes and publishes).
-func (s *Scanner) apply(ctx context.Context, st *sourceState, src Source, listing []events.Cluster, res *Result) error {
+func (s *Scanner) apply(ctx context.Context, st *sourceState, src Source, listing []events.Cluster, released map[uint64]bool, res *Result) error {
 	now := s.cfg.Now()
 	p := diff(st.clusters, listing, now, s.cfg.GracePeriod)
-	d := decideRemovals(st.clusters, p.Due, src.ReleaseThrough, s.cfg.MaxRemovalFraction)
+	d := decideRemovals(st.clusters, p.Due, released, s.cfg.MaxRemovalFraction)
 	if d.Tripped {
 		s.log.Warn("Removal breaker tripped", "source", src.Ref.ID, "kind", src.Ref.Kind, "scan", st.meta.Scan,
 			"due", len(d.Hold), "cap", removalCap(live(st.clusters), s.cfg.MaxRemovalFraction))
@@ -368,6 +380,7 @@ func (s *Scanner) apply(ctx context.Context, st *sourceState, src Source, listin
 	}
 	st.meta.Published = maxRev(st)
 	st.meta.LastComplete = now
+	st.meta.Released = stillHeld(st.meta.Released, st.clusters)
 	if err := s.putMeta(ctx, st); err != nil {
 		return err
 	}

@@ -315,8 +315,15 @@ func TestBreakerHoldsRemovalsUntilReleased(t *testing.T) {
 	if !reflect.DeepEqual(d.HeldRemovals, want) || !res.Complete || res.Gone != 0 {
 		t.Fatalf("degraded = %+v, result %+v", d, res)
 	}
-	if !strings.Contains(d.Message, fmt.Sprintf(`%s="%d"`, scanner.ReleaseAnnotation, res.Scan)) {
-		t.Fatalf("message %q does not say how to release", d.Message)
+	// The message names the trip and both ways to release it.
+	for _, want := range []string{
+		fmt.Sprintf("trip %d holds 5 (cluster-0, cluster-1, cluster-2 and 2 more)", res.Scan),
+		fmt.Sprintf("ClusterRule in namespace enforcement that uses this source with %s=%s", scanner.ReleaseAnnotation, scanner.ReleaseValue(h.src.Ref.ID, res.Scan)),
+		fmt.Sprintf("enforcement release-removals %s %d", h.src.Ref.ID, res.Scan),
+	} {
+		if !strings.Contains(d.Message, want) {
+			t.Fatalf("message %q does not say %q", d.Message, want)
+		}
 	}
 	if got := testutil.ToFloat64(h.metrics.RemovalsHeld.WithLabelValues(events.SourceKindRancher, h.src.Ref.ID)); got != 5 {
 		t.Fatalf("removals held gauge = %g", got)
@@ -336,8 +343,8 @@ func TestBreakerHoldsRemovalsUntilReleased(t *testing.T) {
 		t.Fatalf("held after a return = %v", got)
 	}
 
-	// The operator releases through the trip scan: the four are gone.
-	h.src.ReleaseThrough = tripScan
+	// The operator releases the trip: the four are gone.
+	h.src.Releases = []scanner.Release{{Rule: "enforcement/ops", Trip: tripScan}}
 	res = h.scan()
 	h.expect("gone c-1", "gone c-2", "gone c-3", "gone c-4")
 	if res.Gone != 4 || len(res.Held) != 0 || res.Known != 16 {
@@ -352,6 +359,124 @@ func TestBreakerHoldsRemovalsUntilReleased(t *testing.T) {
 	h.expect("degraded RemovalsHeld")
 	h.scan()
 	h.expect("degraded RemovalsHeld")
+}
+
+// trip makes the clusters keep vanish from the listing (clusters not in keep and not gone
+// already), waits out the grace period and returns the scan whose breaker held them: the trip.
+func (h *harness) trip(keep []map[string]any, wantHeld int) uint64 {
+	h.t.Helper()
+	h.rancher.SetClusters(keep...)
+	h.scan()
+	h.events() // RemovalsHeld of an earlier trip, if any
+	h.clock.Add(grace)
+	res := h.scan()
+	evs := h.expect("degraded RemovalsHeld")
+	if len(res.Held) != wantHeld || evs[0].(*events.SourceDegraded).Scan != res.Scan {
+		h.t.Fatalf("trip: %+v, want %d held", res, wantHeld)
+	}
+	return res.Scan
+}
+
+// scanGone scans once and returns the clusters announced gone (sorted keys); a scan that still
+// holds removals publishes RemovalsHeld too, which this ignores.
+func (h *harness) scanGone() []string {
+	h.t.Helper()
+	h.scan()
+	var gone []string
+	for _, e := range h.events() {
+		if g, ok := e.(*events.ClusterGone); ok {
+			gone = append(gone, g.Key)
+		}
+	}
+	sort.Strings(gone)
+	return gone
+}
+
+func keys(from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, fmt.Sprintf("c-%d", i))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestReleaseNamesOneTrip: a release names one trip (the scan that held the removals) and
+// releases exactly what that trip holds. A release naming a later scan releases nothing, neither
+// now nor when that scan trips later (an annotation cannot pre-release a trip); a release over
+// the bus (Scanner.Release, what the removals released event does) of a trip that holds nothing
+// is refused; another trip stays held after one is released.
+func TestReleaseNamesOneTrip(t *testing.T) {
+	h := newHarness(t, 100)
+	cs := clusters(20) // cap: 2 of 20
+	h.rancher.SetClusters(cs...)
+	h.scan()
+	h.events()
+	ctx := context.Background()
+	ops := func(trip uint64) []scanner.Release { return []scanner.Release{{Rule: "enforcement/ops", Trip: trip}} }
+
+	n := h.trip(cs[5:], 5)   // trip N holds c-0..c-4
+	m := h.trip(cs[10:], 10) // trip M holds c-5..c-9 (N's stay held)
+
+	// A release naming N+5, a later scan, releases nothing.
+	h.src.Releases = ops(n + 5)
+	if gone := h.scanGone(); gone != nil {
+		t.Fatalf("release of trip %d (N+5) removed %v", n+5, gone)
+	}
+	// Nor does a release over the bus of a trip that holds nothing.
+	for _, trip := range []uint64{n + 1, n + 5, m + 100} {
+		if err := h.sc.Release(ctx, h.src.Ref, trip); !errors.Is(err, scanner.ErrNotHeld) {
+			t.Fatalf("Release(trip %d) = %v, want ErrNotHeld", trip, err)
+		}
+	}
+	// The annotation naming N releases exactly N's clusters; M's stay held.
+	h.src.Releases = ops(n)
+	if gone := h.scanGone(); !reflect.DeepEqual(gone, keys(0, 5)) {
+		t.Fatalf("release of trip N: gone %v, want %v", gone, keys(0, 5))
+	}
+	h.clock.Add(time.Hour)
+	if gone := h.scanGone(); gone != nil {
+		t.Fatalf("after N's release: gone %v; trip M must stay held", gone)
+	}
+	if res := h.scan(); len(res.Held) != 5 || res.Reason != events.DegradedRemovalsHeld {
+		t.Fatalf("after N's release: %+v, want M's 5 held", res)
+	}
+	h.events()
+
+	// Released over the bus, trip M goes; N's release is spent (N holds nothing now).
+	if err := h.sc.Release(ctx, h.src.Ref, n); !errors.Is(err, scanner.ErrNotHeld) {
+		t.Fatalf("Release(trip N) again = %v, want ErrNotHeld", err)
+	}
+	if err := h.sc.Release(ctx, h.src.Ref, m); err != nil {
+		t.Fatal(err)
+	}
+	// A restarted scanner finds the release in the inventory.
+	h.restart(events.NewPublisher(h.js, "/enforcement/source-scanner"))
+	if gone := h.scanGone(); !reflect.DeepEqual(gone, keys(5, 10)) {
+		t.Fatalf("release of trip M: gone %v, want %v", gone, keys(5, 10))
+	}
+
+	// An annotation that names the next trip before it happens releases nothing when it does.
+	last := h.scan().Scan
+	h.src.Releases = ops(last + 3)
+	h.rancher.SetClusters(cs[13:]...) // 3 of 10 vanish; the cap is 1
+	h.scan()                          // last+1: missing
+	h.scan()                          // last+2
+	h.clock.Add(grace)
+	if res := h.scan(); res.Scan != last+3 || len(res.Held) != 3 {
+		t.Fatalf("want trip %d holding 3: %+v", last+3, res)
+	}
+	h.events()
+	if gone := h.scanGone(); gone != nil {
+		t.Fatalf("an annotation set before its trip released %v", gone)
+	}
+	// Removed for a scan and set again, it releases the trip.
+	h.src.Releases = nil
+	h.scanGone()
+	h.src.Releases = ops(last + 3)
+	if gone := h.scanGone(); !reflect.DeepEqual(gone, keys(10, 13)) {
+		t.Fatalf("annotation set again: gone %v, want %v", gone, keys(10, 13))
+	}
 }
 
 func TestRestartDoesNotReannounce(t *testing.T) {
