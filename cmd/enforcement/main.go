@@ -4,6 +4,8 @@
 //	enforcement dead-letters [CONSUMER]  list the events a consumer gave up on, with the reason
 //	enforcement dead-letters replay SEQ  publish a dead letter's event again after fixing the cause
 //	enforcement watch                    narrate the events as they happen (see watch.go)
+//	enforcement release-removals         list the trips of the removal breaker that hold removals
+//	enforcement release-removals SOURCE TRIP  release the removals one trip holds
 //	enforcement compose-init pki|seed    prepare the docker compose demo (see composeinit.go)
 //
 // It reads NATS_URL (default nats://127.0.0.1:4222) and, for local, KUBECONFIG.
@@ -32,6 +34,12 @@ const usage = `usage:
   enforcement dead-letters [CONSUMER]  list dead letters (all consumers when none is named)
   enforcement dead-letters replay SEQ  publish the event of dead letter SEQ again
   enforcement watch                    print one line per event as it happens (NATS_URL)
+  enforcement release-removals         list the held removals: per source, each trip (the scan
+                                       that held them) with its clusters (NATS_URL)
+  enforcement release-removals SOURCE TRIP
+                                       release the removals trip TRIP of source SOURCE holds
+                                       (the RemovalsHeld message names both); check first that
+                                       those clusters are really gone
   enforcement compose-init pki|seed    prepare the docker compose demo (deploy/compose)`
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -46,6 +54,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runDeadLetters(ctx, args[1:], getenv, stdout)
 	case "watch":
 		return runWatch(ctx, getenv, stdout)
+	case "release-removals":
+		return runReleaseRemovals(ctx, args[1:], getenv, stdout)
 	case "compose-init":
 		return runComposeInit(ctx, args[1:], getenv, stdout)
 	case "help", "-h", "--help":
