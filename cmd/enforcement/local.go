@@ -340,6 +340,8 @@ func narrate(m *nats.Msg) string {
 		return fmt.Sprintf("Cluster %s is gone from its source", e.Name)
 	case *events.SourceDegraded:
 		return fmt.Sprintf("Source %s/%s degraded (%s): %s; nothing removed", e.Source.Kind, e.Source.ID, e.Reason, e.Message)
+	case *events.SourceRecovered:
+		return fmt.Sprintf("Source %s/%s recovered: a complete listing again", e.Source.Kind, e.Source.ID)
 	case *events.InstallIntent:
 		return fmt.Sprintf("Rule %s wants %s on %s", e.Rule, e.Enforcement.Name, e.Cluster.Name)
 	case *events.UninstallIntent:

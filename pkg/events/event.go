@@ -48,6 +48,8 @@ var catalog = []descriptor{
 		"A cluster was absent from complete listings for the whole grace period.", func() Event { return &ClusterGone{} }, []string{ConsumerRuleEngine}},
 	{"io.enforcement.source.degraded.v1", []string{SubjectRoot, "source", "degraded", "{sourceKind}", "{sourceId}"},
 		"A scan did not produce a complete listing (or removals are held); nothing was removed.", func() Event { return &SourceDegraded{} }, []string{ConsumerRuleEngine}},
+	{"io.enforcement.source.recovered.v1", []string{SubjectRoot, "source", "recovered", "{sourceKind}", "{sourceId}"},
+		"A degraded source listed completely again, with no removals held.", func() Event { return &SourceRecovered{} }, []string{ConsumerRuleEngine}},
 	{"io.enforcement.removals.released.v1", []string{SubjectRoot, "removals", "released", "{sourceKind}", "{sourceId}"},
 		"An operator released the removals one trip of a source's removal breaker holds.", func() Event { return &RemovalsReleased{} }, []string{ConsumerSourceScanner}},
 	{"io.enforcement.intent.install.v1", []string{SubjectRoot, "intent", "install", "{cluster}", "{ruleNamespace}", "{rule}"},
@@ -165,6 +167,25 @@ func (e *SourceDegraded) Validate() error {
 	return required("source degraded: source.kind, source.id, reason", e.Source.Kind, e.Source.ID, e.Reason)
 }
 func (e *SourceDegraded) subjectKeys() []string { return []string{e.Source.Kind, e.Source.ID} }
+
+// SourceRecovered
+
+func (*SourceRecovered) Type() string { return "io.enforcement.source.recovered.v1" }
+
+// ID is the degraded spell it ends: one recovery per spell, however often it is republished.
+func (e *SourceRecovered) ID() string {
+	return id("source-recovered", e.Source.ID, u64(e.DegradedSince))
+}
+
+// OrderingKey is the one of SourceDegraded, so a consumer sees a source's reports in order.
+func (e *SourceRecovered) OrderingKey() string { return "source:" + e.Source.ID }
+func (e *SourceRecovered) Validate() error {
+	if e.DegradedSince == 0 || e.Scan <= e.DegradedSince {
+		return fmt.Errorf("source recovered: scan %d must come after degradedSince %d (> 0)", e.Scan, e.DegradedSince)
+	}
+	return required("source recovered: source.kind, source.id", e.Source.Kind, e.Source.ID)
+}
+func (e *SourceRecovered) subjectKeys() []string { return []string{e.Source.Kind, e.Source.ID} }
 
 // RemovalsReleased
 

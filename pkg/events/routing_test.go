@@ -19,7 +19,8 @@ func TestConsumerFiltersDeriveFromTheCatalog(t *testing.T) {
 	want := map[string][]string{
 		ConsumerRuleEngine: {
 			"enforcement.cluster.appeared.>", "enforcement.cluster.updated.>", "enforcement.cluster.gone.>",
-			"enforcement.source.degraded.>", "enforcement.install.succeeded.>", "enforcement.install.failed.>",
+			"enforcement.source.degraded.>", "enforcement.source.recovered.>",
+			"enforcement.install.succeeded.>", "enforcement.install.failed.>",
 			"enforcement.uninstall.done.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>",
 		},
 		ConsumerArgoSyncer: {

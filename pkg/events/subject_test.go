@@ -56,6 +56,7 @@ func TestSubjectsAreFilterableByKindSourceAndCluster(t *testing.T) {
 		"io.enforcement.cluster.updated.v1":    "enforcement.cluster.updated.rancher.0123456789abcdef.prod%2Eeu-1",
 		"io.enforcement.cluster.gone.v1":       "enforcement.cluster.gone.rancher.0123456789abcdef.prod%2Eeu-1",
 		"io.enforcement.source.degraded.v1":    "enforcement.source.degraded.rancher.0123456789abcdef",
+		"io.enforcement.source.recovered.v1":   "enforcement.source.recovered.rancher.0123456789abcdef",
 		"io.enforcement.removals.released.v1":  "enforcement.removals.released.rancher.0123456789abcdef",
 		"io.enforcement.intent.install.v1":     "enforcement.intent.install.prod%2Eeu-1.team-a.dev%2Erule",
 		"io.enforcement.intent.uninstall.v1":   "enforcement.intent.uninstall.prod%2Eeu-1.team-a.dev%2Erule",
@@ -90,7 +91,12 @@ func TestEventIDsIncludeTheirSequence(t *testing.T) {
 	if a.ID() == b.ID() {
 		t.Fatalf("appeared at revision 1 and 2 share id %q: a reappearance would be deduplicated away", a.ID())
 	}
-	in := sampleEvents()[4].(*InstallIntent)
+	var in *InstallIntent
+	for _, e := range sampleEvents() {
+		if i, ok := e.(*InstallIntent); ok && in == nil {
+			in = i
+		}
+	}
 	again := *in
 	again.Cluster.Revision++
 	if in.ID() == again.ID() {

@@ -100,6 +100,21 @@ type SourceDegraded struct {
 	HeldRemovals []string `json:"heldRemovals,omitempty"`
 }
 
+// SourceRecovered says a source that was degraded produced a complete listing again, with no
+// removals held: the SourceDegraded (or RemovalsHeld) condition of its rules ends now rather
+// than when it would expire. source-scanner publishes it once per degraded spell, at the first
+// such listing; DegradedSince, the spell's first degraded scan, makes its id, so a republish
+// after a scanner restart is deduplicated.
+type SourceRecovered struct {
+	Source SourceRef `json:"source"`
+	// Scan is the scan whose complete listing ended the degraded spell.
+	Scan uint64 `json:"scan"`
+	// DegradedSince is the first degraded scan of the spell.
+	DegradedSince uint64 `json:"degradedSince"`
+	// Known is how many clusters the inventory holds for the source after the scan.
+	Known int `json:"known"`
+}
+
 // RemovalsReleased says an operator released the removals that one trip of a source's removal
 // breaker holds: the clusters whose removal scan Trip held (the trip a RemovalsHeld
 // SourceDegraded event names), and no others. `enforcement release-removals` publishes it;

@@ -30,6 +30,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -81,15 +82,20 @@ func newEngine(log *slog.Logger, st store, pub intentPublisher, r *Renderer, m *
 	}
 }
 
-// load restores the cluster view and the pairs from the store. Call it before consuming events
-// or reconciling rules.
+// load restores the cluster view, the pairs and the degraded sources from the store. Call it
+// before consuming events or reconciling rules.
 func (e *engine) load(ctx context.Context) error {
 	clusters, pairs, err := e.store.load(ctx)
 	if err != nil {
 		return fmt.Errorf("load state: %w", err)
 	}
+	degraded, err := e.store.loadDegraded(ctx)
+	if err != nil {
+		return fmt.Errorf("load state: %w", err)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	maps.Copy(e.degraded, degraded)
 	for cid, rec := range clusters {
 		e.setCluster(cid, rec)
 	}

@@ -45,8 +45,10 @@ type config struct {
 	// TemplateRenderTimeout (TEMPLATE_RENDER_TIMEOUT, default 10s) bounds one render of a
 	// rule for a cluster; past it the pair gets a TemplateError.
 	TemplateRenderTimeout time.Duration
-	// SourceDegradedTTL (SOURCE_DEGRADED_TTL, default 10m) is how long a "source degraded"
-	// event keeps the SourceDegraded / RemovalsHeld condition on the rules of that source.
+	// SourceDegradedTTL (SOURCE_DEGRADED_TTL, default 10m) is the upper bound of a source's
+	// SourceDegraded / RemovalsHeld condition: a "source recovered" event clears it at once, and
+	// the scanner repeats "source degraded" every scan while it lasts, so it expires only when
+	// no report came for that long (the source is no longer scanned).
 	SourceDegradedTTL time.Duration
 	// LeaderElection (LEADER_ELECTION, default false) runs the engine only in the replica that
 	// holds the Lease "rule-engine.enforcement.globo.com" in LeaderElectionNamespace
@@ -244,6 +246,7 @@ func eventRoutes(eng *engine) *events.Router {
 			return eng.applyClusterGone(ctx, e)
 		}),
 		events.On(outcome[*events.SourceDegraded](eng)),
+		events.On(outcome[*events.SourceRecovered](eng)),
 		events.On(outcome[*events.InstallSucceeded](eng)),
 		events.On(outcome[*events.InstallFailed](eng)),
 		events.On(outcome[*events.TriggerDelivered](eng)),

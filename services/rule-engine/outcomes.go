@@ -2,8 +2,8 @@ package main
 
 // Outcomes. What the other services report back is folded into the state behind each rule's
 // status: install outcomes (argo-syncer), trigger outcomes (trigger-dispatcher) into the record
-// of the one enforcement they concern, and "source degraded" (source-scanner) into a per-source
-// mark that the status shows for a while. An outcome for an intent the pair no longer holds, or
+// of the one enforcement they concern, and "source degraded" / "source recovered" (source-scanner)
+// into a per-source mark that the status shows until the source recovers (see applyDegraded). An outcome for an intent the pair no longer holds, or
 // one already counted (redelivery), changes nothing.
 
 import (
@@ -34,9 +34,11 @@ type enfOutcome struct {
 func (e *engine) applyOutcome(ctx context.Context, ev events.Event, meta events.Meta) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if d, ok := ev.(*events.SourceDegraded); ok {
-		e.applyDegraded(d, meta)
-		return nil
+	switch s := ev.(type) {
+	case *events.SourceDegraded:
+		return e.applyDegraded(ctx, s, meta)
+	case *events.SourceRecovered:
+		return e.applyRecovered(ctx, s, meta)
 	}
 	o, ok := enfOutcomeOf(ev)
 	if !ok {
@@ -45,18 +47,51 @@ func (e *engine) applyOutcome(ctx context.Context, ev events.Event, meta events.
 	return e.foldOutcome(ctx, ev.ID(), o)
 }
 
-// applyDegraded marks the source degraded and tells its rules. Kept in memory only: after a
-// restart the condition clears, as it would after the TTL.
-func (e *engine) applyDegraded(d *events.SourceDegraded, meta events.Meta) {
-	at := meta.Time
-	if at.IsZero() {
-		at = e.now()
-	}
+// applyDegraded marks the source degraded and tells its rules. The mark is stored (key
+// "degraded.<source id>" of the state bucket) before it is applied, so a restart keeps the
+// condition; it ends with the source's "source recovered" event, or when no report renewed it
+// for degradedTTL (the scanner repeats "source degraded" every scan while the source is degraded).
+func (e *engine) applyDegraded(ctx context.Context, d *events.SourceDegraded, meta events.Meta) error {
+	at := e.eventTime(meta)
 	if prev := e.degraded[d.Source.ID]; prev != nil && prev.at.After(at) {
-		return // an older scan's report
+		return nil // an older scan's report
 	}
-	e.degraded[d.Source.ID] = &degradation{reason: d.Reason, message: d.Message, held: d.HeldRemovals, at: at}
-	for _, r := range e.rulesBySource[d.Source.ID] {
+	deg := &degradation{reason: d.Reason, message: d.Message, held: d.HeldRemovals, at: at}
+	if err := e.store.putDegraded(ctx, d.Source.ID, deg); err != nil {
+		return err
+	}
+	e.degraded[d.Source.ID] = deg
+	e.notifySource(d.Source.ID)
+	return nil
+}
+
+// applyRecovered clears the source's degradation (stored first) and tells its rules, unless a
+// degraded report newer than the recovery is in place.
+func (e *engine) applyRecovered(ctx context.Context, r *events.SourceRecovered, meta events.Meta) error {
+	deg := e.degraded[r.Source.ID]
+	if deg == nil || deg.at.After(e.eventTime(meta)) {
+		return nil
+	}
+	if err := e.store.putDegraded(ctx, r.Source.ID, nil); err != nil {
+		return err
+	}
+	delete(e.degraded, r.Source.ID)
+	e.log.Info("Source recovered", "source", r.Source.ID, "kind", r.Source.Kind, "scan", r.Scan, "was", deg.reason)
+	e.notifySource(r.Source.ID)
+	return nil
+}
+
+// eventTime is when an event was published (its ce-time), or now when it carries none.
+func (e *engine) eventTime(meta events.Meta) time.Time {
+	if meta.Time.IsZero() {
+		return e.now()
+	}
+	return meta.Time
+}
+
+// notifySource tells every rule of a source that its status may have changed.
+func (e *engine) notifySource(sourceID string) {
+	for _, r := range e.rulesBySource[sourceID] {
 		e.notify(r.key)
 	}
 }

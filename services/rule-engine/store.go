@@ -4,8 +4,8 @@ package main
 // was last told to install) must survive a restart: the durable consumer does not redeliver
 // acknowledged cluster events, and the diff against "what was installed" is what turns a changed
 // rule into install and uninstall intents. Both live in a KV bucket of the rule engine's own
-// (events.BucketRuleEngineState: the cluster view "cluster.<cid>" and the per-(rule, cluster)
-// install records "pair.<rule>.<cid>"), written after the intents are published and before the
+// (events.BucketRuleEngineState: the cluster view "cluster.<cid>", the per-(rule, cluster)
+// install records "pair.<rule>.<cid>" and the degraded sources "degraded.<source id>"), written after the intents are published and before the
 // event is acknowledged, so a crash in between replays the event and republishes the same
 // (deduplicated) intents. Rendered enforcements are cached in events.BucketRenderCache. Both
 // buckets are declared by the shared topology, which creates them.
@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/nats-io/nats.go/jetstream"
@@ -87,6 +88,10 @@ type store interface {
 	deletePair(ctx context.Context, rule, cid string) error
 	// load returns every stored cluster and pair (pairs keyed by rule, then cid).
 	load(ctx context.Context) (map[string]*clusterRecord, map[string]map[string]*pairState, error)
+	// putDegraded stores a source's degradation; nil deletes it (the source recovered).
+	putDegraded(ctx context.Context, sourceID string, d *degradation) error
+	// loadDegraded returns every stored degradation, by source id.
+	loadDegraded(ctx context.Context) (map[string]*degradation, error)
 	getRender(ctx context.Context, key string) ([]events.Enforcement, bool, error)
 	putRender(ctx context.Context, key string, enfs []events.Enforcement) error
 	// purgeRenders deletes the cached renders of rule uid for generations below generation
@@ -213,6 +218,51 @@ func (s *kvStore) load(ctx context.Context) (map[string]*clusterRecord, map[stri
 	}
 }
 
+// degradedRecord is a degradation as stored under "degraded.<source id>".
+type degradedRecord struct {
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+	Held    []string  `json:"held,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// degradedKey is the state key of a source's degradation. Source ids are hex
+// (events.SourceID); anything else is not a valid key and fails the write.
+func degradedKey(sourceID string) string { return "degraded." + sourceID }
+
+func (s *kvStore) putDegraded(ctx context.Context, sourceID string, d *degradation) error {
+	if d == nil {
+		return s.del(ctx, degradedKey(sourceID))
+	}
+	return s.putJSON(ctx, s.state, degradedKey(sourceID), degradedRecord{Reason: d.reason, Message: d.message, Held: d.held, At: d.at})
+}
+
+// loadDegraded reads the "degraded." keys of the state bucket.
+func (s *kvStore) loadDegraded(ctx context.Context) (map[string]*degradation, error) {
+	out := map[string]*degradation{}
+	w, err := s.state.Watch(ctx, degradedKey(">"), jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", events.BucketRuleEngineState, err)
+	}
+	defer func() { _ = w.Stop() }() // a failed unsubscribe of a finished watch changes nothing
+	for {
+		var entry jetstream.KeyValueEntry
+		select {
+		case entry = <-w.Updates():
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if entry == nil { // every stored value has been delivered
+			return out, nil
+		}
+		var r degradedRecord
+		if err := json.Unmarshal(entry.Value(), &r); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", entry.Key(), err)
+		}
+		out[strings.TrimPrefix(entry.Key(), "degraded.")] = &degradation{reason: r.Reason, message: r.Message, held: r.Held, at: r.At}
+	}
+}
+
 func (s *kvStore) getRender(ctx context.Context, key string) ([]events.Enforcement, bool, error) {
 	entry, err := s.render.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -257,10 +307,33 @@ type memStore struct {
 	clusters map[string]*clusterRecord
 	pairs    map[string]map[string]*pairState
 	renders  map[string][]events.Enforcement
+	degraded map[string]*degradation
 }
 
 func newMemStore() *memStore {
-	return &memStore{clusters: map[string]*clusterRecord{}, pairs: map[string]map[string]*pairState{}, renders: map[string][]events.Enforcement{}}
+	return &memStore{clusters: map[string]*clusterRecord{}, pairs: map[string]map[string]*pairState{}, renders: map[string][]events.Enforcement{},
+		degraded: map[string]*degradation{}}
+}
+
+func (s *memStore) putDegraded(_ context.Context, sourceID string, d *degradation) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d == nil {
+		delete(s.degraded, sourceID)
+	} else {
+		s.degraded[sourceID] = d
+	}
+	return nil
+}
+func (s *memStore) loadDegraded(context.Context) (map[string]*degradation, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]*degradation, len(s.degraded))
+	for k, v := range s.degraded {
+		d := *v
+		out[k] = &d
+	}
+	return out, nil
 }
 
 func (s *memStore) putCluster(_ context.Context, cid string, rec *clusterRecord) error {

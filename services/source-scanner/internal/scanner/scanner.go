@@ -138,6 +138,9 @@ type sourceMeta struct {
 	Source events.SourceRef `json:"source"`
 	// Scan counts scans; it numbers SourceDegraded events and held removals.
 	Scan uint64 `json:"scan"`
+	// DegradedSince is the first scan of the degraded spell the source is in, 0 when it is
+	// healthy: SourceRecovered ends the spell (see recovered.go).
+	DegradedSince uint64 `json:"degradedSince,omitempty"`
 	// Published is the watermark: every event announced by a record write at or below this KV
 	// revision was acknowledged by the stream.
 	Published uint64 `json:"published"`
@@ -256,6 +259,9 @@ func (s *Scanner) scan(ctx context.Context, src Source) (Result, error) {
 		}
 		s.log.Warn("Removals held by the breaker", "source", src.Ref.ID, "kind", src.Ref.Kind,
 			"scan", res.Scan, "held", len(res.Held))
+	}
+	if err := s.recovered(ctx, st, res); err != nil {
+		return fail(err)
 	}
 	level := slog.LevelDebug
 	if res.Appeared+res.Updated+res.Gone > 0 {
@@ -445,8 +451,12 @@ func (s *Scanner) publish(ctx context.Context, kind string, evs []events.Event) 
 	return nil
 }
 
-// degraded publishes a SourceDegraded event for the current scan.
+// degraded publishes a SourceDegraded event for the current scan, after marking the source
+// record degraded (markDegraded).
 func (s *Scanner) degraded(ctx context.Context, st *sourceState, reason, message string, held []string) error {
+	if err := s.markDegraded(ctx, st); err != nil {
+		return err
+	}
 	e := &events.SourceDegraded{
 		Source:       st.meta.Source,
 		Scan:         st.meta.Scan,
