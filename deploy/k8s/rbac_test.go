@@ -86,9 +86,12 @@ var rbacExpectations = map[string]struct{ allowed, denied [][]access }{
 			verbs(enfGroup, "clusterrules", "", teamNS, "get", "list", "watch"),
 			verbs("", "secrets", "", opsNS, "get", "list", "watch"),
 			verbs("", "configmaps", "", opsNS, "get", "list", "watch"),
+			verbs("", "events", "", teamNS, "create", "patch"), // ReleaseIgnored on a tenant's rule
+			verbs(eventsGroup, "events", "", teamNS, "create", "patch"),
 		},
 		denied: [][]access{
 			verbs(enfGroup, "clusterrules", "", teamNS, "create", "update", "patch", "delete"),
+			verbs("", "events", "", teamNS, "delete"),
 			verbs(enfGroup, "clusterrules", "status", teamNS, "update", "patch"),
 			verbs("", "secrets", "", "", "get", "list"), // cluster-wide
 			verbs("", "secrets", "", rbacNS, "get", "list"),

@@ -18,8 +18,12 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/enforcement-io/enforcement/pkg/api/v1beta1"
@@ -72,6 +76,9 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 		"operatorNamespace", cfg.OperatorNamespace, "health", svc.HealthAddr(), "metrics", svc.MetricsAddr())
 
 	loop := newScanLoop(sc, metrics, cfg, svc.Logger)
+	if loop.recorder, err = newRecorder(svc); err != nil {
+		return svc.Abort(err)
+	}
 	deps.trigger = loop.trigger
 	loop.deps = deps
 	routes := releaseRoutes(sc, loop.trigger)
@@ -102,6 +109,28 @@ func releaseRoutes(sc *scanner.Scanner, trigger func(sourceID string)) *events.R
 			}
 			return err
 		}))
+}
+
+// newRecorder returns the recorder of the Kubernetes Events the scanner writes on a ClusterRule
+// whose release annotation it ignores, so that the rule's author sees why (kubectl describe).
+// Events are best effort: the broadcaster drops what it cannot write, and stops with the service.
+func newRecorder(svc *service.Service) (record.EventRecorder, error) {
+	scheme := runtime.NewScheme()
+	if err := v1beta1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(svc.Kube)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	b := record.NewBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+	svc.Go("kubernetes events", func(ctx context.Context) error {
+		<-ctx.Done()
+		b.Shutdown()
+		return nil
+	})
+	return b.NewRecorder(scheme, corev1.EventSource{Component: serviceName}), nil
 }
 
 // newListerDeps creates the Kubernetes client the listers read ClusterRules and source Secrets
@@ -142,8 +171,9 @@ type scanLoop struct {
 	active map[string]string
 
 	// ignoredReleases are the release annotations warned about, rule → value, so that a standing
-	// one is logged once rather than at every pass.
+	// one is logged once rather than at every pass; recorder tells the rule's author too.
 	ignoredReleases map[string]string
+	recorder        record.EventRecorder
 
 	// pending are the source ids triggered since the last triggered pass; wake signals them.
 	mu      sync.Mutex
@@ -166,6 +196,10 @@ func (l *scanLoop) warnIgnored(ignored []ignoredRelease) {
 		}
 		l.logger.Warn("Ignored release annotation", "rule", ig.Rule, "annotation", scanner.ReleaseAnnotation,
 			"value", ig.Value, "reason", ig.Why)
+		if l.recorder != nil && ig.Object != nil {
+			l.recorder.Eventf(ig.Object, corev1.EventTypeWarning, "ReleaseIgnored", "%s=%s releases nothing: %s",
+				scanner.ReleaseAnnotation, ig.Value, ig.Why)
+		}
 	}
 	l.ignoredReleases = seen
 }

@@ -20,8 +20,8 @@ import (
 // TestReleaseRemovals runs the service against the real API server and NATS with two trips of
 // one static source's breaker held at once, trip N (edge-5, edge-6) and trip M (edge-3, edge-4),
 // and a rule of the source in a tenant namespace and one in OPERATOR_NAMESPACE. The tenant
-// rule's annotation naming N, and the operator rule's naming a trip that has not happened,
-// release nothing; the operator rule's naming N releases N and leaves M held; the removals
+// rule's annotation naming N (its author gets a ReleaseIgnored Event), and the operator rule's
+// naming a trip that has not happened, release nothing; the operator rule's naming N releases N and leaves M held; the removals
 // released event (what `enforcement release-removals` publishes) releases M.
 func TestReleaseRemovals(t *testing.T) {
 	e := newServiceEnv(t, "release")
@@ -115,6 +115,18 @@ func TestReleaseRemovals(t *testing.T) {
 	annotate(e.ns, "ops", scanner.ReleaseValue(id, m.Scan+1000))
 	scans(5)
 	noneGone("edge-3", "edge-4", "edge-5", "edge-6")
+	// The tenant sees why on its rule (kubectl describe).
+	testenv.EventuallyTrue(t, 10*time.Second, "a ReleaseIgnored Event on the tenant's rule", func() bool {
+		var evs corev1.EventList
+		e.must(k.List(ctx, &evs, client.InNamespace(e.rulesNS)))
+		for _, ev := range evs.Items {
+			if ev.Reason == "ReleaseIgnored" && ev.InvolvedObject.Name == "tenant" && ev.InvolvedObject.Kind == "ClusterRule" &&
+				strings.Contains(ev.Message, "released only from ClusterRules in the operator namespace "+e.ns) {
+				return true
+			}
+		}
+		return false
+	})
 
 	// The operator's rule naming N releases N's two; M's stay held.
 	annotate(e.ns, "ops", scanner.ReleaseValue(id, n.Scan))

@@ -42,6 +42,8 @@ type sourceSpec struct {
 // ignoredRelease is a release annotation the scan loop does not pass on, and why.
 type ignoredRelease struct {
 	Rule, Value, Why string
+	// Object is the rule, for the Kubernetes Event that tells its author.
+	Object *v1beta1.ClusterRule
 }
 
 // sourceOf derives a rule's source: its SourceRef is v1beta1.Source.Ref, the derivation
@@ -92,13 +94,13 @@ func sourcesFromRules(rules []v1beta1.ClusterRule, operatorNamespace string, log
 			continue
 		}
 		if rule.Namespace != operatorNamespace {
-			ignored = append(ignored, ignoredRelease{Rule: name, Value: v,
+			ignored = append(ignored, ignoredRelease{Rule: name, Value: v, Object: rule,
 				Why: "held removals are released only from ClusterRules in the operator namespace " + operatorNamespace})
 			continue
 		}
 		trip, err := scanner.ParseReleaseValue(v, spec.Ref.ID)
 		if err != nil {
-			ignored = append(ignored, ignoredRelease{Rule: name, Value: v, Why: err.Error()})
+			ignored = append(ignored, ignoredRelease{Rule: name, Value: v, Object: rule, Why: err.Error()})
 			continue
 		}
 		cur.Releases = append(cur.Releases, scanner.Release{Rule: name, Trip: trip})
