@@ -342,6 +342,8 @@ func narrate(m *nats.Msg) string {
 		return fmt.Sprintf("Source %s/%s degraded (%s): %s; nothing removed", e.Source.Kind, e.Source.ID, e.Reason, e.Message)
 	case *events.SourceRecovered:
 		return fmt.Sprintf("Source %s/%s recovered: a complete listing again", e.Source.Kind, e.Source.ID)
+	case *events.RemovalsReleased:
+		return fmt.Sprintf("Released the removals trip %d of source %s/%s holds: %s", e.Trip, e.Source.Kind, e.Source.ID, strings.Join(e.Clusters, ", "))
 	case *events.InstallIntent:
 		return fmt.Sprintf("Rule %s wants %s on %s", e.Rule, e.Enforcement.Name, e.Cluster.Name)
 	case *events.UninstallIntent:
