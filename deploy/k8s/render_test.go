@@ -64,7 +64,7 @@ func customValues(chartName string) map[string]any {
 	case "argo-syncer":
 		vals["config"] = map[string]any{"operatorNamespace": "enf-system", "argocdNamespace": "gitops", "syncConcurrency": 4,
 			"kubeQPS": 50, "kubeBurst": 80, "projectSourceRepos": "*", "projectClusterResources": "none",
-			"sourceSecretTTL": "1m", "shutdownTimeout": "20s"}
+			"sourceSecretTTL": "1m", "resyncInterval": "5m", "shutdownTimeout": "20s"}
 		vals["rbac"] = map[string]any{"sourceSecretNamespaces": []any{"enf-system", "team-a"}}
 	case "trigger-dispatcher":
 		vals["replicaCount"] = 3
@@ -97,7 +97,7 @@ var wantEnv = map[string]struct{ defaults, custom map[string]string }{
 		defaults: map[string]string{"OPERATOR_NAMESPACE": "enforcement", "ARGOCD_NAMESPACE": "argocd"},
 		custom: map[string]string{"OPERATOR_NAMESPACE": "enf-system", "ARGOCD_NAMESPACE": "gitops", "SYNC_CONCURRENCY": "4",
 			"KUBE_QPS": "50", "KUBE_BURST": "80", "PROJECT_SOURCE_REPOS": "*", "PROJECT_CLUSTER_RESOURCES": "none",
-			"SOURCE_SECRET_TTL": "1m", "SHUTDOWN_TIMEOUT": "20s"},
+			"SOURCE_SECRET_TTL": "1m", "RESYNC_INTERVAL": "5m", "SHUTDOWN_TIMEOUT": "20s"},
 	},
 	"trigger-dispatcher": {
 		defaults: map[string]string{},

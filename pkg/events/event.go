@@ -241,8 +241,10 @@ func (e *UninstallIntent) subjectKeys() []string {
 
 // InstallSucceeded
 
-func (*InstallSucceeded) Type() string          { return "io.enforcement.install.succeeded.v1" }
-func (e *InstallSucceeded) ID() string          { return "install-succeeded:" + e.IntentID }
+func (*InstallSucceeded) Type() string { return "io.enforcement.install.succeeded.v1" }
+func (e *InstallSucceeded) ID() string {
+	return "install-succeeded:" + e.IntentID + restoredSuffix(e.Restored)
+}
 func (e *InstallSucceeded) OrderingKey() string { return pairKey(e.Rule, e.Cluster) }
 func (e *InstallSucceeded) Validate() error {
 	return required("install succeeded: intentId, rule, cluster, enforcement",
@@ -250,6 +252,15 @@ func (e *InstallSucceeded) Validate() error {
 }
 func (e *InstallSucceeded) subjectKeys() []string {
 	return []string{e.Cluster, e.Rule.Namespace, e.Rule.Name}
+}
+
+// restoredSuffix makes the outcome of a resync's restore an event of its own, so that the
+// server's deduplication does not drop it as a repeat of the intent's first outcome.
+func restoredSuffix(round string) string {
+	if round == "" {
+		return ""
+	}
+	return ":restored:" + EscapeToken(round)
 }
 
 // InstallGated
@@ -292,8 +303,10 @@ func (e *InstallFailed) subjectKeys() []string {
 
 // UninstallDone
 
-func (*UninstallDone) Type() string          { return "io.enforcement.uninstall.done.v1" }
-func (e *UninstallDone) ID() string          { return "uninstall-done:" + e.IntentID }
+func (*UninstallDone) Type() string { return "io.enforcement.uninstall.done.v1" }
+func (e *UninstallDone) ID() string {
+	return "uninstall-done:" + e.IntentID + restoredSuffix(e.Restored)
+}
 func (e *UninstallDone) OrderingKey() string { return pairKey(e.Rule, e.Cluster) }
 func (e *UninstallDone) Validate() error {
 	return required("uninstall done: intentId, rule, cluster, enforcement",

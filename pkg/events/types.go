@@ -234,6 +234,11 @@ type InstallSucceeded struct {
 	// Created is true when the Application did not exist before (the afterInstall moment).
 	Created  bool   `json:"created"`
 	SpecHash string `json:"specHash"`
+	// Restored names the resync round (its start, RFC 3339) that put the intent's objects back
+	// after they drifted or were lost (an edit or deletion by hand, an outage longer than the
+	// retries); empty for the intent's own outcome. A restore is never the afterInstall moment:
+	// Created is false.
+	Restored string `json:"restored,omitempty"`
 }
 
 // InstallGated reports that argo-syncer holds an install intent back until its beforeInstall
@@ -272,6 +277,9 @@ type UninstallDone struct {
 	Application string  `json:"application"`
 	// Deleted is false when there was nothing (owned) to delete.
 	Deleted bool `json:"deleted"`
+	// Restored names the resync round (its start, RFC 3339) that carried out this uninstall
+	// again because its Application was still there; empty for the intent's own outcome.
+	Restored string `json:"restored,omitempty"`
 }
 
 // Trigger phases.

@@ -34,6 +34,10 @@ type Config struct {
 	// SourceSecretTTL (SOURCE_SECRET_TTL, default 30s) is how long credentials read from a source
 	// Secret are reused, so that registering 1,000 clusters of one source reads the Secret once.
 	SourceSecretTTL time.Duration
+	// ResyncInterval (RESYNC_INTERVAL, default 10m) is how often the desired state of the last
+	// decisions is re-asserted: owned objects deleted or edited by hand, or lost to an outage
+	// longer than the retries, are put back (resync.go).
+	ResyncInterval time.Duration
 }
 
 // Values of PROJECT_SOURCE_REPOS and PROJECT_CLUSTER_RESOURCES.
@@ -78,6 +82,11 @@ func LoadConfig(getenv service.Getenv) (Config, error) {
 	c.KubeQPS = float32(qps)
 	if c.SourceSecretTTL, err = service.Duration(getenv, "SOURCE_SECRET_TTL", 30*time.Second); err != nil {
 		errs = append(errs, err)
+	}
+	if c.ResyncInterval, err = service.Duration(getenv, "RESYNC_INTERVAL", 10*time.Minute); err != nil {
+		errs = append(errs, err)
+	} else if c.ResyncInterval == 0 {
+		errs = append(errs, errors.New(`RESYNC_INTERVAL="0s": must be greater than 0`))
 	}
 	if c.ProjectSourceRepos != SourceReposRules && c.ProjectSourceRepos != SourceReposAny {
 		errs = append(errs, fmt.Errorf("PROJECT_SOURCE_REPOS=%q: want %q or %q", c.ProjectSourceRepos, SourceReposRules, SourceReposAny))

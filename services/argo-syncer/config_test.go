@@ -19,7 +19,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "defaults", env: map[string]string{}, check: func(t *testing.T, c Config) {
 			if c.ArgoCDNamespace != "argocd" || c.OperatorNamespace != "enforcement" || c.Concurrency != 16 ||
 				c.ProjectSourceRepos != "rules" || c.ProjectClusterResources != "all" || c.SourceSecretTTL != 30*time.Second ||
-				c.KubeQPS != 100 || c.KubeBurst != 200 {
+				c.KubeQPS != 100 || c.KubeBurst != 200 || c.ResyncInterval != 10*time.Minute {
 				t.Errorf("defaults %+v", c)
 			}
 		}},
@@ -33,6 +33,8 @@ func TestLoadConfig(t *testing.T) {
 		{name: "bad repos", env: map[string]string{"PROJECT_SOURCE_REPOS": "some"}, wantErr: "PROJECT_SOURCE_REPOS"},
 		{name: "bad resources", env: map[string]string{"PROJECT_CLUSTER_RESOURCES": "x"}, wantErr: "PROJECT_CLUSTER_RESOURCES"},
 		{name: "bad ttl", env: map[string]string{"SOURCE_SECRET_TTL": "soon"}, wantErr: "SOURCE_SECRET_TTL"},
+		{name: "bad resync", env: map[string]string{"RESYNC_INTERVAL": "often"}, wantErr: "RESYNC_INTERVAL"},
+		{name: "zero resync", env: map[string]string{"RESYNC_INTERVAL": "0"}, wantErr: "RESYNC_INTERVAL"},
 		{name: "api mode", env: map[string]string{"ARGO_URL": "https://argocd.example"}, wantErr: "API mode not built yet"},
 	}
 	for _, tt := range tests {

@@ -30,6 +30,22 @@ type decisionRecord struct {
 	IntentID string `json:"intentId"`
 	// Kind is "install" or "uninstall".
 	Kind string `json:"kind"`
+	// Install or Uninstall is the intent itself: the desired state that the resync re-asserts
+	// (resync.go). Records written before it was kept have neither and are not resynced.
+	Install   *events.InstallIntent   `json:"install,omitempty"`
+	Uninstall *events.UninstallIntent `json:"uninstall,omitempty"`
+	// Applied is set once an install whose intent has a beforeInstall trigger has been carried
+	// out (its trigger let it through): only then may the resync create its Application again.
+	Applied bool `json:"applied,omitempty"`
+}
+
+// installRecord and uninstallRecord are the records of an intent at decision sequence seq.
+func installRecord(in *events.InstallIntent, seq uint64) decisionRecord {
+	return decisionRecord{Sequence: seq, IntentID: in.ID(), Kind: "install", Install: in}
+}
+
+func uninstallRecord(in *events.UninstallIntent, seq uint64) decisionRecord {
+	return decisionRecord{Sequence: seq, IntentID: in.ID(), Kind: "uninstall", Uninstall: in}
 }
 
 // decisionStore reads and writes decision records in the enforcement-last-decisions bucket.
@@ -52,11 +68,12 @@ func decisionKey(rule events.RuleRef, cluster, enforcement string) string {
 // returns that newer record and writes nothing. A redelivery (the recorded sequence itself)
 // writes nothing either. A sequence of 0 (not read from the stream) carries no order: it is
 // admitted and not recorded. Concurrent writers are settled by compare-and-set.
-func (s *decisionStore) admit(ctx context.Context, key string, seq uint64, intentID, kind string) (*decisionRecord, error) {
+func (s *decisionStore) admit(ctx context.Context, key string, next decisionRecord) (*decisionRecord, error) {
+	seq := next.Sequence
 	if seq == 0 {
 		return nil, nil
 	}
-	data, err := json.Marshal(decisionRecord{Sequence: seq, IntentID: intentID, Kind: kind})
+	data, err := json.Marshal(next)
 	if err != nil {
 		return nil, fmt.Errorf("encode decision record %s: %w", key, err)
 	}
@@ -95,4 +112,30 @@ func (s *decisionStore) newer(ctx context.Context, key string, seq uint64) (*dec
 		return nil, err
 	}
 	return rec, nil
+}
+
+// markApplied sets Applied on the record under key if it still is the decision at seq; a newer
+// decision or a record already marked is left alone.
+func (s *decisionStore) markApplied(ctx context.Context, key string, seq uint64) error {
+	if seq == 0 {
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		rec, rev, err := service.GetJSON[decisionRecord](ctx, s.kv, key, "decision record")
+		if err != nil || rec == nil || rec.Sequence != seq || rec.Applied {
+			return err
+		}
+		rec.Applied = true
+		data, err := json.Marshal(rec)
+		if err != nil {
+			return fmt.Errorf("encode decision record %s: %w", key, err)
+		}
+		_, err = s.kv.Update(ctx, key, data, rev)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) || attempt >= 4 {
+			return fmt.Errorf("write decision record %s: %w", key, err)
+		}
+	}
 }

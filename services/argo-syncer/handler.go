@@ -83,14 +83,14 @@ func (h *Handler) onTriggerFailed(ctx context.Context, ev *events.TriggerFailed,
 // beforeInstall trigger is recorded and announced; any other is carried out and its outcome
 // published.
 func (h *Handler) install(ctx context.Context, in *events.InstallIntent, seq uint64) error {
-	if stale, err := h.stale(ctx, in.Rule, in.Cluster.Name, in.Enforcement.Name, seq, in.ID(), "install"); stale || err != nil {
+	if stale, err := h.stale(ctx, in.Rule, in.Cluster.Name, in.Enforcement.Name, installRecord(in, seq)); stale || err != nil {
 		return err
 	}
 	res, err := h.syncer.Install(ctx, in, true)
 	if err == nil && res.Waiting {
 		return h.hold(ctx, in, seq, res.Application)
 	}
-	return h.finish(ctx, in, res, err)
+	return h.finish(ctx, in, seq, res, err)
 }
 
 // hold records the intent as the one waiting for its Application, then publishes InstallGated.
@@ -152,16 +152,23 @@ func (h *Handler) release(ctx context.Context, rule events.RuleRef, cluster, enf
 	if err == nil && res.Unchanged {
 		res.Created = true
 	}
-	return h.finish(ctx, in, res, err)
+	return h.finish(ctx, in, entry.IntentSequence, res, err)
 }
 
 // finish publishes the outcome of an install that was carried out (or failed), then removes any
 // intent waiting for the same Application: this one, released, or an older one it supersedes. A
 // permanent failure is published and acknowledged (the event is the record); any other failure
-// is published and retried, and the entry stays until the intent is done.
-func (h *Handler) finish(ctx context.Context, in *events.InstallIntent, res InstallResult, err error) error {
+// is published and retried, and the entry stays until the intent is done. seq is the intent's
+// decision sequence.
+func (h *Handler) finish(ctx context.Context, in *events.InstallIntent, seq uint64, res InstallResult, err error) error {
 	if err == nil {
 		h.metrics.intent("install", "installed")
+		if in.Triggers != nil && in.Triggers.BeforeInstall != nil {
+			// Its trigger let it through: from now on the resync may restore it.
+			if err := h.decisions.markApplied(ctx, decisionKey(in.Rule, in.Cluster.Name, in.Enforcement.Name), seq); err != nil {
+				return err
+			}
+		}
 		if _, err := h.pub.Publish(ctx, &events.InstallSucceeded{
 			IntentID: in.ID(), Rule: in.Rule, Cluster: in.Cluster.Name, Enforcement: in.Enforcement.Name,
 			Application: res.Application, Created: res.Created, SpecHash: in.SpecHash,
@@ -198,7 +205,7 @@ func (h *Handler) ungate(ctx context.Context, rule events.RuleRef, app, by strin
 
 // uninstall runs one uninstall intent whose decision sequence is seq; a stale one is skipped.
 func (h *Handler) uninstall(ctx context.Context, in *events.UninstallIntent, seq uint64) error {
-	if stale, err := h.stale(ctx, in.Rule, in.Cluster.Name, in.Enforcement, seq, in.ID(), "uninstall"); stale || err != nil {
+	if stale, err := h.stale(ctx, in.Rule, in.Cluster.Name, in.Enforcement, uninstallRecord(in, seq)); stale || err != nil {
 		return err
 	}
 	// The waiting install goes first, so that its trigger's outcome, however late, creates
@@ -222,16 +229,16 @@ func (h *Handler) uninstall(ctx context.Context, in *events.UninstallIntent, seq
 	return err
 }
 
-// stale records seq as the last decision for the rule's enforcement on cluster and reports
+// stale records rec as the last decision for the rule's enforcement on cluster and reports
 // false, or, when a newer decision was already acted on, logs and counts the intent as skipped
 // and reports true: the caller acknowledges it without any write and publishes nothing, so no
 // outcome of an old intent can pass for the current one's.
-func (h *Handler) stale(ctx context.Context, rule events.RuleRef, cluster, enforcement string, seq uint64, intentID, kind string) (bool, error) {
-	newer, err := h.decisions.admit(ctx, decisionKey(rule, cluster, enforcement), seq, intentID, kind)
+func (h *Handler) stale(ctx context.Context, rule events.RuleRef, cluster, enforcement string, rec decisionRecord) (bool, error) {
+	newer, err := h.decisions.admit(ctx, decisionKey(rule, cluster, enforcement), rec)
 	if err != nil || newer == nil {
 		return false, err
 	}
-	h.skipped(kind, intentID, events.ApplicationName(cluster, enforcement), seq, newer)
+	h.skipped(rec.Kind, rec.IntentID, events.ApplicationName(cluster, enforcement), rec.Sequence, newer)
 	return true, nil
 }
 

@@ -62,6 +62,7 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 	if err := svc.Consume(opts, h.Handle); err != nil {
 		return svc.Abort(err)
 	}
+	svc.Go("resync", func(ctx context.Context) error { return h.RunResync(ctx, cfg.ResyncInterval) })
 	svc.Logger.Info("Started", "health", svc.HealthAddr(), "metrics", svc.MetricsAddr())
 	return svc.Wait()
 }

@@ -162,7 +162,7 @@ func TestObsoleteWaitingInstallIsNotReleased(t *testing.T) {
 	seq := h.publish(in)[0]
 	h.outcome(gated(in.ID()))
 	un := uninstallIntent(in, events.UninstallNoLongerMatches)
-	if newer, err := h.handler.decisions.admit(context.Background(), decisionKey(in.Rule, "c1", "agent"), seq+100, un.ID(), "uninstall"); err != nil || newer != nil {
+	if newer, err := h.handler.decisions.admit(context.Background(), decisionKey(in.Rule, "c1", "agent"), uninstallRecord(un, seq+100)); err != nil || newer != nil {
 		t.Fatalf("record a newer decision: %+v %v", newer, err)
 	}
 	h.publish(delivered(in, "dlv-1", seq))

@@ -214,10 +214,14 @@ type InstallResult struct {
 // its AppProject first when needed. With gate set, a new Application whose intent has a
 // beforeInstall trigger is not created: the result says Waiting. Errors are *failure values.
 func (s *Syncer) Install(ctx context.Context, in *events.InstallIntent, gate bool) (InstallResult, error) {
-	cluster := in.Cluster.Name
-	unlock := s.clusters.lock(cluster)
+	unlock := s.clusters.lock(in.Cluster.Name)
 	defer unlock()
+	return s.install(ctx, in, gate)
+}
 
+// install is Install with the cluster's lock held.
+func (s *Syncer) install(ctx context.Context, in *events.InstallIntent, gate bool) (InstallResult, error) {
+	cluster := in.Cluster.Name
 	// Decide from the cache (and argo-syncer's own recent writes) before writing anything: the
 	// common cases, a redelivery or an unchanged render, cost no request at all.
 	desired := RenderApplication(s.ns, in)
@@ -249,7 +253,7 @@ func (s *Syncer) Install(ctx context.Context, in *events.InstallIntent, gate boo
 	if err != nil {
 		return res, err
 	}
-	if exists && owned(existing) && existing.Annotations[AnnotationAppliedHash] == desired.hash() {
+	if exists && owned(existing) && inSync(existing.Labels, existing.Annotations, existing.Spec, desired) {
 		res.Unchanged = true
 		return res, nil // already as rendered: a redelivery or a no-op change
 	}
@@ -432,7 +436,7 @@ func (s *Syncer) ensureProject(ctx context.Context, t events.Target, repo string
 		}
 		s.projects.wrote(p)
 	}
-	if exists && owned(existing) && existing.Annotations[AnnotationAppliedHash] == desired.hash() {
+	if exists && owned(existing) && inSync(existing.Labels, existing.Annotations, existing.Spec, desired) {
 		return writes, nil
 	}
 	p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.ApplyPatchType, desired.seal(),
@@ -462,9 +466,14 @@ type UninstallResult struct {
 // then unregisters the cluster if no Application targets it any more. 404s and conflicts are
 // tolerated.
 func (s *Syncer) Uninstall(ctx context.Context, in *events.UninstallIntent) (UninstallResult, error) {
-	cluster := in.Cluster.Name
-	unlock := s.clusters.lock(cluster)
+	unlock := s.clusters.lock(in.Cluster.Name)
 	defer unlock()
+	return s.uninstall(ctx, in)
+}
+
+// uninstall is Uninstall with the cluster's lock held.
+func (s *Syncer) uninstall(ctx context.Context, in *events.UninstallIntent) (UninstallResult, error) {
+	cluster := in.Cluster.Name
 	name := events.ApplicationName(cluster, in.Enforcement)
 	res := UninstallResult{Application: name}
 

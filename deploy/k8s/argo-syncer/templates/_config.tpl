@@ -14,6 +14,7 @@
   "PROJECT_SOURCE_REPOS" .Values.config.projectSourceRepos
   "PROJECT_CLUSTER_RESOURCES" .Values.config.projectClusterResources
   "SOURCE_SECRET_TTL" .Values.config.sourceSecretTTL
+  "RESYNC_INTERVAL" .Values.config.resyncInterval
   "SHUTDOWN_TIMEOUT" .Values.config.shutdownTimeout) }}
 {{- end }}
 
