@@ -2,12 +2,20 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
@@ -50,4 +58,69 @@ spec:
 	})
 	checkClusterSecret(t, s, "edge-1", "https://edge-1.example:6443", "edge-1-token")
 	checkClusterSecret(t, s, "edge-2", "https://edge-2.example:6443", "source-token")
+}
+
+// TestDesiredStateIsReasserted: with the built services and RESYNC_INTERVAL=2s, an Application
+// deleted by hand, another one's path edited by hand, and the cluster's AppProject deleted by
+// hand are all put back by argo-syncer's resync; the restores are recorded on the bus as
+// restored outcomes (never as a new creation). A cluster that goes away is cleaned up and its
+// Applications are not recreated by later rounds.
+func TestDesiredStateIsReasserted(t *testing.T) {
+	s := startSystem(t, map[string]string{"RESYNC_INTERVAL": "2s"})
+	steady := []map[string]any{gke("c-1", "prod-a", "active", norman), gke("c-2", "prod-b", "active", norman),
+		gke("c-3", "prod-c", "active", norman), gke("c-4", "prod-d", "active", norman), gke("c-5", "prod-e", "active", norman)}
+	s.rancher.SetClusters(steady...)
+	s.applyRule(operatorNS, example(t, "example-rancher.yaml"))
+	var all []string
+	for _, c := range []string{"prod-a", "prod-b", "prod-c", "prod-d", "prod-e"} {
+		all = append(all, c+"-guestbook", c+"-helm-guestbook")
+	}
+	sort.Strings(all)
+	testenv.Eventually(t, 60*time.Second, func() error { return equal("Applications", s.names(gvrApplication), all) })
+
+	ctx := context.Background()
+	apps := s.dyn.Resource(gvrApplication).Namespace(argoNS)
+	if err := apps.Delete(ctx, "prod-a-guestbook", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apps.Patch(ctx, "prod-b-guestbook", types.MergePatchType, []byte(`{"spec":{"source":{"path":"by-hand"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.dyn.Resource(gvrAppProject).Namespace(argoNS).Delete(ctx, "prod-c", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if err := equal("Applications", s.names(gvrApplication), all); err != nil {
+			return err
+		}
+		if !contains(s.names(gvrAppProject), "prod-c") {
+			return errors.New("AppProject prod-c not restored yet")
+		}
+		path, _, _ := unstructured.NestedString(s.get(gvrApplication, "prod-b-guestbook").Object, "spec", "source", "path")
+		if path != "guestbook" {
+			return fmt.Errorf("prod-b-guestbook path is %q, want guestbook", path)
+		}
+		return nil
+	})
+	restores := 0
+	for _, e := range s.audit() {
+		if o, ok := e.(*events.InstallSucceeded); ok && o.Restored != "" {
+			restores++
+			if o.Created {
+				t.Errorf("restore of %s reported as a creation (the afterInstall moment)", o.Application)
+			}
+		}
+	}
+	if restores < 2 {
+		t.Errorf("%d restored outcomes on the bus, want at least 2 (the deleted and the edited Application)", restores)
+	}
+
+	// prod-e leaves: cleaned up after the grace period and never recreated by later rounds.
+	s.rancher.SetClusters(steady[:4]...)
+	kept := slices.DeleteFunc(slices.Clone(all), func(n string) bool { return strings.HasPrefix(n, "prod-e-") })
+	testenv.Eventually(t, 60*time.Second, func() error { return equal("Applications", s.names(gvrApplication), kept) })
+	time.Sleep(5 * time.Second) // two resync rounds
+	if err := equal("Applications after two resync rounds", s.names(gvrApplication), kept); err != nil {
+		t.Fatal(err)
+	}
 }
