@@ -220,6 +220,7 @@ func startServices(ctx context.Context, bin, logs, natsURL, kubeconfig string, g
 			"ARGOCD_NAMESPACE="+localArgoCDNamespace,
 			"SCAN_INTERVAL="+valueOr(getenv("SCAN_INTERVAL"), "5s"),
 			"GONE_GRACE_PERIOD="+valueOr(getenv("GONE_GRACE_PERIOD"), "1m"),
+			"RESYNC_INTERVAL="+valueOr(getenv("RESYNC_INTERVAL"), "1m"),
 			"METRICS_ADDR="+metrics,
 			"HEALTH_ADDR="+health,
 		)
