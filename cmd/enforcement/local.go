@@ -350,6 +350,9 @@ func narrate(m *nats.Msg) string {
 	case *events.UninstallIntent:
 		return fmt.Sprintf("Rule %s lets go of %s on %s (%s)", e.Rule, e.Enforcement, e.Cluster.Name, e.Reason)
 	case *events.InstallSucceeded:
+		if e.Restored != "" {
+			return fmt.Sprintf("Restored Application %s/%s (deleted or edited by hand, or lost to an outage)", localArgoCDNamespace, e.Application)
+		}
 		if e.Created {
 			return fmt.Sprintf("Created Application %s/%s", localArgoCDNamespace, e.Application)
 		}
@@ -359,6 +362,9 @@ func narrate(m *nats.Msg) string {
 	case *events.InstallFailed:
 		return fmt.Sprintf("Install of %s on %s failed (%s): %s", e.Enforcement, e.Cluster, e.Reason, e.Message)
 	case *events.UninstallDone:
+		if e.Deleted && e.Restored != "" {
+			return fmt.Sprintf("Deleted Application %s/%s again: no rule wants it", localArgoCDNamespace, e.Application)
+		}
 		if e.Deleted {
 			return fmt.Sprintf("Deleted Application %s/%s", localArgoCDNamespace, e.Application)
 		}

@@ -26,3 +26,27 @@ func TestNarrateInstallGated(t *testing.T) {
 		t.Errorf("narrate(InstallGated) = %q, want %q", got, want)
 	}
 }
+
+// A resync's restore reads as a restore, never as a creation.
+func TestNarrateRestored(t *testing.T) {
+	rule := events.RuleRef{Namespace: "enforcement", Name: "demo", Generation: 1}
+	for _, tt := range []struct {
+		ev   events.Event
+		want string
+	}{
+		{&events.InstallSucceeded{IntentID: "i1", Rule: rule, Cluster: "demo-eu-1", Enforcement: "helm-guestbook",
+			Application: "demo-eu-1-helm-guestbook", Restored: "2026-12-02T05:00:00Z"},
+			"Restored Application argocd/demo-eu-1-helm-guestbook (deleted or edited by hand, or lost to an outage)"},
+		{&events.UninstallDone{IntentID: "u1", Rule: rule, Cluster: "demo-eu-1", Enforcement: "helm-guestbook",
+			Application: "demo-eu-1-helm-guestbook", Deleted: true, Restored: "2026-12-02T05:00:00Z"},
+			"Deleted Application argocd/demo-eu-1-helm-guestbook again: no rule wants it"},
+	} {
+		m, err := events.Encode(tt.ev, "/test", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := narrate(m); got != tt.want {
+			t.Errorf("narrate(%s) = %q, want %q", tt.ev.Type(), got, tt.want)
+		}
+	}
+}
