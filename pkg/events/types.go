@@ -24,6 +24,13 @@ type Cluster struct {
 	Source SourceRef `json:"source"`
 	// Key is the cluster's stable identity inside its source (Rancher id, EKS ARN, ...).
 	Key string `json:"key"`
+	// Identity is what identifies the cluster at its provider, whichever source Secret or filters
+	// it is listed through: "rancher:<server URL>/<id>", "eks:<ARN>",
+	// "gke:projects/<p>/locations/<l>/clusters/<n>", "ocm:<hub API server>/<ManagedCluster>"
+	// ("ocm:in-cluster/<name>" when the hub's address is unknown),
+	// "static:<ConfigMap namespace>/<ConfigMap name>/<entry>". Two clusters with the same Name
+	// and different identities are different clusters. Empty from older producers.
+	Identity string `json:"identity,omitempty"`
 	// Name is the cluster's name, as Argo CD registers it and as templates see `name`.
 	Name string `json:"name"`
 	// URL is the API server URL Argo CD talks to (template variable `url`).
@@ -146,6 +153,9 @@ type Target struct {
 	Key    string    `json:"key"`
 	URL    string    `json:"url"`
 	Source SourceRef `json:"source"`
+	// Identity is the cluster's Cluster.Identity: argo-syncer never lets two identities share a
+	// cluster Secret, AppProject or Application. Empty from older producers.
+	Identity string `json:"identity,omitempty"`
 	// Revision is the cluster's inventory revision the intent was computed from.
 	Revision uint64 `json:"revision"`
 	// Gone is set on uninstall intents for a cluster its source no longer lists.

@@ -85,5 +85,5 @@ func (e *engine) applyClusterGone(ctx context.Context, g *events.ClusterGone) er
 // targetOf is the install target of a known cluster, with the cluster's own source reference.
 func targetOf(rec *clusterRecord) events.Target {
 	c := &rec.Cluster
-	return events.Target{Name: c.Name, Key: c.Key, URL: c.URL, Source: c.Source, Revision: rec.Revision}
+	return events.Target{Name: c.Name, Key: c.Key, URL: c.URL, Source: c.Source, Identity: c.Identity, Revision: rec.Revision}
 }

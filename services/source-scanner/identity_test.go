@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,8 +58,9 @@ func loadIdentityRules(t *testing.T) []v1beta1.ClusterRule {
 
 // appearance is one cluster appeared event as a subscriber sees it.
 type appearance struct {
-	subject string
-	source  events.SourceRef
+	subject  string
+	source   events.SourceRef
+	identity string
 }
 
 // appearances reads every cluster appeared event of the stream, by cluster name.
@@ -84,7 +86,7 @@ func (s *stream) appearances() map[string][]appearance {
 			s.t.Fatal(err)
 		}
 		if a, ok := e.(*events.ClusterAppeared); ok {
-			out[a.Cluster.Name] = append(out[a.Cluster.Name], appearance{subject: m.Subject, source: a.Cluster.Source})
+			out[a.Cluster.Name] = append(out[a.Cluster.Name], appearance{subject: m.Subject, source: a.Cluster.Source, identity: a.Cluster.Identity})
 		}
 	}
 	return out
@@ -194,5 +196,69 @@ func TestPublishedSourceIsTheRuleSource(t *testing.T) {
 		if len(seen[name]) > 0 {
 			t.Errorf("%s appeared, but no rule's source lists it", name)
 		}
+	}
+}
+
+// TestClusterIdentityIsTheProviderIdentity runs the real scanner with two rules reading one
+// Rancher through two source Secrets, an EKS rule listing two clusters named prod in two
+// regions, and the static source: the Rancher cluster, announced by two sources, has one
+// identity (the server and its id, not the Secret), the two prods have their ARNs, and the
+// static entry names its ConfigMap.
+func TestClusterIdentityIsTheProviderIdentity(t *testing.T) {
+	rancher := rancherfake.New(t, "tok-ident", 10)
+	rancher.SetClusters(rancherfake.Cluster("c-shared", "shared-1", "active", nil))
+
+	eksAPI := eksfake.New(t)
+	eksAPI.Add("eu-west-1", "prod", "ACTIVE", nil)
+	eksAPI.Add("us-east-1", "prod", "ACTIVE", nil)
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+	e := newServiceEnv(t, "provider-identity")
+	e.env["EKS_ENDPOINT"], e.env["EKS_STS_ENDPOINT"] = eksAPI.URL, eksAPI.URL
+	for _, name := range []string{"rancher-a", "rancher-b"} {
+		e.secret(name, map[string][]byte{"url": []byte(rancher.URL), "token": []byte(rancher.Token), "caCert": rancher.CACertPEM()})
+		e.rule(name, v1beta1.Source{SecretName: name, Rancher: &v1beta1.RancherSource{}})
+	}
+	e.secret("eks-keys", map[string][]byte{"aws_access_key_id": []byte(eksfake.DefaultKeyID), "aws_secret_access_key": []byte("ident-secret")})
+	e.rule("eks", v1beta1.Source{SecretName: "eks-keys", EKS: &v1beta1.EKSSource{Regions: []string{"eu-west-1", "us-east-1"}}})
+	e.must(e.k.Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: events.DefaultStaticConfigMap},
+		Data: map[string]string{"clusters.yaml": `[{name: edge-1, url: "https://edge-1:6443"}]`}}))
+	e.rule("static", v1beta1.Source{Static: &v1beta1.StaticSource{}})
+
+	e.start()
+	var seen map[string][]appearance
+	testenv.Eventually(t, 30*time.Second, func() error {
+		seen = e.s.appearances()
+		if len(seen["shared-1"]) < 2 || len(seen["prod"]) < 2 || len(seen["edge-1"]) < 1 {
+			return fmt.Errorf("not every cluster appeared yet: %v", seen)
+		}
+		return nil
+	})
+	identities := func(name string) map[string]bool {
+		out := map[string]bool{}
+		for _, a := range seen[name] {
+			out[a.identity] = true
+		}
+		return out
+	}
+	wantRancher := "rancher:" + strings.TrimSuffix(rancher.URL, "/") + "/c-shared"
+	if got := identities("shared-1"); len(got) != 1 || !got[wantRancher] {
+		t.Errorf("shared-1, listed through two Secrets of one Rancher, has identities %v; want only %q", got, wantRancher)
+	}
+	if sources := map[string]bool{seen["shared-1"][0].source.ID: true, seen["shared-1"][1].source.ID: true}; len(sources) != 2 {
+		t.Errorf("shared-1 appeared %d times from sources %v; want once from each of two sources", len(seen["shared-1"]), sources)
+	}
+	wantEKS := map[string]bool{
+		"eks:arn:aws:eks:eu-west-1:111122223333:cluster/prod": true,
+		"eks:arn:aws:eks:us-east-1:111122223333:cluster/prod": true,
+	}
+	if got := identities("prod"); !maps.Equal(got, wantEKS) {
+		t.Errorf("the two EKS clusters named prod have identities %v; want %v", got, wantEKS)
+	}
+	wantStatic := "static:" + e.ns + "/" + events.DefaultStaticConfigMap + "/edge-1"
+	if got := identities("edge-1"); len(got) != 1 || !got[wantStatic] {
+		t.Errorf("edge-1 has identities %v; want %q", got, wantStatic)
 	}
 }

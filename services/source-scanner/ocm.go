@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"reflect"
+	"strings"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,6 +45,7 @@ type ocmLister struct {
 	mu          sync.Mutex
 	fingerprint string        // of the hub the current client and watch belong to
 	hub         client.Reader // lists ManagedClusters
+	host        string        // the hub's API server, in its clusters' identity
 	stopWatch   context.CancelFunc
 	closed      bool
 }
@@ -60,13 +62,14 @@ func newOCMLister(ref events.SourceRef, d listerDeps) *ocmLister {
 // (explicitly named) or unusable Secret, Unauthorized when the hub refuses the credentials,
 // ListFailed otherwise (including a hub without the ManagedCluster CRD).
 func (l *ocmLister) List(ctx context.Context) ([]events.Cluster, error) {
-	hub, err := l.prepare(ctx)
+	hub, host, err := l.prepare(ctx)
 	if err != nil {
 		return nil, err
 	}
 	clusters, err := (&ocm.Lister{Hub: hub}).List(ctx)
 	switch {
 	case err == nil:
+		stampIdentity(clusters, "ocm:"+host+"/")
 		return clusters, nil
 	case apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err):
 		return nil, scanner.Degraded(events.DegradedUnauthorized, err)
@@ -77,25 +80,25 @@ func (l *ocmLister) List(ctx context.Context) ([]events.Cluster, error) {
 	}
 }
 
-// prepare reads the source Secret and returns the hub's reader, (re)building the client and the
-// watch when the hub changed.
-func (l *ocmLister) prepare(ctx context.Context) (client.Reader, error) {
+// prepare reads the source Secret and returns the hub's reader and API server address ("in-cluster"
+// when unknown), (re)building the client and the watch when the hub changed.
+func (l *ocmLister) prepare(ctx context.Context) (client.Reader, string, error) {
 	data, found, err := sourceSecret(ctx, l.deps.kube, l.ref)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	var creds events.OCMCredentials
 	fp := "in-cluster"
 	if found {
 		if creds, err = events.ParseOCMSecret(data); err != nil {
-			return nil, scanner.Degradedf(events.DegradedSecretInvalid, "Secret %s/%s: %w", l.ref.SecretNamespace, l.ref.SecretName, err)
+			return nil, "", scanner.Degradedf(events.DegradedSecretInvalid, "Secret %s/%s: %w", l.ref.SecretNamespace, l.ref.SecretName, err)
 		}
 		fp = creds.Fingerprint()
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.hub != nil && fp == l.fingerprint {
-		return l.hub, nil
+		return l.hub, l.host, nil
 	}
 	var (
 		hub    client.Reader
@@ -106,11 +109,11 @@ func (l *ocmLister) prepare(ctx context.Context) (client.Reader, error) {
 	} else {
 		hubCfg, err = ocm.HubConfig(creds)
 		if err != nil {
-			return nil, scanner.Degradedf(events.DegradedSecretInvalid, "Secret %s/%s: %w", l.ref.SecretNamespace, l.ref.SecretName, err)
+			return nil, "", scanner.Degradedf(events.DegradedSecretInvalid, "Secret %s/%s: %w", l.ref.SecretNamespace, l.ref.SecretName, err)
 		}
 		c, err := client.New(hubCfg, client.Options{})
 		if err != nil {
-			return nil, scanner.Degradedf(events.DegradedSecretInvalid, "Secret %s/%s: hub client: %w", l.ref.SecretNamespace, l.ref.SecretName, err)
+			return nil, "", scanner.Degradedf(events.DegradedSecretInvalid, "Secret %s/%s: hub client: %w", l.ref.SecretNamespace, l.ref.SecretName, err)
 		}
 		hub = c
 	}
@@ -126,8 +129,12 @@ func (l *ocmLister) prepare(ctx context.Context) (client.Reader, error) {
 		}
 		l.stopWatch = stop
 	}
+	l.host = "in-cluster"
+	if hubCfg != nil && hubCfg.Host != "" {
+		l.host = strings.TrimSuffix(hubCfg.Host, "/")
+	}
 	l.hub, l.fingerprint = hub, fp
-	return hub, nil
+	return hub, l.host, nil
 }
 
 func (l *ocmLister) logger() *slog.Logger {

@@ -153,10 +153,12 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 				return nil, err
 			}
 			l := &rancher.Lister{Creds: creds, Filters: s.Filters, IgnoreFields: d.cfg.RancherIgnoreFields}
-			return l.List(ctx)
+			clusters, err := l.List(ctx)
+			stampIdentity(clusters, "rancher:"+creds.URL.String()+"/")
+			return clusters, err
 		})}
 	case events.SourceKindEKS:
-		return closeless{eks.NewLister(eks.Options{
+		return closeless{identified{"eks:", eks.NewLister(eks.Options{
 			Regions:            s.Regions,
 			RedescribeInterval: d.cfg.EKSRedescribeInterval,
 			Calls:              d.eksCalls,
@@ -166,9 +168,9 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 			Credentials: func(ctx context.Context) (eks.Credentials, error) {
 				return secretCredentials(ctx, d.kube, ref, true, events.ParseEKSSecret)
 			},
-		})}
+		})}}
 	case events.SourceKindGKE:
-		return closeless{gke.NewLister(gke.Options{
+		return closeless{identified{"gke:", gke.NewLister(gke.Options{
 			Projects: s.Projects,
 			Filters:  s.Filters,
 			Calls:    d.gkeCalls,
@@ -177,13 +179,39 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 			Credentials: func(ctx context.Context) (gke.Credentials, error) {
 				return secretCredentials(ctx, d.kube, ref, true, events.ParseGKESecret)
 			},
-		})}
+		})}}
 	case events.SourceKindOCM:
 		return newOCMLister(ref, d)
 	default:
 		return closeless{scanner.ListerFunc(func(ctx context.Context) ([]events.Cluster, error) {
-			return staticClusters(ctx, d.kube, ref.SecretNamespace, s.ConfigMap)
+			clusters, err := staticClusters(ctx, d.kube, ref.SecretNamespace, s.ConfigMap)
+			stampIdentity(clusters, "static:"+ref.SecretNamespace+"/"+s.ConfigMap+"/")
+			return clusters, err
 		})}
+	}
+}
+
+// identified stamps the identity prefix+Key on every cluster its Lister lists: the key of an
+// eks (ARN) or gke (projects/p/locations/l/clusters/n) cluster already names it at its provider,
+// whatever credentials or filters list it.
+type identified struct {
+	prefix string
+	scanner.Lister
+}
+
+func (l identified) List(ctx context.Context) ([]events.Cluster, error) {
+	clusters, err := l.Lister.List(ctx)
+	stampIdentity(clusters, l.prefix)
+	return clusters, err
+}
+
+// stampIdentity sets each cluster's Identity to prefix+Key: prefix names the provider (the kind
+// and, where the key is only unique there, the Rancher server, the OCM hub or the static
+// ConfigMap), never the Secret a rule reads it with, so a cluster listed through two Secrets
+// of one Rancher has one identity.
+func stampIdentity(clusters []events.Cluster, prefix string) {
+	for i := range clusters {
+		clusters[i].Identity = prefix + clusters[i].Key
 	}
 }
 

@@ -121,8 +121,8 @@ func diff(known map[string]*record, listing []events.Cluster, now time.Time, gra
 }
 
 // changedFields names the announced fields that differ between two states of a cluster, in the
-// vocabulary of events.ClusterUpdated.Changed, plus "name" and "secret" (the credentials Secret
-// reference, which the static source sets per cluster).
+// vocabulary of events.ClusterUpdated.Changed, plus "name", "secret" (the credentials Secret
+// reference, which the static source sets per cluster) and "identity" (the provider identity).
 func changedFields(known *record, cur events.Cluster, curAttrHash uint64) []string {
 	old := known.Cluster
 	var changed []string
@@ -146,6 +146,10 @@ func changedFields(known *record, cur events.Cluster, curAttrHash uint64) []stri
 	}
 	if old.Source.SecretNamespace != cur.Source.SecretNamespace || old.Source.SecretName != cur.Source.SecretName {
 		changed = append(changed, "secret")
+	}
+	if old.Identity != cur.Identity {
+		// Also a record written before identities existed: its first scan announces the identity.
+		changed = append(changed, "identity")
 	}
 	return changed
 }
