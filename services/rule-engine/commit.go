@@ -28,6 +28,40 @@ const publishBatch = 512
 type change struct {
 	intents []events.Event
 	pairs   []pairUpdate
+	// unselected are the pairs the change uninstalls because the rule no longer selects their
+	// cluster (NoLongerMatches), as spans of intents and pairs: what the rule edit breaker holds.
+	unselected []unselectedSpan
+}
+
+// unselectedSpan is one selection removal in a change: the pair update at pairs[pair] and its
+// uninstall intents at intents[from:to].
+type unselectedSpan struct {
+	cid            string
+	pair, from, to int
+}
+
+// dropUnselected takes the selection removals out of the change.
+func (ch *change) dropUnselected() {
+	dropPair, dropIntent := map[int]bool{}, map[int]bool{}
+	for _, u := range ch.unselected {
+		dropPair[u.pair] = true
+		for i := u.from; i < u.to; i++ {
+			dropIntent[i] = true
+		}
+	}
+	var intents []events.Event
+	for i, ev := range ch.intents {
+		if !dropIntent[i] {
+			intents = append(intents, ev)
+		}
+	}
+	var pairs []pairUpdate
+	for i, u := range ch.pairs {
+		if !dropPair[i] {
+			pairs = append(pairs, u)
+		}
+	}
+	ch.intents, ch.pairs, ch.unselected = intents, pairs, nil
 }
 
 // pairUpdate is the next record of one pair; a nil next deletes it.

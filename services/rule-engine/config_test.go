@@ -14,14 +14,14 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.OperatorNamespace != "enforcement" || c.WatchNamespaces != nil || c.TemplateHTTPAllow != nil ||
-		c.TemplateHTTPTimeout != 5*time.Second || c.TemplateRenderTimeout != 10*time.Second || c.SourceDegradedTTL != 10*time.Minute || c.StatusInterval != time.Second {
+		c.TemplateHTTPTimeout != 5*time.Second || c.TemplateRenderTimeout != 10*time.Second || c.SourceDegradedTTL != 10*time.Minute || c.StatusInterval != time.Second || c.MaxRemovalFraction != 0.1 {
 		t.Errorf("defaults: %+v", c)
 	}
 	c, err = loadConfig(env(map[string]string{"WATCH_NAMESPACES": " team-a, ,team-b", "TEMPLATE_HTTP_ALLOW": "httpbin.org"}))
 	if err != nil || strings.Join(c.WatchNamespaces, "|") != "team-a|team-b" || c.TemplateHTTPAllow[0] != "httpbin.org" {
 		t.Errorf("lists: %+v, %v", c, err)
 	}
-	for name, value := range map[string]string{"LEADER_ELECTION": "maybe", "TEMPLATE_HTTP_TIMEOUT": "0s", "TEMPLATE_RENDER_TIMEOUT": "0", "SOURCE_DEGRADED_TTL": "ten minutes", "STATUS_INTERVAL": "-1s"} {
+	for name, value := range map[string]string{"LEADER_ELECTION": "maybe", "TEMPLATE_HTTP_TIMEOUT": "0s", "TEMPLATE_RENDER_TIMEOUT": "0", "SOURCE_DEGRADED_TTL": "ten minutes", "STATUS_INTERVAL": "-1s", "MAX_REMOVAL_FRACTION": "2"} {
 		_, err := loadConfig(env(map[string]string{name: value}))
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s=%s: error %v does not name the variable", name, value, err)

@@ -50,7 +50,9 @@ type engine struct {
 	renderer    *Renderer
 	metrics     *metrics
 	degradedTTL time.Duration
-	now         func() time.Time
+	// maxRemovalFraction sizes the rule edit breaker (MAX_REMOVAL_FRACTION).
+	maxRemovalFraction float64
+	now                func() time.Time
 	// notify tells the controller that a rule's status may have changed.
 	notify func(ruleKey string)
 	// loaded is closed once the state is loaded; reconciles wait for it.
@@ -64,11 +66,12 @@ type engine struct {
 	pairs         map[string]map[string]*pairState // rule -> cluster id -> pair
 	pairByName    map[string]string                // rule + "\x00" + cluster name -> cluster id
 	degraded      map[string]*degradation          // by source id
+	held          map[string]*heldRemovals         // by rule: selection removals a rule edit held
 }
 
 func newEngine(log *slog.Logger, st store, pub intentPublisher, r *Renderer, m *metrics, degradedTTL time.Duration) *engine {
 	return &engine{
-		log: log, store: st, pub: pub, renderer: r, metrics: m, degradedTTL: degradedTTL,
+		log: log, store: st, pub: pub, renderer: r, metrics: m, degradedTTL: degradedTTL, maxRemovalFraction: 0.1,
 		now:           time.Now,
 		notify:        func(string) {},
 		loaded:        make(chan struct{}),
@@ -79,11 +82,12 @@ func newEngine(log *slog.Logger, st store, pub intentPublisher, r *Renderer, m *
 		pairs:         map[string]map[string]*pairState{},
 		pairByName:    map[string]string{},
 		degraded:      map[string]*degradation{},
+		held:          map[string]*heldRemovals{},
 	}
 }
 
-// load restores the cluster view, the pairs and the degraded sources from the store. Call it
-// before consuming events or reconciling rules.
+// load restores the cluster view, the pairs, the degraded sources and the held rule edits from
+// the store. Call it before consuming events or reconciling rules.
 func (e *engine) load(ctx context.Context) error {
 	clusters, pairs, err := e.store.load(ctx)
 	if err != nil {
@@ -93,9 +97,14 @@ func (e *engine) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load state: %w", err)
 	}
+	held, err := e.store.loadHeld(ctx)
+	if err != nil {
+		return fmt.Errorf("load state: %w", err)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	maps.Copy(e.degraded, degraded)
+	maps.Copy(e.held, held)
 	for cid, rec := range clusters {
 		e.setCluster(cid, rec)
 	}

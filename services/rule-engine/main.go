@@ -50,6 +50,11 @@ type config struct {
 	// the scanner repeats "source degraded" every scan while it lasts, so it expires only when
 	// no report came for that long (the source is no longer scanned).
 	SourceDegradedTTL time.Duration
+	// MaxRemovalFraction (MAX_REMOVAL_FRACTION, default 0.1) sizes the rule edit breaker: the
+	// selection removals of one rule generation go through at once only up to max(1, fraction ×
+	// the rule's installed pairs); over that they are held (RemovalsHeld). Same name and meaning
+	// as source-scanner's.
+	MaxRemovalFraction float64
 	// LeaderElection (LEADER_ELECTION, default false) runs the engine only in the replica that
 	// holds the Lease "rule-engine.enforcement.globo.com" in LeaderElectionNamespace
 	// (LEADER_ELECTION_NAMESPACE, default OPERATOR_NAMESPACE); the others wait, ready.
@@ -75,6 +80,10 @@ func loadConfig(getenv service.Getenv) (config, error) {
 		errs = append(errs, fmt.Errorf("LEADER_ELECTION=%q: want true or false", v))
 	}
 	c.LeaderElectionNamespace = service.String(getenv, "LEADER_ELECTION_NAMESPACE", c.OperatorNamespace)
+	var err error
+	if c.MaxRemovalFraction, err = service.Fraction(getenv, "MAX_REMOVAL_FRACTION", 0.1); err != nil {
+		errs = append(errs, err)
+	}
 	duration := func(dst *time.Duration, name string, def time.Duration, positive bool) {
 		d, err := service.Duration(getenv, name, def)
 		switch {
@@ -170,6 +179,7 @@ func startEngine(cfg config, svc *service.Service) (*engine, ctrl.Manager, error
 	renderer := newRenderer(cfg.TemplateHTTPAllow, cfg.TemplateHTTPTimeout)
 	renderer.limit = cfg.TemplateRenderTimeout
 	eng := newEngine(svc.Logger, st, svc.Publisher(), renderer, m, cfg.SourceDegradedTTL)
+	eng.maxRemovalFraction = cfg.MaxRemovalFraction
 	mgr, err := newManager(cfg, svc)
 	if err != nil {
 		return nil, nil, err

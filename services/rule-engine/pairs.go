@@ -42,7 +42,8 @@ func (cv *clusterVars) get(c *events.Cluster) (map[string]any, string) {
 //
 //	cluster gone (or unknown)          -> uninstall all (ClusterGone, orphan) and drop the pair
 //	rule unknown or invalid            -> keep the pair as it is
-//	rule no longer selects the cluster -> uninstall all (NoLongerMatches, rule's policy), drop
+//	rule no longer selects the cluster -> uninstall all (NoLongerMatches, rule's policy), drop;
+//	                                      a removal the rule edit breaker holds waits
 //	cluster present but not eligible   -> keep the pair as it is (eligibility never removes)
 //	same render key and URL as before  -> nothing to do
 //	template error                     -> keep the pair, record the error for the status
@@ -57,7 +58,9 @@ func (e *engine) evalPairVars(ctx context.Context, r *ruleState, rule, cid strin
 		// Unknown or unusable rule: keep what the pair has.
 	case !r.sel.selects(&rec.Cluster):
 		delete(r.templateErrors, cid)
-		uninstallUnselected(r, rule, cid, rec, old, ch)
+		if !e.isHeld(rule, cid) { // a held removal waits for its release
+			uninstallUnselected(r, rule, cid, rec, old, ch)
+		}
 	case !rec.Cluster.Eligible:
 		// Present but not eligible: keeps what it has, gets nothing new.
 	default:
@@ -92,8 +95,11 @@ func uninstallUnselected(r *ruleState, rule, cid string, rec *clusterRecord, old
 	if old == nil {
 		return
 	}
+	span := unselectedSpan{cid: cid, pair: len(ch.pairs), from: len(ch.intents)}
 	ch.intents = append(ch.intents, uninstalls(r.ref, targetOf(rec), old, events.UninstallNoLongerMatches, r.deletionPolicy)...)
 	ch.pairs = append(ch.pairs, pairUpdate{rule: rule, cid: cid})
+	span.to = len(ch.intents)
+	ch.unselected = append(ch.unselected, span)
 }
 
 // evalSelected renders the rule for a selected and eligible cluster, then diffs the render

@@ -35,6 +35,11 @@ type ruleState struct {
 	templateErrors map[string][2]string
 	// runaway are the render keys whose render timed out: not tried again in this generation.
 	runaway map[string]bool
+	// operatorNamespace is OPERATOR_NAMESPACE; release is the generation whose held removals
+	// the rule's release annotation releases (0: none), releaseErr why an annotation is not one.
+	operatorNamespace string
+	release           int64
+	releaseErr        error
 }
 
 // ruleFromSpec compiles a ClusterRule. secretNamespace is OPERATOR_NAMESPACE.
@@ -45,7 +50,10 @@ func ruleFromSpec(cr *v1beta1.ClusterRule, secretNamespace string) *ruleState {
 		deletionPolicy: cr.Spec.DeletionPolicy,
 		templateErrors: map[string][2]string{},
 		runaway:        map[string]bool{},
+
+		operatorNamespace: secretNamespace,
 	}
+	r.release, r.releaseErr = readRelease(cr, secretNamespace)
 	if r.deletionPolicy == "" {
 		r.deletionPolicy = events.DeletionOrphan
 	}
@@ -83,11 +91,17 @@ func trigger(t *v1beta1.Trigger) *events.Trigger {
 }
 
 // applyRule evaluates a new or changed rule against its clusters. The same uid and generation
-// as the rule already known is a no-op, so status-only reconciles cost nothing.
+// as the rule already known is a no-op, so status-only reconciles cost nothing, unless the rule
+// now releases the removals its generation held.
 func (e *engine) applyRule(ctx context.Context, r *ruleState) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if old := e.rules[r.key]; old != nil && old.ref.UID == r.ref.UID && old.ref.Generation == r.ref.Generation {
+	old := e.rules[r.key]
+	if r.releaseErr != nil && (old == nil || old.releaseErr == nil || old.releaseErr.Error() != r.releaseErr.Error()) {
+		e.log.Warn("Ignored release annotation", "rule", r.key, "error", r.releaseErr)
+	}
+	if old != nil && old.ref.UID == r.ref.UID && old.ref.Generation == r.ref.Generation && !e.releasing(r) {
+		old.release, old.releaseErr = r.release, r.releaseErr
 		return nil
 	}
 	if r.invalid != nil {
@@ -96,13 +110,39 @@ func (e *engine) applyRule(ctx context.Context, r *ruleState) error {
 		e.notify(r.key)
 		return nil
 	}
-	if err := e.commit(ctx, e.evalRule(ctx, r)); err != nil {
+	if err := e.evalAndCommit(ctx, r); err != nil {
 		return fmt.Errorf("rule %s: %w", r.key, err)
 	}
 	e.indexRule(r)
 	e.notify(r.key)
 	if r.compiled.templated {
 		e.purgeRendersLater(r.ref.UID, r.ref.Generation)
+	}
+	return nil
+}
+
+// evalAndCommit evaluates the rule over its clusters afresh (its earlier hold aside), passes the
+// selection removals through the rule edit breaker and commits. A hold is stored before the
+// change that leaves its removals out, and dropped only after the change that carries them (or
+// no longer needs them) is committed, so a crash in between evaluates the same again.
+func (e *engine) evalAndCommit(ctx context.Context, r *ruleState) error {
+	prev := e.held[r.key]
+	delete(e.held, r.key)
+	ch := e.evalRule(ctx, r)
+	if prev != nil {
+		e.held[r.key] = prev
+	}
+	h := e.breakRemovals(r, ch, prev)
+	if h != nil {
+		if err := e.setHeld(ctx, r.key, h); err != nil {
+			return err
+		}
+	}
+	if err := e.commit(ctx, ch); err != nil {
+		return err
+	}
+	if h == nil {
+		return e.setHeld(ctx, r.key, nil)
 	}
 	return nil
 }
@@ -148,6 +188,9 @@ func (e *engine) deleteRule(ctx context.Context, key string, ref events.RuleRef,
 	defer e.mu.Unlock()
 	ch, uids := e.ruleDeletion(key, ref, deletionPolicy)
 	if err := e.commit(ctx, ch); err != nil {
+		return fmt.Errorf("rule %s: %w", key, err)
+	}
+	if err := e.setHeld(ctx, key, nil); err != nil {
 		return fmt.Errorf("rule %s: %w", key, err)
 	}
 	if old := e.rules[key]; old != nil {

@@ -5,7 +5,8 @@ package main
 // acknowledged cluster events, and the diff against "what was installed" is what turns a changed
 // rule into install and uninstall intents. Both live in a KV bucket of the rule engine's own
 // (events.BucketRuleEngineState: the cluster view "cluster.<cid>", the per-(rule, cluster)
-// install records "pair.<rule>.<cid>" and the degraded sources "degraded.<source id>"), written after the intents are published and before the
+// install records "pair.<rule>.<cid>", the degraded sources "degraded.<source id>" and the
+// selection removals a rule edit held "held.<rule>"), written after the intents are published and before the
 // event is acknowledged, so a crash in between replays the event and republishes the same
 // (deduplicated) intents. Rendered enforcements are cached in events.BucketRenderCache. Both
 // buckets are declared by the shared topology, which creates them.
@@ -16,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,6 +94,10 @@ type store interface {
 	putDegraded(ctx context.Context, sourceID string, d *degradation) error
 	// loadDegraded returns every stored degradation, by source id.
 	loadDegraded(ctx context.Context) (map[string]*degradation, error)
+	// putHeld stores the selection removals a rule edit held; nil deletes them.
+	putHeld(ctx context.Context, rule string, h *heldRemovals) error
+	// loadHeld returns every stored hold, by rule.
+	loadHeld(ctx context.Context) (map[string]*heldRemovals, error)
 	getRender(ctx context.Context, key string) ([]events.Enforcement, bool, error)
 	putRender(ctx context.Context, key string, enfs []events.Enforcement) error
 	// purgeRenders deletes the cached renders of rule uid for generations below generation
@@ -263,6 +269,46 @@ func (s *kvStore) loadDegraded(ctx context.Context) (map[string]*degradation, er
 	}
 }
 
+// heldKey is the state key of a rule's held removals.
+func heldKey(rule string) string { return "held." + ruleToken(rule) }
+
+func (s *kvStore) putHeld(ctx context.Context, rule string, h *heldRemovals) error {
+	if h == nil {
+		return s.del(ctx, heldKey(rule))
+	}
+	return s.putJSON(ctx, s.state, heldKey(rule), h)
+}
+
+// loadHeld reads the "held." keys of the state bucket.
+func (s *kvStore) loadHeld(ctx context.Context) (map[string]*heldRemovals, error) {
+	out := map[string]*heldRemovals{}
+	w, err := s.state.Watch(ctx, "held.>", jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", events.BucketRuleEngineState, err)
+	}
+	defer func() { _ = w.Stop() }() // a failed unsubscribe of a finished watch changes nothing
+	for {
+		var entry jetstream.KeyValueEntry
+		select {
+		case entry = <-w.Updates():
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if entry == nil { // every stored value has been delivered
+			return out, nil
+		}
+		rule, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(entry.Key(), "held."))
+		if err != nil {
+			return nil, fmt.Errorf("malformed key %s", entry.Key())
+		}
+		var h heldRemovals
+		if err := json.Unmarshal(entry.Value(), &h); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", entry.Key(), err)
+		}
+		out[string(rule)] = &h
+	}
+}
+
 func (s *kvStore) getRender(ctx context.Context, key string) ([]events.Enforcement, bool, error) {
 	entry, err := s.render.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -308,11 +354,34 @@ type memStore struct {
 	pairs    map[string]map[string]*pairState
 	renders  map[string][]events.Enforcement
 	degraded map[string]*degradation
+	held     map[string]*heldRemovals
 }
 
 func newMemStore() *memStore {
 	return &memStore{clusters: map[string]*clusterRecord{}, pairs: map[string]map[string]*pairState{}, renders: map[string][]events.Enforcement{},
-		degraded: map[string]*degradation{}}
+		degraded: map[string]*degradation{}, held: map[string]*heldRemovals{}}
+}
+
+func (s *memStore) putHeld(_ context.Context, rule string, h *heldRemovals) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h == nil {
+		delete(s.held, rule)
+	} else {
+		s.held[rule] = h
+	}
+	return nil
+}
+func (s *memStore) loadHeld(context.Context) (map[string]*heldRemovals, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]*heldRemovals, len(s.held))
+	for k, v := range s.held {
+		h := *v
+		h.Clusters = maps.Clone(v.Clusters)
+		out[k] = &h
+	}
+	return out, nil
 }
 
 func (s *memStore) putDegraded(_ context.Context, sourceID string, d *degradation) error {
