@@ -57,7 +57,7 @@ func customValues(chartName string) map[string]any {
 		vals["rbac"] = map[string]any{"managedClusters": true}
 	case "rule-engine":
 		vals["config"] = map[string]any{"operatorNamespace": "enf-system", "watchNamespaces": []any{"team-a", "team-b"},
-			"templateHTTPAllow": []any{"api.example.com", "cmdb.example.com"}, "templateHTTPTimeout": "3s", "sourceDegradedTTL": "5m", "statusInterval": "2s"}
+			"templateHTTPAllow": []any{"api.example.com", "cmdb.example.com"}, "templateHTTPTimeout": "3s", "sourceDegradedTTL": "5m", "statusInterval": "2s", "maxRemovalFraction": "0.2"}
 		vals["replicaCount"] = 2
 		vals["strategy"] = map[string]any{"type": "RollingUpdate"}
 		vals["leaderElection"] = map[string]any{"enabled": true, "namespace": "enf-leases"}
@@ -91,7 +91,7 @@ var wantEnv = map[string]struct{ defaults, custom map[string]string }{
 		defaults: map[string]string{"OPERATOR_NAMESPACE": "enforcement"},
 		custom: map[string]string{"OPERATOR_NAMESPACE": "enf-system", "WATCH_NAMESPACES": "team-a,team-b",
 			"TEMPLATE_HTTP_ALLOW": "api.example.com,cmdb.example.com", "TEMPLATE_HTTP_TIMEOUT": "3s", "SOURCE_DEGRADED_TTL": "5m",
-			"STATUS_INTERVAL": "2s", "LEADER_ELECTION": "true", "LEADER_ELECTION_NAMESPACE": "enf-leases"},
+			"STATUS_INTERVAL": "2s", "MAX_REMOVAL_FRACTION": "0.2", "LEADER_ELECTION": "true", "LEADER_ELECTION_NAMESPACE": "enf-leases"},
 	},
 	"argo-syncer": {
 		defaults: map[string]string{"OPERATOR_NAMESPACE": "enforcement", "ARGOCD_NAMESPACE": "argocd"},

@@ -11,6 +11,7 @@
   "TEMPLATE_HTTP_ALLOW" (join "," .Values.config.templateHTTPAllow)
   "TEMPLATE_HTTP_TIMEOUT" .Values.config.templateHTTPTimeout
   "SOURCE_DEGRADED_TTL" .Values.config.sourceDegradedTTL
+  "MAX_REMOVAL_FRACTION" .Values.config.maxRemovalFraction
   "STATUS_INTERVAL" .Values.config.statusInterval
   "LEADER_ELECTION" (ternary "true" "" .Values.leaderElection.enabled)
   "LEADER_ELECTION_NAMESPACE" (ternary (include "rule-engine.leaseNamespace" .) "" .Values.leaderElection.enabled)) }}
