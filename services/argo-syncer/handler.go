@@ -83,6 +83,12 @@ func (h *Handler) onTriggerFailed(ctx context.Context, ev *events.TriggerFailed,
 // beforeInstall trigger is recorded and announced; any other is carried out and its outcome
 // published.
 func (h *Handler) install(ctx context.Context, in *events.InstallIntent, seq uint64) error {
+	// A name taken by another cluster is refused before the intent is recorded as the last
+	// decision of (rule, cluster name, enforcement), which stays the other cluster's.
+	app := events.ApplicationName(in.Cluster.Name, in.Enforcement.Name)
+	if err := h.syncer.NameConflict(in.Cluster, app); err != nil {
+		return h.finish(ctx, in, seq, InstallResult{Application: app}, err)
+	}
 	if stale, err := h.stale(ctx, in.Rule, in.Cluster.Name, in.Enforcement.Name, installRecord(in, seq)); stale || err != nil {
 		return err
 	}
@@ -205,6 +211,14 @@ func (h *Handler) ungate(ctx context.Context, rule events.RuleRef, app, by strin
 
 // uninstall runs one uninstall intent whose decision sequence is seq; a stale one is skipped.
 func (h *Handler) uninstall(ctx context.Context, in *events.UninstallIntent, seq uint64) error {
+	// Another cluster of the same name owns what is there: nothing to remove, and the last
+	// decision stays that cluster's.
+	app := events.ApplicationName(in.Cluster.Name, in.Enforcement)
+	if err := h.syncer.NameConflict(in.Cluster, app); err != nil {
+		h.logger.Info("Skipped uninstall of another cluster's objects", "application", app, "reason", err)
+		_, err = h.pub.Publish(ctx, &events.UninstallDone{IntentID: in.ID(), Rule: in.Rule, Cluster: in.Cluster.Name, Enforcement: in.Enforcement, Application: app})
+		return err
+	}
 	if stale, err := h.stale(ctx, in.Rule, in.Cluster.Name, in.Enforcement, uninstallRecord(in, seq)); stale || err != nil {
 		return err
 	}

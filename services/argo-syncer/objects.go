@@ -49,6 +49,10 @@ const (
 	// AnnotationUnregister marks an AppProject whose cluster no rule targets any more while some of
 	// its Applications are still being deleted; the cluster is unregistered once they are gone.
 	AnnotationUnregister = "enforcement.globo.com/unregister"
+	// AnnotationIdentity records, on the cluster Secret, AppProject and Applications argo-syncer
+	// writes, the provider identity (events.Target.Identity) of the cluster they were written
+	// for: another cluster of the same name never writes over them (NameConflict).
+	AnnotationIdentity = "enforcement.globo.com/cluster-identity"
 
 	// FieldManager is argo-syncer's server-side apply field manager. Fields Argo CD (or anyone
 	// else) manages, such as status, operation and finalizers, are left alone.
@@ -142,6 +146,9 @@ func RenderApplication(ns string, in *events.InstallIntent) *applyObject {
 	}
 	if in.Rule.UID != "" {
 		annotations[AnnotationRuleUID] = in.Rule.UID
+	}
+	if in.Cluster.Identity != "" {
+		annotations[AnnotationIdentity] = in.Cluster.Identity
 	}
 	namespace := e.Namespace
 	if namespace == "" {
@@ -360,6 +367,10 @@ func RenderClusterSecret(ns string, t events.Target, cfg argov1.ClusterConfig) (
 	if err != nil {
 		return nil, fmt.Errorf("marshal cluster config: %w", err)
 	}
+	annotations := map[string]string{AnnotationCluster: t.Name}
+	if t.Identity != "" {
+		annotations[AnnotationIdentity] = t.Identity
+	}
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      ClusterSecretName(t.Name),
@@ -369,7 +380,7 @@ func RenderClusterSecret(ns string, t events.Target, cfg argov1.ClusterConfig) (
 				LabelManagedBy:  ManagedByValue,
 				LabelCluster:    clusterLabel(t.Name),
 			},
-			Annotations: map[string]string{AnnotationCluster: t.Name},
+			Annotations: annotations,
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{

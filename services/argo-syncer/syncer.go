@@ -46,6 +46,9 @@ const (
 	ReasonRegistrationInvalid = "RegistrationInvalid"
 	ReasonAPIError            = "APIError" // any other API error (retried)
 	ReasonTerminating         = "ApplicationTerminating"
+	// ReasonNameConflict: the cluster's name is taken by another cluster (another provider
+	// identity) whose cluster Secret, AppProject or Application carries it. Permanent.
+	ReasonNameConflict = "NameConflict"
 )
 
 // failure is an install error with the reason to publish. Permanent failures are not retried.
@@ -231,6 +234,9 @@ func (s *Syncer) install(ctx context.Context, in *events.InstallIntent, gate boo
 	if terminating {
 		return res, &failure{reason: ReasonTerminating, err: fmt.Errorf("application %s is being deleted; waiting until it is gone", desired.Metadata.Name)}
 	}
+	if err := s.nameConflict(in.Cluster, desired.Metadata.Name); err != nil {
+		return res, err
+	}
 	if exists {
 		if err := mayWrite(existing, in); err != nil {
 			return res, err
@@ -321,18 +327,8 @@ func (s *Syncer) applyApplication(ctx context.Context, o *applyObject) (*argov1.
 // ensureCluster registers the cluster in Argo CD unless a cluster Secret for its name or API URL
 // exists. Credentials are read from the source Secret the intent references.
 func (s *Syncer) ensureCluster(ctx context.Context, t events.Target) (int, error) {
-	// A cluster Secret of Enforcement's whose API URL changed (the source moved the cluster) is
-	// pointed at the new URL; credentials are not re-read.
-	if sec, ok, _ := s.secrets.get(ClusterSecretName(t.Name)); ok && owned(sec) && t.URL != "" && string(sec.Data["server"]) != t.URL {
-		patch, _ := json.Marshal(map[string]any{"data": map[string][]byte{"server": []byte(t.URL)}})
-		updated, err := s.kube.CoreV1().Secrets(s.ns).Patch(ctx, sec.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-		s.metrics.write("Secret", "patch", err)
-		if err != nil {
-			return 1, classify(err, "update server of cluster secret "+sec.Name)
-		}
-		s.secrets.wrote(updated)
-		s.logger.Info("Updated cluster URL", "cluster", t.Name, "secret", sec.Name)
-		return 1, nil
+	if sec, ok, _ := s.secrets.get(ClusterSecretName(t.Name)); ok && owned(sec) {
+		return s.updateClusterSecret(ctx, sec, t)
 	}
 	if s.registered(t) {
 		return 0, nil
@@ -356,6 +352,78 @@ func (s *Syncer) ensureCluster(ctx context.Context, t events.Target) (int, error
 	s.secrets.wrote(created)
 	s.logger.Info("Registered cluster", "cluster", t.Name, "secret", created.Name)
 	return 1, nil
+}
+
+// updateClusterSecret keeps Enforcement's cluster Secret of the target's cluster: one whose API
+// URL changed (the source moved the cluster) is pointed at the new URL, and one written without
+// an identity is claimed by the target's; credentials are not re-read. The server moves only
+// for the identity the Secret records (install checked nameConflict; this is the last guard).
+func (s *Syncer) updateClusterSecret(ctx context.Context, sec *corev1.Secret, t events.Target) (int, error) {
+	recorded := sec.Annotations[AnnotationIdentity]
+	if recorded != "" && t.Identity != "" && recorded != t.Identity {
+		return 0, conflictError("secret", sec.Name, t, recorded)
+	}
+	patch := map[string]any{}
+	if t.URL != "" && string(sec.Data["server"]) != t.URL {
+		patch["data"] = map[string][]byte{"server": []byte(t.URL)}
+	}
+	if recorded == "" && t.Identity != "" {
+		patch["metadata"] = map[string]any{"annotations": map[string]string{AnnotationIdentity: t.Identity}}
+	}
+	if len(patch) == 0 {
+		return 0, nil
+	}
+	body, _ := json.Marshal(patch)
+	updated, err := s.kube.CoreV1().Secrets(s.ns).Patch(ctx, sec.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager})
+	s.metrics.write("Secret", "patch", err)
+	if err != nil {
+		return 1, classify(err, "update cluster secret "+sec.Name)
+	}
+	s.secrets.wrote(updated)
+	if patch["data"] != nil {
+		s.logger.Info("Updated cluster URL", "cluster", t.Name, "secret", sec.Name)
+	}
+	return 1, nil
+}
+
+// nameConflict returns a permanent NameConflict failure when the cluster Secret or AppProject of
+// the target's cluster name, or the Application app, records a provider identity other than the
+// target's: they belong to another cluster of the same name, which keeps them. Objects that
+// record none (written before identities, or adopted) are claimed by the first identity that
+// writes them; a target without an identity (an older producer) is not checked.
+func (s *Syncer) nameConflict(t events.Target, app string) error {
+	if t.Identity == "" {
+		return nil
+	}
+	if sec, ok, _ := s.secrets.get(ClusterSecretName(t.Name)); ok {
+		if id := sec.Annotations[AnnotationIdentity]; id != "" && id != t.Identity {
+			return conflictError("secret", sec.Name, t, id)
+		}
+	}
+	if p, ok, _ := s.projects.get(ProjectName(t.Name)); ok {
+		if id := p.Annotations[AnnotationIdentity]; id != "" && id != t.Identity {
+			return conflictError("appproject", p.Name, t, id)
+		}
+	}
+	if a, ok, _ := s.apps.get(app); ok {
+		if id := a.Annotations[AnnotationIdentity]; id != "" && id != t.Identity {
+			return conflictError("application", a.Name, t, id)
+		}
+	}
+	return nil
+}
+
+// NameConflict is nameConflict with the cluster's lock held.
+func (s *Syncer) NameConflict(t events.Target, app string) error {
+	unlock := s.clusters.lock(t.Name)
+	defer unlock()
+	return s.nameConflict(t, app)
+}
+
+func conflictError(kind, name string, t events.Target, owner string) error {
+	return &failure{reason: ReasonNameConflict, permanent: true,
+		err: fmt.Errorf("cluster name %s is taken by cluster %s (its %s %s records it); cluster %s gets nothing under that name",
+			t.Name, owner, kind, name, t.Identity)}
 }
 
 // clusterConfig builds the Argo CD cluster config of a target by its source kind:
@@ -425,6 +493,9 @@ func (s *Syncer) ensureProject(ctx context.Context, t events.Target, repo string
 		repos = append(repos, existing.Spec.SourceRepos...)
 	}
 	desired := RenderProject(s.ns, t.Name, t.URL, repos, s.project)
+	if t.Identity != "" {
+		desired.Metadata.Annotations[AnnotationIdentity] = t.Identity
+	}
 	desired.seal()
 	if exists && existing.Annotations[AnnotationUnregister] != "" {
 		patch := []byte(`{"metadata":{"annotations":{"` + AnnotationUnregister + `":null}}}`)
@@ -476,6 +547,11 @@ func (s *Syncer) uninstall(ctx context.Context, in *events.UninstallIntent) (Uni
 	cluster := in.Cluster.Name
 	name := events.ApplicationName(cluster, in.Enforcement)
 	res := UninstallResult{Application: name}
+	if err := s.nameConflict(in.Cluster, name); err != nil {
+		// Another cluster of the same name owns what is there: this one has nothing to remove.
+		s.logger.Info("Skipped uninstall of another cluster's objects", "application", name, "cluster", cluster, "reason", err)
+		return res, nil
+	}
 
 	app, exists, terminating := s.apps.get(name)
 	// Only Enforcement's own Application of this rule is deleted; a terminating one is already
