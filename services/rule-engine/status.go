@@ -72,6 +72,11 @@ type enfTally struct {
 	blocked       int   // held by a failing beforeInstall trigger
 	blockedMsg    string
 	afterFailed   int // installed, but an afterInstall trigger with failurePolicy Fail failed
+	// nameConflicts counts installs argo-syncer refused because another cluster of the same name
+	// owns its objects; nameConflictMsg describes the first by cluster/enforcement (nameConflictKey).
+	nameConflicts   int
+	nameConflictKey string
+	nameConflictMsg string
 	// installErrors lists the failed installs and afterInstall failures, sorted by
 	// cluster/enforcement.
 	installErrors []v1beta1.InstallError
@@ -101,6 +106,13 @@ func (t *enfTally) add(cluster, name string, es *enfState) {
 		t.installFailed++
 		t.installErrors = append(t.installErrors, v1beta1.InstallError{Cluster: cluster, Enforcement: name,
 			Reason: es.Failure.Reason, Message: es.Failure.Message, Count: es.Failure.Count})
+		if es.Failure.Reason == v1beta1.ReasonNameConflict {
+			t.nameConflicts++
+			if key := cluster + "/" + name; t.nameConflictKey == "" || key < t.nameConflictKey {
+				t.nameConflictKey = key
+				t.nameConflictMsg = fmt.Sprintf("%s on %s: %s", name, cluster, es.Failure.Message)
+			}
+		}
 	default:
 		t.pending++
 	}
@@ -149,6 +161,9 @@ func readyCondition(r *ruleState, t *enfTally, deg *degradation, matched int32) 
 	case t.blocked > 0:
 		return "False", v1beta1.ReasonTriggerBlocked,
 			fmt.Sprintf("%d install(s) held by a failing trigger; %s", t.blocked, t.blockedMsg)
+	case t.nameConflicts > 0:
+		return "False", v1beta1.ReasonNameConflict,
+			fmt.Sprintf("%d install(s) refused: another cluster of the same name owns its Argo CD objects; %s", t.nameConflicts, t.nameConflictMsg)
 	case t.installFailed > 0:
 		return "False", v1beta1.ReasonInstallFailed,
 			fmt.Sprintf("%d install(s) failed; see status.installErrors", t.installFailed)

@@ -12,7 +12,10 @@ const (
 	ReasonRemovalsHeld   = "RemovalsHeld"   // False: the removal breaker holds removals; an operator must release them
 	ReasonSourceDegraded = "SourceDegraded" // False: the last scan of the source was not complete
 	ReasonTriggerBlocked = "TriggerBlocked" // False: a failurePolicy=Fail trigger holds installs
-	ReasonInstallFailed  = "InstallFailed"  // False: some installs failed
+	// False: an install was refused because another cluster (another provider identity) with the
+	// same name owns its Argo CD objects; a person must rename one cluster or drop it from the rule.
+	ReasonNameConflict  = "NameConflict"
+	ReasonInstallFailed = "InstallFailed" // False: some installs failed
 	// False: an afterInstall trigger with failurePolicy=Fail failed; the Applications exist.
 	ReasonAfterInstallFailed = "AfterInstallFailed"
 	ReasonProgressing        = "Progressing" // False: installs issued, not all confirmed yet
