@@ -52,6 +52,8 @@ var catalog = []descriptor{
 		"A degraded source listed completely again, with no removals held.", func() Event { return &SourceRecovered{} }, []string{ConsumerRuleEngine}},
 	{"io.enforcement.removals.released.v1", []string{SubjectRoot, "removals", "released", "{sourceKind}", "{sourceId}"},
 		"An operator released the removals one trip of a source's removal breaker holds.", func() Event { return &RemovalsReleased{} }, []string{ConsumerSourceScanner}},
+	{"io.enforcement.rule.removals.released.v1", []string{SubjectRoot, "rule", "removals", "released", "{ruleNamespace}", "{rule}"},
+		"An operator released the selection removals one generation of a rule held (rule-engine's rule edit breaker).", func() Event { return &RuleRemovalsReleased{} }, []string{ConsumerRuleEngine}},
 	{"io.enforcement.intent.install.v1", []string{SubjectRoot, "intent", "install", "{cluster}", "{ruleNamespace}", "{rule}"},
 		"Make one (cluster, enforcement) Application exist as rendered.", func() Event { return &InstallIntent{} }, []string{ConsumerArgoSyncer, ConsumerTriggerDispatcher}},
 	{"io.enforcement.intent.uninstall.v1", []string{SubjectRoot, "intent", "uninstall", "{cluster}", "{ruleNamespace}", "{rule}"},
@@ -203,6 +205,23 @@ func (e *RemovalsReleased) Validate() error {
 	return required("removals released: source.kind, source.id", e.Source.Kind, e.Source.ID)
 }
 func (e *RemovalsReleased) subjectKeys() []string { return []string{e.Source.Kind, e.Source.ID} }
+
+// RuleRemovalsReleased
+
+func (*RuleRemovalsReleased) Type() string { return "io.enforcement.rule.removals.released.v1" }
+
+// ID is the rule generation: releasing the same hold twice is one release.
+func (e *RuleRemovalsReleased) ID() string {
+	return id("rule-removals-released", e.Rule.Namespace, e.Rule.Name, i64(e.Rule.Generation))
+}
+func (e *RuleRemovalsReleased) OrderingKey() string { return "rule:" + e.Rule.Namespace + "/" + e.Rule.Name }
+func (e *RuleRemovalsReleased) Validate() error {
+	if e.Rule.Generation <= 0 {
+		return errors.New("rule removals released: rule.generation: want the generation that held the removals")
+	}
+	return required("rule removals released: rule.namespace, rule.name", e.Rule.Namespace, e.Rule.Name)
+}
+func (e *RuleRemovalsReleased) subjectKeys() []string { return []string{e.Rule.Namespace, e.Rule.Name} }
 
 // InstallIntent
 

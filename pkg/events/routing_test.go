@@ -19,7 +19,7 @@ func TestConsumerFiltersDeriveFromTheCatalog(t *testing.T) {
 	want := map[string][]string{
 		ConsumerRuleEngine: {
 			"enforcement.cluster.appeared.>", "enforcement.cluster.updated.>", "enforcement.cluster.gone.>",
-			"enforcement.source.degraded.>", "enforcement.source.recovered.>",
+			"enforcement.source.degraded.>", "enforcement.source.recovered.>", "enforcement.rule.removals.released.>",
 			"enforcement.install.succeeded.>", "enforcement.install.failed.>",
 			"enforcement.uninstall.done.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>",
 		},
@@ -52,7 +52,7 @@ func TestDerivedFiltersSelectWhatTheHandWrittenOnesDid(t *testing.T) {
 	handWritten := map[string][]string{
 		// install.gated (argo-syncer to trigger-dispatcher) came after the hand-written filters,
 		// which gave rule-engine all of enforcement.install.>; it has no use for it.
-		ConsumerRuleEngine: {"enforcement.cluster.>", "enforcement.source.>", "enforcement.install.succeeded.>",
+		ConsumerRuleEngine: {"enforcement.cluster.>", "enforcement.source.>", "enforcement.rule.removals.released.>", "enforcement.install.succeeded.>",
 			"enforcement.install.failed.>", "enforcement.uninstall.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>"},
 		ConsumerArgoSyncer:        {"enforcement.intent.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>"},
 		ConsumerTriggerDispatcher: {"enforcement.intent.install.>", "enforcement.install.gated.>", "enforcement.install.succeeded.>"},

@@ -137,6 +137,20 @@ type RemovalsReleased struct {
 	By string `json:"by,omitempty"`
 }
 
+// RuleRemovalsReleased says an operator released the selection removals that one generation of
+// a rule held: rule-engine's rule edit breaker held the uninstalls of the clusters that
+// generation (Rule.Generation) no longer selects, and this releases them, no others.
+// `enforcement release-removals <namespace>/<name> generation/<n>` publishes it; rule-engine
+// uninstalls those clusters if that generation is still the rule's and still holds them.
+type RuleRemovalsReleased struct {
+	// Rule is the rule, at the generation that held the removals.
+	Rule RuleRef `json:"rule"`
+	// Clusters names the held clusters the operator saw when releasing (for audit).
+	Clusters []string `json:"clusters,omitempty"`
+	// By says who released them (the CLI's user and host), for audit.
+	By string `json:"by,omitempty"`
+}
+
 // RuleRef identifies a ClusterRule at one generation.
 type RuleRef struct {
 	Namespace  string `json:"namespace"`

@@ -7,10 +7,11 @@ package main
 // rule generation (NoLongerMatches produced by applyRule) go through a breaker of the scanner's
 // size: max(1, MAX_REMOVAL_FRACTION × the rule's installed pairs). Over the cap, all of them are
 // held: the pairs keep what they have and the rule shows RemovalsHeld. A later generation that
-// selects them again drops the hold (nothing was removed, so nothing is reinstalled); the
-// annotation ReleaseAnnotation with the value "generation/<n>", on a rule in OPERATOR_NAMESPACE,
-// releases the hold of generation n. Removed enforcements, a deleted rule and clusters that went
-// away are not selection removals and stay immediate.
+// selects them again drops the hold (nothing was removed, so nothing is reinstalled). The hold of
+// generation n is released by the annotation ReleaseAnnotation with the value "generation/<n>"
+// on a rule in OPERATOR_NAMESPACE, or by the rule removals released event (`enforcement
+// release-removals <namespace>/<name> generation/<n>`). Removed enforcements, a deleted rule and
+// clusters that went away are not selection removals and stay immediate.
 
 import (
 	"context"
@@ -22,6 +23,7 @@ import (
 	"strings"
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
+	"github.com/enforcement-io/enforcement/pkg/events"
 )
 
 // ReleaseAnnotation releases the selection removals a rule edit held; its value is
@@ -131,10 +133,36 @@ func heldMessage(r *ruleState, h *heldRemovals) string {
 	if len(names) > heldNames {
 		shown += fmt.Sprintf(" and %d more", len(names)-heldNames)
 	}
-	release := fmt.Sprintf("release them with the annotation %s: %s%d on this rule", ReleaseAnnotation, releasePrefix, h.Generation)
-	if r.ref.Namespace != r.operatorNamespace {
-		release = fmt.Sprintf("a release is accepted only on a rule in %s", r.operatorNamespace)
+	release := fmt.Sprintf("release them with enforcement release-removals %s/%s %s%d", r.ref.Namespace, r.ref.Name, releasePrefix, h.Generation)
+	if r.ref.Namespace == r.operatorNamespace {
+		release += fmt.Sprintf(" or the annotation %s: %s%d on this rule", ReleaseAnnotation, releasePrefix, h.Generation)
+	} else {
+		release += fmt.Sprintf(" (the annotation counts only on rules in %s)", r.operatorNamespace)
 	}
 	return fmt.Sprintf("generation %d no longer selects %d of the %d cluster(s) the rule installed (breaker cap %d, MAX_REMOVAL_FRACTION): %s; "+
 		"they keep what they have: revert the edit, or %s", h.Generation, len(h.Clusters), h.Installed, h.Cap, shown, release)
+}
+
+// releaseRule releases the hold a RuleRemovalsReleased event names (`enforcement
+// release-removals <namespace>/<name> generation/<n>`): only when that generation is still the
+// rule's and still holds removals; anything else releases nothing and is logged.
+func (e *engine) releaseRule(ctx context.Context, ev *events.RuleRemovalsReleased) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := ev.Rule.Namespace + "/" + ev.Rule.Name
+	h, r := e.held[key], e.rules[key]
+	if h == nil || r == nil || h.Generation != ev.Rule.Generation || r.ref.Generation != h.Generation {
+		e.log.Warn("Ignored release: the rule generation holds no removals", "rule", key, "generation", ev.Rule.Generation, "by", ev.By)
+		return nil
+	}
+	e.log.Info("Releasing held removals", "rule", key, "generation", h.Generation, "by", ev.By)
+	annotated := r.release
+	r.release = h.Generation
+	err := e.evalAndCommit(ctx, r)
+	r.release = annotated
+	if err != nil {
+		return fmt.Errorf("rule %s: %w", key, err)
+	}
+	e.notify(key)
+	return nil
 }

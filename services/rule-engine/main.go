@@ -257,6 +257,9 @@ func eventRoutes(eng *engine) *events.Router {
 		}),
 		events.On(outcome[*events.SourceDegraded](eng)),
 		events.On(outcome[*events.SourceRecovered](eng)),
+		events.On(func(ctx context.Context, e *events.RuleRemovalsReleased, _ events.Meta) error {
+			return eng.releaseRule(ctx, e)
+		}),
 		events.On(outcome[*events.InstallSucceeded](eng)),
 		events.On(outcome[*events.InstallFailed](eng)),
 		events.On(outcome[*events.TriggerDelivered](eng)),

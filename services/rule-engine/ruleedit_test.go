@@ -131,10 +131,22 @@ func TestRuleEditUnderTheCapAndEnforcementRemoval(t *testing.T) {
 	})
 	e.waitReady("fleet", v1beta1.ReasonRemovalsHeld, func(v1beta1.ClusterRuleStatus) error {
 		if msg := e.rule("fleet").Status.Conditions[0].Message; !strings.Contains(msg, "19 of the 19") ||
-			!strings.Contains(msg, "a release is accepted only on a rule in enforcement") {
+			!strings.Contains(msg, "release-removals "+e.ns+"/fleet generation/4 (the annotation counts only on rules in enforcement)") {
 			return fmt.Errorf("message %q", msg)
 		}
 		return nil
 	})
 	e.waitIntentSet(want...)
+
+	// The release event (what `enforcement release-removals` publishes) of another generation
+	// releases nothing; of generation 4, exactly its 19 removals.
+	e.publish(&events.RuleRemovalsReleased{Rule: events.RuleRef{Namespace: e.ns, Name: "fleet", Generation: 3}})
+	e.publish(&events.RuleRemovalsReleased{Rule: events.RuleRef{Namespace: e.ns, Name: "fleet", Generation: 4}, By: "ops"})
+	for i := range 20 {
+		if i != 7 {
+			want = append(want, fmt.Sprintf("uninstall c%02d guestbook NoLongerMatches", i))
+		}
+	}
+	e.waitIntentSet(want...)
+	e.waitReady("fleet", v1beta1.ReasonNoClusters, nil)
 }

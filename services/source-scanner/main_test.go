@@ -47,6 +47,8 @@ func TestSourcesFromRules(t *testing.T) {
 		*withRelease(rule("enforcement", "r3", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"provider": "rke"}}}), "all"),
 		*withRelease(rule("enforcement", "r3b", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"provider": "rke"}}}), rke+"/9"),
 		*withRelease(rule("enforcement", "r3c", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"provider": "rke"}}}), "12"),
+		// rule-engine's release of a rule edit: not a trip, not ignored here either.
+		*withRelease(rule("enforcement", "r3d", v1beta1.Source{Rancher: &v1beta1.RancherSource{Filters: map[string]string{"provider": "rke"}}}), "generation/4"),
 		*rule("a", "r4", v1beta1.Source{SecretName: "rancher-secret", Rancher: &v1beta1.RancherSource{}}),
 		*rule("a", "r5", v1beta1.Source{Static: &v1beta1.StaticSource{}}),
 		*rule("a", "r6", v1beta1.Source{Static: &v1beta1.StaticSource{ConfigMap: "enforcement-static-clusters"}}),
@@ -78,7 +80,7 @@ func TestSourcesFromRules(t *testing.T) {
 		"gke/gke map[location:europe-*] cm= regions=[] projects=[b a] release=[] [a/r11]",
 		"gke/gke-key map[] cm= regions=[] projects=[a] release=[] [a/r12]",
 		"ocm/ocm map[] cm= regions=[] projects=[] release=[] [a/r13 b/r14]",
-		"rancher/rancher map[provider:rke] cm= regions=[] projects=[] release=[{enforcement/r3b 9}] [a/r1 b/r2 enforcement/r3 enforcement/r3b enforcement/r3c]",
+		"rancher/rancher map[provider:rke] cm= regions=[] projects=[] release=[{enforcement/r3b 9}] [a/r1 b/r2 enforcement/r3 enforcement/r3b enforcement/r3c enforcement/r3d]",
 		"rancher/rancher-secret map[] cm= regions=[] projects=[] release=[] [a/r4]",
 		"static/static map[] cm=enforcement-static-clusters regions=[] projects=[] release=[] [a/r5 a/r6]",
 		"static/static map[] cm=lab regions=[] projects=[] release=[] [a/r7]",

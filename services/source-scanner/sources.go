@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -90,8 +91,8 @@ func sourcesFromRules(rules []v1beta1.ClusterRule, operatorNamespace string, log
 		name := rule.Namespace + "/" + rule.Name
 		cur.Rules = append(cur.Rules, name)
 		v, set := rule.Annotations[scanner.ReleaseAnnotation]
-		if !set {
-			continue
+		if !set || strings.HasPrefix(strings.TrimSpace(v), "generation/") {
+			continue // no release, or rule-engine's release of a rule edit's held removals
 		}
 		if rule.Namespace != operatorNamespace {
 			ignored = append(ignored, ignoredRelease{Rule: name, Value: v, Object: rule,
