@@ -345,6 +345,8 @@ func narrate(m *nats.Msg) string {
 		return fmt.Sprintf("Source %s/%s recovered: a complete listing again", e.Source.Kind, e.Source.ID)
 	case *events.RemovalsReleased:
 		return fmt.Sprintf("Released the removals trip %d of source %s/%s holds: %s", e.Trip, e.Source.Kind, e.Source.ID, strings.Join(e.Clusters, ", "))
+	case *events.RuleRemovalsReleased:
+		return fmt.Sprintf("Released the uninstalls generation %d of rule %s/%s holds: %s", e.Rule.Generation, e.Rule.Namespace, e.Rule.Name, strings.Join(e.Clusters, ", "))
 	case *events.InstallIntent:
 		return fmt.Sprintf("Rule %s wants %s on %s", e.Rule, e.Enforcement.Name, e.Cluster.Name)
 	case *events.UninstallIntent:

@@ -4,8 +4,9 @@
 //	enforcement dead-letters [CONSUMER]  list the events a consumer gave up on, with the reason
 //	enforcement dead-letters replay SEQ  publish a dead letter's event again after fixing the cause
 //	enforcement watch                    narrate the events as they happen (see watch.go)
-//	enforcement release-removals         list the trips of the removal breaker that hold removals
+//	enforcement release-removals         list the trips of the removal breaker and the rule edits that hold removals
 //	enforcement release-removals SOURCE TRIP  release the removals one trip holds
+//	enforcement release-removals NAMESPACE/RULE generation/N  release the removals a rule edit holds
 //	enforcement compose-init pki|seed    prepare the docker compose demo (see composeinit.go)
 //
 // It reads NATS_URL (default nats://127.0.0.1:4222) and, for local, KUBECONFIG.
@@ -40,6 +41,10 @@ const usage = `usage:
                                        release the removals trip TRIP of source SOURCE holds
                                        (the RemovalsHeld message names both); check first that
                                        those clusters are really gone
+  enforcement release-removals NAMESPACE/RULE generation/N
+                                       release the uninstalls generation N of a rule held (its
+                                       RemovalsHeld message names it); check first that the
+                                       edit really means to let go of those clusters
   enforcement compose-init pki|seed    prepare the docker compose demo (deploy/compose)`
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

@@ -49,16 +49,18 @@ type heldTrip struct {
 	Released bool
 }
 
-// runReleaseRemovals lists the trips that hold removals (no arguments), or releases one trip
-// (<source id> <trip>) by publishing io.enforcement.removals.released.v1, after checking in the
-// inventory that the trip holds removals. source-scanner records the release and removes, at its
-// next complete scan, the clusters of that trip that are still missing; nothing else.
+// runReleaseRemovals lists the trips that hold removals and the held rule edits (no arguments),
+// or releases one trip (<source id> <trip>) by publishing io.enforcement.removals.released.v1,
+// after checking in the inventory that the trip holds removals (source-scanner records the
+// release and removes, at its next complete scan, the clusters of that trip that are still
+// missing; nothing else), or one rule edit (<namespace>/<name> generation/<n>: releaseRuleEdit).
 func runReleaseRemovals(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) != 0 && len(args) != 2 {
 		return fmt.Errorf("release-removals: want no arguments (list) or <source id> <trip>, got %q\n%s", args, usage)
 	}
+	ruleEdit := len(args) == 2 && strings.HasPrefix(args[1], ruleReleasePrefix)
 	var trip uint64
-	if len(args) == 2 {
+	if len(args) == 2 && !ruleEdit {
 		var err error
 		if trip, err = strconv.ParseUint(args[1], 10, 64); err != nil || trip == 0 {
 			return fmt.Errorf("release-removals: trip %q: want the scan number a RemovalsHeld message names", args[1])
@@ -74,6 +76,9 @@ func runReleaseRemovals(ctx context.Context, args []string, getenv func(string) 
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
+	if ruleEdit {
+		return releaseRuleEdit(ctx, js, args[0], args[1], getenv, stdout)
+	}
 	kv, err := js.KeyValue(ctx, events.BucketInventory)
 	if err != nil {
 		return fmt.Errorf("open bucket %s: %w", events.BucketInventory, err)
@@ -87,7 +92,19 @@ func runReleaseRemovals(ctx context.Context, args []string, getenv func(string) 
 		return err
 	}
 	if len(args) == 0 {
-		return printTrips(stdout, trips)
+		edits, err := heldRuleEdits(ctx, js)
+		if err != nil {
+			return err
+		}
+		if len(trips) > 0 || len(edits) == 0 {
+			if err := printTrips(stdout, trips); err != nil {
+				return err
+			}
+		}
+		if len(edits) == 0 {
+			return nil
+		}
+		return printRuleEdits(stdout, edits)
 	}
 	return releaseTrip(ctx, js, trips, sourceID, trip, getenv, stdout)
 }
