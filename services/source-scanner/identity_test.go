@@ -192,6 +192,17 @@ func TestPublishedSourceIsTheRuleSource(t *testing.T) {
 			}
 		}
 	}
+	// The provider identity of the kinds TestClusterIdentityIsTheProviderIdentity does not cover.
+	for name, want := range map[string]string{
+		"alpha":          "gke:projects/proj-a/locations/europe-west1/clusters/alpha",
+		"identity-spoke": "ocm:" + strings.TrimSuffix(e.kube.Config.Host, "/") + "/identity-spoke",
+	} {
+		for _, a := range seen[name] {
+			if a.identity != want {
+				t.Errorf("%s has identity %q; want %q", name, a.identity, want)
+			}
+		}
+	}
 	for _, name := range []string{"rke-1", "not-listed", "beta"} {
 		if len(seen[name]) > 0 {
 			t.Errorf("%s appeared, but no rule's source lists it", name)
