@@ -124,3 +124,135 @@ func TestDesiredStateIsReasserted(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// readyReason returns the reason of a ClusterRule's Ready condition ("" while it has none).
+func (s *system) readyReason(namespace, name string) string {
+	s.t.Helper()
+	u, err := s.dyn.Resource(gvrClusterRule).Namespace(namespace).Get(context.Background(), name, getOpts)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
+			reason, _ := m["reason"].(string)
+			return reason
+		}
+	}
+	return ""
+}
+
+// selectionUninstalls counts the uninstall intents of a rule published because a rule edit
+// stopped selecting a cluster.
+func (s *system) selectionUninstalls(rule string) int {
+	n := 0
+	for _, e := range s.audit() {
+		if u, ok := e.(*events.UninstallIntent); ok && u.Rule.Name == rule && u.Reason == events.UninstallNoLongerMatches {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRuleEditTypoRemovesNothing: with the built services, a typo in the labels of the
+// original's example rule stops it selecting all five clusters; the rule edit breaker holds the
+// ten removals (RemovalsHeld), and reverting the typo drops the hold: no Application is deleted
+// or recreated, and no uninstall intent is published at any point.
+func TestRuleEditTypoRemovesNothing(t *testing.T) {
+	s := startSystem(t, nil)
+	var fleet []map[string]any
+	var all []string
+	for i, c := range []string{"prod-a", "prod-b", "prod-c", "prod-d", "prod-e"} {
+		fleet = append(fleet, gke(fmt.Sprintf("c-%d", i+1), c, "active", norman))
+		all = append(all, c+"-guestbook", c+"-helm-guestbook")
+	}
+	sort.Strings(all)
+	s.rancher.SetClusters(fleet...)
+	s.applyRule(operatorNS, example(t, "example-rancher.yaml"))
+	testenv.Eventually(t, 60*time.Second, func() error { return equal("Applications", s.names(gvrApplication), all) })
+	uids := map[string]types.UID{}
+	for _, n := range all {
+		uids[n] = s.get(gvrApplication, n).GetUID()
+	}
+
+	rules := s.dyn.Resource(gvrClusterRule).Namespace(operatorNS)
+	setCreator := func(v string) {
+		patch := fmt.Sprintf(`{"spec":{"source":{"rancher":{"labels":{"cattle.io/creator":%q}}}}}`, v)
+		if _, err := rules.Patch(context.Background(), "dev-rule", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setCreator("normann")
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if r := s.readyReason(operatorNS, "dev-rule"); r != "RemovalsHeld" {
+			return fmt.Errorf("Ready reason %q, want RemovalsHeld", r)
+		}
+		return nil
+	})
+	setCreator("norman")
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if r := s.readyReason(operatorNS, "dev-rule"); r == "RemovalsHeld" {
+			return errors.New("still RemovalsHeld after the revert")
+		}
+		return nil
+	})
+	if err := equal("Applications after the typo and its revert", s.names(gvrApplication), all); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range all {
+		if uid := s.get(gvrApplication, n).GetUID(); uid != uids[n] {
+			t.Errorf("Application %s was deleted and recreated", n)
+		}
+	}
+	if n := s.selectionUninstalls("dev-rule"); n != 0 {
+		t.Errorf("%d uninstall intents published for the typo, want none", n)
+	}
+}
+
+// TestSameNameInTwoSourcesNeverShares: a Rancher cluster and a static cluster both named
+// prod-a, each selected by its own rule. The first registered keeps the cluster Secret (its
+// server never moves to the other's URL) and its Applications; the other rule shows
+// NameConflict and nothing of it is installed under that name.
+func TestSameNameInTwoSourcesNeverShares(t *testing.T) {
+	s := startSystem(t, nil)
+	s.rancher.SetClusters(gke("c-1", "prod-a", "active", norman))
+	s.applyRule(operatorNS, example(t, "example-rancher.yaml"))
+	rancherURL := s.rancher.URL + "/k8s/clusters/c-1"
+	testenv.Eventually(t, 60*time.Second, func() error {
+		return equal("Applications", s.names(gvrApplication), []string{"prod-a-guestbook", "prod-a-helm-guestbook"})
+	})
+
+	s.createSecret("static", map[string][]byte{"token": []byte("static-token")})
+	err := s.kube.Client.Create(context.Background(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "enforcement-static-clusters", Namespace: operatorNS},
+		Data:       map[string]string{"clusters.yaml": "- name: prod-a\n  url: https://elsewhere.example:6443\n"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.applyRule(operatorNS, `apiVersion: enforcement.globo.com/v1beta1
+kind: ClusterRule
+metadata:
+  name: edge
+spec:
+  enforcements:
+    - name: agent
+      repo: https://github.com/example/agent
+      path: chart
+  source:
+    static: {}
+`)
+	testenv.Eventually(t, 60*time.Second, func() error {
+		if r := s.readyReason(operatorNS, "edge"); r != "NameConflict" {
+			return fmt.Errorf("Ready reason of the static rule %q, want NameConflict", r)
+		}
+		return nil
+	})
+	if err := equal("Applications", s.names(gvrApplication), []string{"prod-a-guestbook", "prod-a-helm-guestbook"}); err != nil {
+		t.Fatal(err)
+	}
+	checkClusterSecret(t, s, "prod-a", rancherURL, token)
+	if got := s.clusterSecretNames(); len(got) != 1 {
+		t.Errorf("cluster Secrets for %v, want one for prod-a", got)
+	}
+}
