@@ -214,7 +214,9 @@ func (*RuleRemovalsReleased) Type() string { return "io.enforcement.rule.removal
 func (e *RuleRemovalsReleased) ID() string {
 	return id("rule-removals-released", e.Rule.Namespace, e.Rule.Name, i64(e.Rule.Generation))
 }
-func (e *RuleRemovalsReleased) OrderingKey() string { return "rule:" + e.Rule.Namespace + "/" + e.Rule.Name }
+func (e *RuleRemovalsReleased) OrderingKey() string {
+	return "rule:" + e.Rule.Namespace + "/" + e.Rule.Name
+}
 func (e *RuleRemovalsReleased) Validate() error {
 	if e.Rule.Generation <= 0 {
 		return errors.New("rule removals released: rule.generation: want the generation that held the removals")
