@@ -26,3 +26,32 @@ func GetJSON[T any](ctx context.Context, kv jetstream.KeyValue, key, what string
 	}
 	return &v, entry.Revision(), nil
 }
+
+// EachEntry calls fn for every current entry of kv whose key matches filter (a subject pattern
+// such as "held.>"; ">" for all), with one watch (cheaper than a Get per key), and returns once
+// the watch has delivered every stored value. Deleted keys are skipped. An error of fn stops the
+// read and is returned as it is; ctx bounds the whole read. A watcher closed before it caught up
+// is an error, so a partial read never passes for a complete one.
+func EachEntry(ctx context.Context, kv jetstream.KeyValue, filter string, fn func(jetstream.KeyValueEntry) error) error {
+	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("watch %s %s: %w", kv.Bucket(), filter, err)
+	}
+	defer func() { _ = w.Stop() }() // a failed unsubscribe of a finished watch changes nothing
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("watch %s %s: %w", kv.Bucket(), filter, ctx.Err())
+		case entry, ok := <-w.Updates():
+			switch {
+			case !ok:
+				return fmt.Errorf("watch %s %s: watcher closed before it caught up", kv.Bucket(), filter)
+			case entry == nil: // every stored value has been delivered
+				return nil
+			}
+			if err := fn(entry); err != nil {
+				return err
+			}
+		}
+	}
+}

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -36,5 +37,44 @@ func TestGetJSON(t *testing.T) {
 	}
 	if _, _, err := GetJSON[entry](ctx, kv, "bad", "test entry"); err == nil || !strings.Contains(err.Error(), "decode test entry bad") {
 		t.Fatalf("undecodable value: error %v, want one naming the test entry bad", err)
+	}
+}
+
+// EachEntry on a real bucket: it visits exactly the current entries that match its filter
+// (not deleted ones, not other prefixes), returns on an empty match, and stops at fn's error.
+func TestEachEntry(t *testing.T) {
+	ctx := context.Background()
+	kv, err := testenv.StartNATS(t).JetStream(t).CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "eachentry"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"held.a", "held.b", "held.gone", "pair.x"} {
+		if _, err := kv.Put(ctx, k, []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := kv.Delete(ctx, "held.gone"); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	if err := EachEntry(ctx, kv, "held.>", func(e jetstream.KeyValueEntry) error {
+		seen = append(seen, e.Key()+"="+string(e.Value()))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(seen, ","); got != "held.a=held.a,held.b=held.b" {
+		t.Errorf("visited %s, want held.a and held.b only", got)
+	}
+	if err := EachEntry(ctx, kv, "degraded.>", func(jetstream.KeyValueEntry) error {
+		t.Error("visited an entry of an empty match")
+		return nil
+	}); err != nil {
+		t.Fatalf("empty match: %v", err)
+	}
+	stop := errors.New("stop")
+	calls := 0
+	if err := EachEntry(ctx, kv, ">", func(jetstream.KeyValueEntry) error { calls++; return stop }); !errors.Is(err, stop) || calls != 1 {
+		t.Errorf("fn's error: got %v after %d calls, want stop after 1", err, calls)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/service"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -183,45 +184,36 @@ func (s *kvStore) deletePair(ctx context.Context, rule, cid string) error {
 func (s *kvStore) load(ctx context.Context) (map[string]*clusterRecord, map[string]map[string]*pairState, error) {
 	clusters := map[string]*clusterRecord{}
 	pairs := map[string]map[string]*pairState{}
-	w, err := s.state.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, nil, fmt.Errorf("watch %s: %w", events.BucketRuleEngineState, err)
-	}
-	defer func() { _ = w.Stop() }() // a failed unsubscribe of a finished watch changes nothing
-	for {
-		var entry jetstream.KeyValueEntry
-		select {
-		case entry = <-w.Updates():
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		}
-		if entry == nil { // every stored value has been delivered
-			return clusters, pairs, nil
-		}
+	err := service.EachEntry(ctx, s.state, ">", func(entry jetstream.KeyValueEntry) error {
 		key := entry.Key()
 		switch {
 		case strings.HasPrefix(key, "cluster."):
 			var rec clusterRecord
 			if err := json.Unmarshal(entry.Value(), &rec); err != nil {
-				return nil, nil, fmt.Errorf("decode %s: %w", key, err)
+				return fmt.Errorf("decode %s: %w", key, err)
 			}
 			clusters[strings.TrimPrefix(key, "cluster.")] = &rec
 		case strings.HasPrefix(key, "pair."):
 			parts := strings.SplitN(strings.TrimPrefix(key, "pair."), ".", 2)
 			rule, err := base64.RawURLEncoding.DecodeString(parts[0])
 			if err != nil || len(parts) != 2 {
-				return nil, nil, fmt.Errorf("malformed key %s", key)
+				return fmt.Errorf("malformed key %s", key)
 			}
 			var p pairState
 			if err := json.Unmarshal(entry.Value(), &p); err != nil {
-				return nil, nil, fmt.Errorf("decode %s: %w", key, err)
+				return fmt.Errorf("decode %s: %w", key, err)
 			}
 			if pairs[string(rule)] == nil {
 				pairs[string(rule)] = map[string]*pairState{}
 			}
 			pairs[string(rule)][parts[1]] = &p
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
+	return clusters, pairs, nil
 }
 
 // degradedRecord is a degradation as stored under "degraded.<source id>".
@@ -246,27 +238,18 @@ func (s *kvStore) putDegraded(ctx context.Context, sourceID string, d *degradati
 // loadDegraded reads the "degraded." keys of the state bucket.
 func (s *kvStore) loadDegraded(ctx context.Context) (map[string]*degradation, error) {
 	out := map[string]*degradation{}
-	w, err := s.state.Watch(ctx, degradedKey(">"), jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", events.BucketRuleEngineState, err)
-	}
-	defer func() { _ = w.Stop() }() // a failed unsubscribe of a finished watch changes nothing
-	for {
-		var entry jetstream.KeyValueEntry
-		select {
-		case entry = <-w.Updates():
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		if entry == nil { // every stored value has been delivered
-			return out, nil
-		}
+	err := service.EachEntry(ctx, s.state, degradedKey(">"), func(entry jetstream.KeyValueEntry) error {
 		var r degradedRecord
 		if err := json.Unmarshal(entry.Value(), &r); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", entry.Key(), err)
+			return fmt.Errorf("decode %s: %w", entry.Key(), err)
 		}
 		out[strings.TrimPrefix(entry.Key(), "degraded.")] = &degradation{reason: r.Reason, message: r.Message, held: r.Held, at: r.At}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return out, nil
 }
 
 // heldKey is the state key of a rule's held removals.
@@ -282,31 +265,22 @@ func (s *kvStore) putHeld(ctx context.Context, rule string, h *heldRemovals) err
 // loadHeld reads the "held." keys of the state bucket.
 func (s *kvStore) loadHeld(ctx context.Context) (map[string]*heldRemovals, error) {
 	out := map[string]*heldRemovals{}
-	w, err := s.state.Watch(ctx, "held.>", jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", events.BucketRuleEngineState, err)
-	}
-	defer func() { _ = w.Stop() }() // a failed unsubscribe of a finished watch changes nothing
-	for {
-		var entry jetstream.KeyValueEntry
-		select {
-		case entry = <-w.Updates():
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		if entry == nil { // every stored value has been delivered
-			return out, nil
-		}
+	err := service.EachEntry(ctx, s.state, "held.>", func(entry jetstream.KeyValueEntry) error {
 		rule, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(entry.Key(), "held."))
 		if err != nil {
-			return nil, fmt.Errorf("malformed key %s", entry.Key())
+			return fmt.Errorf("malformed key %s", entry.Key())
 		}
 		var h heldRemovals
 		if err := json.Unmarshal(entry.Value(), &h); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", entry.Key(), err)
+			return fmt.Errorf("decode %s: %w", entry.Key(), err)
 		}
 		out[string(rule)] = &h
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return out, nil
 }
 
 func (s *kvStore) getRender(ctx context.Context, key string) ([]events.Enforcement, bool, error) {

@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/service"
 )
 
 // Lister lists every cluster of one source. A nil error promises a complete listing; anything
@@ -538,36 +539,24 @@ func (s *Scanner) load(ctx context.Context, ref events.SourceRef) (*sourceState,
 	}
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	w, err := s.kv.Watch(lctx, "clusters."+ref.ID+".>", jetstream.IgnoreDeletes())
+	err = service.EachEntry(lctx, s.kv, "clusters."+ref.ID+".>", func(e jetstream.KeyValueEntry) error {
+		r := &record{}
+		if err := json.Unmarshal(e.Value(), r); err != nil {
+			return fmt.Errorf("read inventory record %s: %w", e.Key(), err)
+		}
+		r.rev = e.Revision()
+		r.attrHash = hashAttributes(r.Cluster.Attributes)
+		if r.Event == "" || r.rev <= st.meta.Published {
+			// Announced: only a pending record needs its attributes, to be republished.
+			r.makeSlim()
+		}
+		st.clusters[r.Cluster.Key] = r
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read inventory of source %s: %w", ref.ID, err)
 	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-lctx.Done():
-			return nil, fmt.Errorf("read inventory of source %s: %w", ref.ID, lctx.Err())
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, fmt.Errorf("read inventory of source %s: watcher closed", ref.ID)
-			}
-			if e == nil {
-				// Caught up with every stored record.
-				return st, nil
-			}
-			r := &record{}
-			if err := json.Unmarshal(e.Value(), r); err != nil {
-				return nil, fmt.Errorf("read inventory record %s: %w", e.Key(), err)
-			}
-			r.rev = e.Revision()
-			r.attrHash = hashAttributes(r.Cluster.Attributes)
-			if r.Event == "" || r.rev <= st.meta.Published {
-				// Announced: only a pending record needs its attributes, to be republished.
-				r.makeSlim()
-			}
-			st.clusters[r.Cluster.Key] = r
-		}
-	}
+	return st, nil
 }
 
 // writeConcurrency bounds the inventory writes of one scan in flight at once. Each write is a
