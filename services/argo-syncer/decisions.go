@@ -64,42 +64,30 @@ func decisionKey(rule events.RuleRef, cluster, enforcement string) string {
 	return events.ApplicationName(cluster, enforcement) + "." + hex.EncodeToString(sum[:8])
 }
 
-// admit records seq as the last decision under key unless a newer one is recorded; then it
+// admit records next as the last decision under key unless a newer one is recorded; then it
 // returns that newer record and writes nothing. A redelivery (the recorded sequence itself)
 // writes nothing either. A sequence of 0 (not read from the stream) carries no order: it is
 // admitted and not recorded. Concurrent writers are settled by compare-and-set.
 func (s *decisionStore) admit(ctx context.Context, key string, next decisionRecord) (*decisionRecord, error) {
-	seq := next.Sequence
-	if seq == 0 {
+	if next.Sequence == 0 {
 		return nil, nil
 	}
-	data, err := json.Marshal(next)
+	var newer *decisionRecord
+	err := s.change(ctx, key, func(cur *decisionRecord) *decisionRecord {
+		newer = nil
+		switch {
+		case cur != nil && cur.Sequence > next.Sequence:
+			newer = cur
+			return nil
+		case cur != nil && cur.Sequence == next.Sequence:
+			return nil
+		}
+		return &next
+	})
 	if err != nil {
-		return nil, fmt.Errorf("encode decision record %s: %w", key, err)
+		return nil, err
 	}
-	for attempt := 0; ; attempt++ {
-		rec, rev, err := service.GetJSON[decisionRecord](ctx, s.kv, key, "decision record")
-		if err != nil {
-			return nil, err
-		}
-		if rec != nil && rec.Sequence > seq {
-			return rec, nil
-		}
-		if rec != nil && rec.Sequence == seq {
-			return nil, nil
-		}
-		if rec == nil {
-			_, err = s.kv.Create(ctx, key, data)
-		} else {
-			_, err = s.kv.Update(ctx, key, data, rev)
-		}
-		if err == nil {
-			return nil, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) || attempt >= 4 {
-			return nil, fmt.Errorf("write decision record %s: %w", key, err)
-		}
-	}
+	return newer, nil
 }
 
 // newer returns the record under key when it is newer than seq, else nil (also for seq 0).
@@ -120,17 +108,37 @@ func (s *decisionStore) markApplied(ctx context.Context, key string, seq uint64)
 	if seq == 0 {
 		return nil
 	}
+	return s.change(ctx, key, func(cur *decisionRecord) *decisionRecord {
+		if cur == nil || cur.Sequence != seq || cur.Applied {
+			return nil
+		}
+		cur.Applied = true
+		return cur
+	})
+}
+
+// change writes what fn makes of the record under key (nil: write nothing; the current record
+// is nil when there is none). When another writer got there first it reads the record again
+// and asks fn again (compare-and-set, at most 5 attempts).
+func (s *decisionStore) change(ctx context.Context, key string, fn func(cur *decisionRecord) *decisionRecord) error {
 	for attempt := 0; ; attempt++ {
-		rec, rev, err := service.GetJSON[decisionRecord](ctx, s.kv, key, "decision record")
-		if err != nil || rec == nil || rec.Sequence != seq || rec.Applied {
+		cur, rev, err := service.GetJSON[decisionRecord](ctx, s.kv, key, "decision record")
+		if err != nil {
 			return err
 		}
-		rec.Applied = true
-		data, err := json.Marshal(rec)
+		next := fn(cur)
+		if next == nil {
+			return nil
+		}
+		data, err := json.Marshal(next)
 		if err != nil {
 			return fmt.Errorf("encode decision record %s: %w", key, err)
 		}
-		_, err = s.kv.Update(ctx, key, data, rev)
+		if cur == nil {
+			_, err = s.kv.Create(ctx, key, data)
+		} else {
+			_, err = s.kv.Update(ctx, key, data, rev)
+		}
 		if err == nil {
 			return nil
 		}

@@ -30,6 +30,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/service"
 )
 
 // ResyncResult counts what one resync round did.
@@ -170,25 +171,9 @@ func (h *Handler) restoreUninstall(ctx context.Context, key string, rec *decisio
 // stillDecided returns a check that the record under key is still the decision at seq.
 func (h *Handler) stillDecided(key string, seq uint64) func(context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
-		rec, err := h.decisions.get(ctx, key)
+		rec, _, err := service.GetJSON[decisionRecord](ctx, h.decisions.kv, key, "decision record")
 		return err == nil && rec != nil && rec.Sequence == seq, err
 	}
-}
-
-// get reads the record under key; nil when there is none.
-func (s *decisionStore) get(ctx context.Context, key string) (*decisionRecord, error) {
-	entry, err := s.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read decision record %s: %w", key, err)
-	}
-	var rec decisionRecord
-	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
-		return nil, fmt.Errorf("decode decision record %s: %w", key, err)
-	}
-	return &rec, nil
 }
 
 // Restore makes an install intent's objects exist as rendered again, under the cluster's lock,
