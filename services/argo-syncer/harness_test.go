@@ -191,8 +191,15 @@ func newHarness(t testing.TB, opts ...harnessOption) *harness {
 // consume starts the argo-syncer consumer with fast retries.
 func (h *harness) consume() {
 	h.t.Helper()
-	c, err := events.Consume(context.Background(), h.js, h.handler.Handle, events.ConsumerOptions{
-		Name: events.ConsumerArgoSyncer, Concurrency: 16, MaxAttempts: 3,
+	h.consumeWith(h.handler.Handle, 3)
+}
+
+// consumeWith starts the argo-syncer consumer with handle in front, fast retries and at most
+// maxAttempts deliveries of a message; the consumer stops at the end of the test.
+func (h *harness) consumeWith(handle events.Handler, maxAttempts int) {
+	h.t.Helper()
+	c, err := events.Consume(context.Background(), h.js, handle, events.ConsumerOptions{
+		Name: events.ConsumerArgoSyncer, Concurrency: 16, MaxAttempts: maxAttempts,
 		Backoff: func(int) time.Duration { return 20 * time.Millisecond },
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,19 +28,7 @@ func (h *harness) consumeBreaking(broken string) (repair func()) {
 		}
 		return h.handler.Handle(ctx, e, m)
 	}
-	c, err := events.Consume(context.Background(), h.js, handle, events.ConsumerOptions{
-		Name: events.ConsumerArgoSyncer, Concurrency: 16, MaxAttempts: 2,
-		Backoff: func(int) time.Duration { return 20 * time.Millisecond },
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	h.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = c.Stop(ctx)
-	})
+	h.consumeWith(handle, 2)
 	return func() { repaired.Store(true) }
 }
 

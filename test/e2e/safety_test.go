@@ -21,25 +21,16 @@ import (
 
 // The end-to-end tests of the safety guards listed in docs/safety.md.
 
-// TestStaticClusterKeepsItsOwnCredentials: a static cluster that names a Secret of its own is
-// registered in Argo CD with that Secret's token, and a static cluster without one with the
-// static source's Secret. Before the guard, every static cluster got the source's token.
-func TestStaticClusterKeepsItsOwnCredentials(t *testing.T) {
-	s := startSystem(t, nil)
-	s.createSecret("static", map[string][]byte{"token": []byte("source-token")})
-	s.createSecret("edge-1-credentials", map[string][]byte{"token": []byte("edge-1-token")})
+// staticRule writes the static clusters (the clusters.yaml of the default ConfigMap) and applies
+// the ClusterRule "edge", which installs the package "agent" on every one of them.
+func (s *system) staticRule(clustersYAML string) {
+	s.t.Helper()
 	err := s.kube.Client.Create(context.Background(), &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "enforcement-static-clusters", Namespace: operatorNS},
-		Data: map[string]string{"clusters.yaml": `
-- name: edge-1
-  url: https://edge-1.example:6443
-  secretName: edge-1-credentials
-- name: edge-2
-  url: https://edge-2.example:6443
-`},
+		Data:       map[string]string{"clusters.yaml": clustersYAML},
 	})
 	if err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
 	s.applyRule(operatorNS, `apiVersion: enforcement.globo.com/v1beta1
 kind: ClusterRule
@@ -52,6 +43,22 @@ spec:
       path: chart
   source:
     static: {}
+`)
+}
+
+// TestStaticClusterKeepsItsOwnCredentials: a static cluster that names a Secret of its own is
+// registered in Argo CD with that Secret's token, and a static cluster without one with the
+// static source's Secret. Before the guard, every static cluster got the source's token.
+func TestStaticClusterKeepsItsOwnCredentials(t *testing.T) {
+	s := startSystem(t, nil)
+	s.createSecret("static", map[string][]byte{"token": []byte("source-token")})
+	s.createSecret("edge-1-credentials", map[string][]byte{"token": []byte("edge-1-token")})
+	s.staticRule(`
+- name: edge-1
+  url: https://edge-1.example:6443
+  secretName: edge-1-credentials
+- name: edge-2
+  url: https://edge-2.example:6443
 `)
 	testenv.Eventually(t, 60*time.Second, func() error {
 		return equal("cluster Secrets", s.clusterSecretNames(), []string{"edge-1", "edge-2"})
@@ -223,25 +230,7 @@ func TestSameNameInTwoSourcesNeverShares(t *testing.T) {
 	})
 
 	s.createSecret("static", map[string][]byte{"token": []byte("static-token")})
-	err := s.kube.Client.Create(context.Background(), &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "enforcement-static-clusters", Namespace: operatorNS},
-		Data:       map[string]string{"clusters.yaml": "- name: prod-a\n  url: https://elsewhere.example:6443\n"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.applyRule(operatorNS, `apiVersion: enforcement.globo.com/v1beta1
-kind: ClusterRule
-metadata:
-  name: edge
-spec:
-  enforcements:
-    - name: agent
-      repo: https://github.com/example/agent
-      path: chart
-  source:
-    static: {}
-`)
+	s.staticRule("- name: prod-a\n  url: https://elsewhere.example:6443\n")
 	testenv.Eventually(t, 60*time.Second, func() error {
 		if r := s.readyReason(operatorNS, "edge"); r != "NameConflict" {
 			return fmt.Errorf("Ready reason of the static rule %q, want NameConflict", r)
