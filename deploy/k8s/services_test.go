@@ -56,7 +56,8 @@ func TestServicesRunWithChartRBAC(t *testing.T) {
 		t.Skip("builds and runs the five services")
 	}
 	kube := kubeWithCRDs(t)
-	bus := testenv.StartNATS(t)
+	// NATS runs as its own process, like the five services: the race detector then watches only this test.
+	bus := testenv.StartNATSProcess(t)
 	for _, ns := range []string{svcNS, svcArgoNS, svcTeamNS, svcWatchNS} {
 		kube.Namespace(t, ns)
 	}

@@ -84,7 +84,14 @@ func (b *SyncBuffer) String() string {
 // is closed when the test ends.
 func (n *NATS) JetStream(t testing.TB) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(n.URL())
+	return connectJetStream(t, n.URL())
+}
+
+// connectJetStream connects a client to url and returns its JetStream context. The connection
+// is closed when the test ends.
+func connectJetStream(t testing.TB, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatalf("connect to NATS: %v", err)
 	}

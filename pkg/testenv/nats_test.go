@@ -2,8 +2,6 @@ package testenv_test
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"os/exec"
 	"strings"
 	"testing"
@@ -117,26 +115,10 @@ func TestNATSServerBinary(t *testing.T) {
 		t.Fatalf("%s --version = %q, want the embedded server's %s (align tools/nats-server)", bin, out, want)
 	}
 
-	port := freePort(t)
-	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", fmt.Sprint(port), "-js", "-sd", t.TempDir())
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	var nc *nats.Conn
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		nc, err = nats.Connect(url, nats.NoReconnect())
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("connect to nats-server process: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	proc := testenv.StartNATSProcess(t)
+	nc, err := nats.Connect(proc.URL(), nats.NoReconnect())
+	if err != nil {
+		t.Fatalf("connect to nats-server process: %v", err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -160,15 +142,4 @@ func connect(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
 		t.Fatal(err)
 	}
 	return nc, js
-}
-
-// freePort asks the kernel for a free port on 127.0.0.1.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
