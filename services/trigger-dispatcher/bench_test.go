@@ -25,7 +25,7 @@ func reportMedian(b *testing.B, durations []time.Duration) {
 // check on dial (connections are reused), the POST and reading the answer.
 func BenchmarkWebhookDelivery(b *testing.B) {
 	rc := newReceiver(b, status(http.StatusNoContent))
-	c := testWebhookClient(netPolicy{})
+	c := testWebhookClient(loopbackOpen)
 	body := []byte(`{"cluster":{"name":"prod-eu","id":"c-1","url":"https://prod-eu.example.com"},"enforcement":{"name":"logging","repo":"https://git.example.com/logging.git","namespace":"default"},"rule":{"namespace":"team","name":"baseline"},"phase":"beforeInstall","deliveryId":"dlv_bench"}`)
 	req := webhookRequest{ID: "dlv_bench", Phase: events.PhaseBeforeInstall, Endpoint: rc.URL(), Timeout: 5 * time.Second, Body: body, Key: []byte("bench-key")}
 	durations := make([]time.Duration, 0, b.N)

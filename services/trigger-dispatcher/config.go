@@ -2,18 +2,11 @@ package main
 
 import (
 	"fmt"
-	"net/netip"
-	"strings"
 	"time"
 
 	"github.com/enforcement-io/enforcement/pkg/service"
+	"github.com/enforcement-io/enforcement/pkg/service/egress"
 )
-
-// defaultDeniedNetworks are refused as webhook targets unless TRIGGER_DENIED_NETWORKS replaces
-// them: IPv4 link-local (which holds the AWS, GCP and Azure metadata service 169.254.169.254),
-// IPv6 link-local, and the AWS IPv6 metadata address. A rule author can write any endpoint into
-// a ClusterRule; without this list a rule could make the dispatcher fetch cloud credentials.
-var defaultDeniedNetworks = []string{"169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128"}
 
 // config is everything the dispatcher reads from its environment, validated at start.
 type config struct {
@@ -32,10 +25,10 @@ type config struct {
 	// failurePolicy Fail are tried again (TRIGGER_BLOCKED_RETRY_INTERVAL, default 1m; 0 disables).
 	BlockedRetryInterval time.Duration
 
-	// Denied and Allowed are the network policy for webhook targets, checked on the resolved
-	// address at connection time (TRIGGER_DENIED_NETWORKS, TRIGGER_ALLOWED_NETWORKS).
-	Denied  []netip.Prefix
-	Allowed []netip.Prefix
+	// Egress is the network policy for webhook targets, checked on the resolved address at
+	// connection time: the default denied networks of package egress, opened by
+	// TRIGGER_ALLOWED_NETWORKS, more refused by TRIGGER_DENIED_NETWORKS.
+	Egress egress.Policy
 
 	// ConsumerBackoffBase is the first wait of the event consumer's own retries of a handler that
 	// fails for a reason other than the webhook, such as NATS or Kubernetes being unreachable
@@ -74,45 +67,8 @@ func loadConfig(getenv service.Getenv) (config, error) {
 	if c.ConsumerBackoffBase == 0 {
 		return c, fmt.Errorf("CONSUMER_BACKOFF_BASE: must be greater than 0")
 	}
-	denied := getenv("TRIGGER_DENIED_NETWORKS")
-	switch denied {
-	case "":
-		c.Denied, _ = parsePrefixes("", strings.Join(defaultDeniedNetworks, ","))
-	case "none":
-		c.Denied = nil
-	default:
-		if c.Denied, err = parsePrefixes("TRIGGER_DENIED_NETWORKS", denied); err != nil {
-			return c, err
-		}
-	}
-	if c.Allowed, err = parsePrefixes("TRIGGER_ALLOWED_NETWORKS", getenv("TRIGGER_ALLOWED_NETWORKS")); err != nil {
+	if c.Egress, err = egress.FromEnv(getenv, "TRIGGER_ALLOWED_NETWORKS", "TRIGGER_DENIED_NETWORKS"); err != nil {
 		return c, err
 	}
 	return c, nil
-}
-
-// parsePrefixes parses a comma-separated list of CIDR prefixes or single addresses (a single
-// address is its /32 or /128). An empty list is nil.
-func parsePrefixes(name, list string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, item := range strings.Split(list, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		if !strings.Contains(item, "/") {
-			addr, err := netip.ParseAddr(item)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %q is neither a CIDR prefix nor an IP address", name, item)
-			}
-			out = append(out, netip.PrefixFrom(addr.Unmap(), addr.Unmap().BitLen()))
-			continue
-		}
-		p, err := netip.ParsePrefix(item)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %q is not a CIDR prefix: %w", name, item, err)
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
 }

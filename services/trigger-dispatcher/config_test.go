@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/service/egress"
 )
 
 func TestLoadConfigDefaults(t *testing.T) {
@@ -20,55 +21,27 @@ func TestLoadConfigDefaults(t *testing.T) {
 		c.BackoffBase != 500*time.Millisecond || c.BackoffMax != 30*time.Second || c.BlockedRetryInterval != time.Minute {
 		t.Errorf("defaults = %+v", c)
 	}
-	if len(c.Denied) != len(defaultDeniedNetworks) || c.Allowed != nil {
-		t.Errorf("network defaults: denied %v, allowed %v", c.Denied, c.Allowed)
+	if c.Egress.Allowed != nil || c.Egress.Denied != nil {
+		t.Errorf("network defaults: %+v, want the egress defaults only", c.Egress)
 	}
 }
 
+// The network variables keep their names: TRIGGER_ALLOWED_NETWORKS opens networks,
+// TRIGGER_DENIED_NETWORKS refuses more; "none" no longer switches the default list off.
 func TestLoadConfigNetworks(t *testing.T) {
-	tests := []struct {
-		denied, allowed         string
-		wantDenied, wantAllowed []netip.Prefix
-	}{
-		{"none", "", nil, nil},
-		{"10.0.0.0/8, 192.168.1.7", "", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.7/32")}, nil},
-		{"none", "10.1.2.3/8", nil, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}},
+	env := map[string]string{"TRIGGER_ALLOWED_NETWORKS": "10.1.2.3/8, ::1", "TRIGGER_DENIED_NETWORKS": "203.0.113.7"}
+	c, err := loadConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		env := map[string]string{"TRIGGER_DENIED_NETWORKS": tt.denied, "TRIGGER_ALLOWED_NETWORKS": tt.allowed}
-		c, err := loadConfig(func(k string) string { return env[k] })
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(c.Denied, tt.wantDenied) || !reflect.DeepEqual(c.Allowed, tt.wantAllowed) {
-			t.Errorf("%q/%q: denied %v allowed %v, want %v %v", tt.denied, tt.allowed, c.Denied, c.Allowed, tt.wantDenied, tt.wantAllowed)
-		}
+	want := egress.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")},
+		Denied: []netip.Prefix{netip.MustParsePrefix("203.0.113.7/32")}}
+	if !reflect.DeepEqual(c.Egress, want) {
+		t.Errorf("egress = %+v, want %+v", c.Egress, want)
 	}
-}
-
-func TestNetPolicy(t *testing.T) {
-	defaults, _ := parsePrefixes("", strings.Join(defaultDeniedNetworks, ","))
-	p := netPolicy{Denied: defaults}
-	for addr, allowed := range map[string]bool{
-		"169.254.169.254":        false,
-		"::ffff:169.254.169.254": false,
-		"169.254.1.1":            false,
-		"fd00:ec2::254":          false,
-		"fe80::1":                false,
-		"fe80::1%eth0":           false,
-		"127.0.0.1":              true,
-		"10.1.2.3":               true,
-		"2001:db8::1":            true,
-	} {
-		if err := p.check(netip.MustParseAddr(addr)); (err == nil) != allowed {
-			t.Errorf("check(%s) = %v, want allowed=%v", addr, err, allowed)
-		}
-	}
-	only := netPolicy{Denied: defaults, Allowed: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("169.254.0.0/16")}}
-	for addr, allowed := range map[string]bool{"10.0.0.1": true, "192.168.0.1": false, "169.254.169.254": false} {
-		if err := only.check(netip.MustParseAddr(addr)); (err == nil) != allowed {
-			t.Errorf("allow-list check(%s) = %v, want allowed=%v", addr, err, allowed)
-		}
+	env["TRIGGER_DENIED_NETWORKS"] = "none"
+	if _, err := loadConfig(func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "TRIGGER_ALLOWED_NETWORKS") {
+		t.Errorf("TRIGGER_DENIED_NETWORKS=none: %v, want an error pointing to TRIGGER_ALLOWED_NETWORKS", err)
 	}
 }
 

@@ -55,7 +55,7 @@ func newDispatcher(cfg config, deps dispatcherDeps) *dispatcher {
 		dispatcherDeps: deps,
 		stopCh:         stop,
 		webhooks: &webhookClient{
-			http:        newHTTPClient(netPolicy{Denied: cfg.Denied, Allowed: cfg.Allowed}),
+			http:        newHTTPClient(cfg.Egress),
 			maxAttempts: cfg.MaxAttempts,
 			backoffBase: cfg.BackoffBase,
 			backoffMax:  cfg.BackoffMax,

@@ -11,12 +11,13 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/enforcement-io/enforcement/pkg/service/egress"
 )
 
 // Standard Webhooks headers (https://www.standardwebhooks.com/). webhook-id is sent on every
@@ -89,23 +90,12 @@ type webhookClient struct {
 	stop <-chan struct{}
 }
 
-// newHTTPClient returns the client webhooks go through. It uses no proxy (the policy must see
-// the real target), follows no redirect (a 3xx is the final answer, so a receiver cannot bounce
-// the dispatcher to an address the rule did not name) and enforces policy on every dial.
-func newHTTPClient(policy netPolicy) *http.Client {
-	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: policy.control}
-	transport := &http.Transport{
-		Proxy:                 nil,
-		DialContext:           dialer.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          100,
-		MaxIdleConnsPerHost:   16,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
-	}
+// newHTTPClient returns the client webhooks go through: the egress policy's transport (no proxy,
+// the policy checked on every dial) and no redirect followed (a 3xx is the final answer, so a
+// receiver cannot bounce the dispatcher to an address the rule did not name).
+func newHTTPClient(policy egress.Policy) *http.Client {
 	return &http.Client{
-		Transport: transport,
+		Transport: policy.Transport(),
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},
@@ -236,8 +226,9 @@ func (c *webhookClient) do(ctx context.Context, req webhookRequest) attemptResul
 	resp, err := c.http.Do(hreq)
 	if err != nil {
 		switch {
-		case errors.Is(err, errRefusedAddress):
-			return attemptResult{result: resultRefused, err: errRefusedAddress}
+		case errors.Is(err, egress.ErrRefused):
+			// The dial error names the address and the network that refused it, never the URL.
+			return attemptResult{result: resultRefused, err: trimURLError(err)}
 		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 			return attemptResult{result: resultTimeout, retryable: true, err: fmt.Errorf("no answer within %s", req.Timeout)}
 		case ctx.Err() != nil:

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -18,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/enforcement-io/enforcement/pkg/service/egress"
 )
 
 // receiver is a webhook endpoint for tests: it answers each call with the next scripted
@@ -103,7 +106,11 @@ func sleepFor(d time.Duration) func(http.ResponseWriter, *http.Request) {
 	}
 }
 
-func testWebhookClient(policy netPolicy) *webhookClient {
+// loopbackOpen is the egress policy of tests whose receivers listen on loopback: the default
+// denied list with loopback opened, as the local run command opens it.
+var loopbackOpen = egress.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
+
+func testWebhookClient(policy egress.Policy) *webhookClient {
 	return &webhookClient{
 		http:        newHTTPClient(policy),
 		maxAttempts: 4,
@@ -142,7 +149,7 @@ func TestDeliverRetries(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rc := newReceiver(t, tt.script...)
-			c := testWebhookClient(netPolicy{})
+			c := testWebhookClient(loopbackOpen)
 			res, err := c.deliver(context.Background(), webhookRequest{
 				ID: "dlv_test", Phase: "beforeInstall", Endpoint: rc.URL(), Timeout: 100 * time.Millisecond, Body: []byte(`{}`),
 			})
@@ -170,7 +177,7 @@ func TestDeliverRetries(t *testing.T) {
 // any further attempt.
 func TestDeliverReportsEveryAttempt(t *testing.T) {
 	rc := newReceiver(t, status(500), sleepFor(time.Second), status(200))
-	c := testWebhookClient(netPolicy{})
+	c := testWebhookClient(loopbackOpen)
 	var reports []attemptReport
 	res, err := c.deliver(context.Background(), webhookRequest{
 		ID: "dlv_report", Phase: "afterInstall", Endpoint: rc.URL(), Timeout: 100 * time.Millisecond, FirstAttempt: 4,
@@ -222,7 +229,7 @@ func TestDeliverConnectionErrorRetried(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
 	srv.Close()
-	c := testWebhookClient(netPolicy{})
+	c := testWebhookClient(loopbackOpen)
 	res, err := c.deliver(context.Background(), webhookRequest{ID: "dlv_x", Phase: "afterInstall", Endpoint: url, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -235,7 +242,7 @@ func TestDeliverConnectionErrorRetried(t *testing.T) {
 // Retry-After on a 429 sets the wait before the next attempt.
 func TestDeliverHonoursRetryAfter(t *testing.T) {
 	rc := newReceiver(t, retryAfter("1"), status(200))
-	c := testWebhookClient(netPolicy{})
+	c := testWebhookClient(loopbackOpen)
 	c.backoffMax = 5 * time.Second
 	res, err := c.deliver(context.Background(), webhookRequest{ID: "dlv_ra", Phase: "beforeInstall", Endpoint: rc.URL(), Timeout: time.Second})
 	if err != nil || !res.Delivered {
@@ -250,7 +257,7 @@ func TestDeliverHonoursRetryAfter(t *testing.T) {
 // Every attempt carries the same webhook-id; the backoff between them grows.
 func TestDeliverSameIDOnEveryAttempt(t *testing.T) {
 	rc := newReceiver(t, status(500), status(500), status(200))
-	c := testWebhookClient(netPolicy{})
+	c := testWebhookClient(loopbackOpen)
 	if _, err := c.deliver(context.Background(), webhookRequest{ID: "dlv_same", Phase: "beforeInstall", Endpoint: rc.URL(), Timeout: time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +281,7 @@ func TestDeliverSignature(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := testWebhookClient(netPolicy{})
+			c := testWebhookClient(loopbackOpen)
 			body := []byte(`{"phase":"beforeInstall"}`)
 			if _, err := c.deliver(context.Background(), webhookRequest{ID: "dlv_sig", Phase: "beforeInstall", Endpoint: rc.URL(), Timeout: time.Second, Body: body, Key: key}); err != nil {
 				t.Fatal(err)
@@ -339,21 +346,19 @@ func verifyStandardWebhook(secret string, h http.Header, body []byte, now time.T
 func TestDeliverRefusesDeniedNetworks(t *testing.T) {
 	rc := newReceiver(t)
 	port := rc.URL()[strings.LastIndex(rc.URL(), ":"):]
-	deniedLoopback := netPolicy{Denied: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-	defaults, err := parsePrefixes("", strings.Join(defaultDeniedNetworks, ","))
-	if err != nil {
-		t.Fatal(err)
-	}
 	tests := []struct {
 		name     string
-		policy   netPolicy
+		policy   egress.Policy
 		endpoint string
 	}{
-		{"metadata address", netPolicy{Denied: defaults}, "http://169.254.169.254/latest/meta-data/"},
-		{"IPv6 metadata address", netPolicy{Denied: defaults}, "http://[fd00:ec2::254]/latest/meta-data/"},
-		{"denied loopback by address", deniedLoopback, rc.URL()},
-		{"denied loopback by name", deniedLoopback, "http://localhost" + port},
-		{"outside the allowed networks", netPolicy{Allowed: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}, rc.URL()},
+		{"loopback by address", egress.Policy{}, rc.URL()},
+		{"loopback by name (refused after resolution)", egress.Policy{}, "http://localhost" + port},
+		{"loopback, IPv4-mapped", egress.Policy{}, "http://[::ffff:127.0.0.1]" + port},
+		{"loopback, NAT64", egress.Policy{}, "http://[64:ff9b::7f00:1]" + port},
+		{"private", loopbackOpen, "http://10.0.0.1" + port},
+		{"metadata address", loopbackOpen, "http://169.254.169.254/latest/meta-data/"},
+		{"IPv6 metadata address", loopbackOpen, "http://[fd00:ec2::254]/latest/meta-data/"},
+		{"denied by the operator", egress.Policy{Allowed: loopbackOpen.Allowed, Denied: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}, rc.URL()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -362,7 +367,7 @@ func TestDeliverRefusesDeniedNetworks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Delivered || res.Attempts != 1 || !strings.Contains(res.Message, "refused") {
+			if res.Delivered || res.Attempts != 1 || !strings.Contains(res.Message, "refused: dial tcp") || !strings.Contains(res.Message, "address refused by the network policy") {
 				t.Errorf("result = %+v, want one refused attempt", res)
 			}
 		})
@@ -370,10 +375,35 @@ func TestDeliverRefusesDeniedNetworks(t *testing.T) {
 	if n := len(rc.Calls()); n != 0 {
 		t.Errorf("receiver was called %d times through a denied address", n)
 	}
-	// The default policy lets loopback through (the other tests rely on it).
-	c := testWebhookClient(netPolicy{Denied: defaults})
-	if res, err := c.deliver(context.Background(), webhookRequest{ID: "dlv_ok", Phase: "beforeInstall", Endpoint: rc.URL(), Timeout: time.Second}); err != nil || !res.Delivered {
-		t.Errorf("default policy: %+v, %v; want delivered", res, err)
+
+	// A receiver on an opened network may not send the dispatcher on to a denied one: the
+	// redirect is the final answer and the denied address is never called.
+	var deniedCalls atomic.Int32
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	denied := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { deniedCalls.Add(1) })}}
+	denied.Start()
+	t.Cleanup(denied.Close)
+	bouncer := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, denied.URL, http.StatusTemporaryRedirect)
+	})
+	onlyFirst := egress.Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+	res, err := testWebhookClient(onlyFirst).deliver(context.Background(), webhookRequest{ID: "dlv_bounce", Phase: "beforeInstall", Endpoint: bouncer.URL(), Timeout: time.Second})
+	if err != nil || res.Delivered || res.StatusCode != http.StatusTemporaryRedirect {
+		t.Errorf("redirect to a denied address: %+v, %v; want the 307 as a failure", res, err)
+	}
+	if n := deniedCalls.Load(); n != 0 {
+		t.Errorf("denied address called %d times after a redirect", n)
+	}
+
+	// The allow-list opens loopback, by address and by name.
+	for _, endpoint := range []string{rc.URL(), "http://localhost" + port} {
+		res, err := testWebhookClient(loopbackOpen).deliver(context.Background(), webhookRequest{ID: "dlv_ok", Phase: "beforeInstall", Endpoint: endpoint, Timeout: time.Second})
+		if err != nil || !res.Delivered {
+			t.Errorf("%s with loopback allowed: %+v, %v; want delivered", endpoint, res, err)
+		}
 	}
 }
 
@@ -381,7 +411,7 @@ func TestDeliverRefusesDeniedNetworks(t *testing.T) {
 func TestDeliverStopsWhileWaiting(t *testing.T) {
 	rc := newReceiver(t, status(500))
 	stop := make(chan struct{})
-	c := testWebhookClient(netPolicy{})
+	c := testWebhookClient(loopbackOpen)
 	c.stop, c.backoffBase, c.backoffMax = stop, time.Hour, time.Hour
 	done := make(chan error, 1)
 	go func() {
@@ -456,7 +486,7 @@ func TestSigningKey(t *testing.T) {
 // An endpoint that is not an absolute http(s) URL fails at once, and the message does not echo
 // the endpoint (which may carry a token).
 func TestDeliverInvalidEndpoint(t *testing.T) {
-	c := testWebhookClient(netPolicy{})
+	c := testWebhookClient(loopbackOpen)
 	for _, endpoint := range []string{"ftp://hooks.example.com/?token=s3cret", "/relative?token=s3cret", "http://%zz?token=s3cret"} {
 		res, err := c.deliver(context.Background(), webhookRequest{ID: "dlv_bad", Phase: "afterInstall", Endpoint: endpoint, Timeout: time.Second})
 		if err != nil {
