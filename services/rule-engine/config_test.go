@@ -21,7 +21,12 @@ func TestLoadConfig(t *testing.T) {
 	if err != nil || strings.Join(c.WatchNamespaces, "|") != "team-a|team-b" || c.TemplateHTTPAllow[0] != "httpbin.org" {
 		t.Errorf("lists: %+v, %v", c, err)
 	}
-	for name, value := range map[string]string{"LEADER_ELECTION": "maybe", "TEMPLATE_HTTP_TIMEOUT": "0s", "TEMPLATE_RENDER_TIMEOUT": "0", "SOURCE_DEGRADED_TTL": "ten minutes", "STATUS_INTERVAL": "-1s", "MAX_REMOVAL_FRACTION": "2"} {
+	c, err = loadConfig(env(map[string]string{"TEMPLATE_HTTP_ALLOWED_NETWORKS": "10.0.0.0/8", "TEMPLATE_HTTP_DENIED_NETWORKS": "203.0.113.0/24"}))
+	if err != nil || len(c.TemplateHTTPEgress.Allowed) != 1 || c.TemplateHTTPEgress.Allowed[0].String() != "10.0.0.0/8" ||
+		len(c.TemplateHTTPEgress.Denied) != 1 || c.TemplateHTTPEgress.Denied[0].String() != "203.0.113.0/24" {
+		t.Errorf("networks: %+v, %v", c.TemplateHTTPEgress, err)
+	}
+	for name, value := range map[string]string{"TEMPLATE_HTTP_ALLOWED_NETWORKS": "example.com", "TEMPLATE_HTTP_DENIED_NETWORKS": "none", "LEADER_ELECTION": "maybe", "TEMPLATE_HTTP_TIMEOUT": "0s", "TEMPLATE_RENDER_TIMEOUT": "0", "SOURCE_DEGRADED_TTL": "ten minutes", "STATUS_INTERVAL": "-1s", "MAX_REMOVAL_FRACTION": "2"} {
 		_, err := loadConfig(env(map[string]string{name: value}))
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s=%s: error %v does not name the variable", name, value, err)

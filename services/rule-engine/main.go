@@ -18,6 +18,7 @@ import (
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/service"
+	"github.com/enforcement-io/enforcement/pkg/service/egress"
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -40,6 +41,11 @@ type config struct {
 	// TemplateHTTPAllow (TEMPLATE_HTTP_ALLOW, comma list of hosts) lets templates call
 	// requests.get on these hosts; empty: templates have no network.
 	TemplateHTTPAllow []string
+	// TemplateHTTPEgress is where requests.get may connect, checked on the resolved address of
+	// every dial: package egress's default denied networks (loopback, private, link-local,
+	// metadata, ...), opened by TEMPLATE_HTTP_ALLOWED_NETWORKS, more refused by
+	// TEMPLATE_HTTP_DENIED_NETWORKS (comma lists of CIDRs or addresses).
+	TemplateHTTPEgress egress.Policy
 	// TemplateHTTPTimeout (TEMPLATE_HTTP_TIMEOUT, default 5s) bounds one requests.get.
 	TemplateHTTPTimeout time.Duration
 	// TemplateRenderTimeout (TEMPLATE_RENDER_TIMEOUT, default 10s) bounds one render of a
@@ -81,6 +87,9 @@ func loadConfig(getenv service.Getenv) (config, error) {
 	}
 	c.LeaderElectionNamespace = service.String(getenv, "LEADER_ELECTION_NAMESPACE", c.OperatorNamespace)
 	var err error
+	if c.TemplateHTTPEgress, err = egress.FromEnv(getenv, "TEMPLATE_HTTP_ALLOWED_NETWORKS", "TEMPLATE_HTTP_DENIED_NETWORKS"); err != nil {
+		errs = append(errs, err)
+	}
 	if c.MaxRemovalFraction, err = service.Fraction(getenv, "MAX_REMOVAL_FRACTION", 0.1); err != nil {
 		errs = append(errs, err)
 	}
@@ -178,6 +187,7 @@ func startEngine(cfg config, svc *service.Service) (*engine, ctrl.Manager, error
 	}
 	renderer := newRenderer(cfg.TemplateHTTPAllow, cfg.TemplateHTTPTimeout)
 	renderer.limit = cfg.TemplateRenderTimeout
+	renderer.useEgress(cfg.TemplateHTTPEgress)
 	eng := newEngine(svc.Logger, st, svc.Publisher(), renderer, m, cfg.SourceDegradedTTL)
 	eng.maxRemovalFraction = cfg.MaxRemovalFraction
 	mgr, err := newManager(cfg, svc)

@@ -23,6 +23,7 @@ import (
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/service/egress"
 	"github.com/nikolalohinski/gonja/v2"
 	jinjaconfig "github.com/nikolalohinski/gonja/v2/config"
 	"github.com/nikolalohinski/gonja/v2/exec"
@@ -63,7 +64,9 @@ func newRenderer(allowedHosts []string, timeout time.Duration) *Renderer {
 		for _, h := range allowedHosts {
 			t.allowed[strings.ToLower(strings.TrimSpace(h))] = true
 		}
-		t.client = &http.Client{Timeout: timeout, CheckRedirect: func(req *http.Request, via []*http.Request) error {
+		// The default egress policy until useEgress sets the operator's: no proxy, and every
+		// dial, redirects included, refused inside the network (loopback, private, metadata).
+		t.client = &http.Client{Timeout: timeout, Transport: egress.Policy{}.Transport(), CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if len(via) >= 5 {
 				return errors.New("too many redirects")
 			}
@@ -334,6 +337,15 @@ func specHash(e *events.Enforcement, clusterURL string) string {
 type templateHTTP struct {
 	allowed map[string]bool
 	client  *http.Client
+}
+
+// useEgress makes requests.get connect only where policy allows, checked on the resolved
+// address of every dial, redirects included (see package egress). The host allow-list
+// (TEMPLATE_HTTP_ALLOW) still applies first.
+func (r *Renderer) useEgress(policy egress.Policy) {
+	if r.http != nil {
+		r.http.client.Transport = policy.Transport()
+	}
 }
 
 // maxTemplateResponse bounds what a template may read from the network.

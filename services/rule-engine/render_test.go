@@ -158,7 +158,9 @@ func TestRequestsGetOnlyOnAllowedHosts(t *testing.T) {
 		"uuid": raw(`"${{ requests.get('` + srv.URL + `/uuid').json()['uuid'] }}"`)}}}}
 	c := cluster("x", nil)
 
-	got, err := newRenderer([]string{u.Hostname()}, time.Second).render(compile(enf), templateVars(&c))
+	r := newRenderer([]string{u.Hostname()}, time.Second)
+	r.useEgress(loopbackOpen) // the test server listens on loopback
+	got, err := r.render(compile(enf), templateVars(&c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +172,7 @@ func TestRequestsGetOnlyOnAllowedHosts(t *testing.T) {
 		t.Errorf("disallowed host: error = %v", err)
 	}
 	away := []v1beta1.Enforcement{{Name: "a", Repo: "${{ requests.get('" + srv.URL + "/away').text }}"}}
-	_, err = newRenderer([]string{u.Hostname()}, time.Second).render(compile(away), templateVars(&c))
+	_, err = r.render(compile(away), templateVars(&c))
 	if err == nil || !strings.Contains(err.Error(), `redirect to host "elsewhere.example"`) {
 		t.Errorf("redirect away: error = %v", err)
 	}
