@@ -54,7 +54,8 @@ type ConsumerOptions struct {
 	Backoff func(attempt int) time.Duration
 	// HandlerTimeout bounds one handler call; 2 minutes by default.
 	HandlerTimeout time.Duration
-	// Concurrency bounds how many handlers run at once (across keys); 16 by default.
+	// Concurrency bounds how many handlers run at once (across keys); 16 by default. Waiting
+	// for a retry, or in Idle, does not count.
 	Concurrency int
 	// Logger receives retries and dead letters; slog.Default() by default.
 	Logger *slog.Logger
@@ -105,6 +106,10 @@ func ExponentialBackoff(base, limit time.Duration) func(int) time.Duration {
 // its backoff, while the message is kept alive with InProgress; later messages of the same key
 // wait behind it, messages of other keys go on. A plain Nak would let the next message of the key
 // overtake the failed one, which is why retries do not go back to the server.
+//
+// Concurrency: at most ConsumerOptions.Concurrency handlers run at once. A message waiting for
+// its retry holds no slot, nor does a handler while it waits through Idle, so slow or failing
+// keys cannot starve the others for longer than one handler call.
 type Consumer struct {
 	opts       ConsumerOptions
 	js         jetstream.JetStream
@@ -199,9 +204,7 @@ func (c *Consumer) runKey(key string) {
 		msg := q[0]
 		c.mu.Unlock()
 
-		c.sem <- struct{}{}
 		finished := c.process(msg)
-		<-c.sem
 
 		c.mu.Lock()
 		if finished {
@@ -228,9 +231,14 @@ func (c *Consumer) process(msg jetstream.Msg) bool {
 
 	for local := 1; ; local++ {
 		start := time.Now()
-		ctx, cancel := context.WithTimeout(c.handlerCtx, c.opts.HandlerTimeout)
+		// A slot is held only while the handler runs: a message waiting for its retry (below)
+		// holds none, and a handler gives its slot back while it waits itself (Idle).
+		s := &slot{sem: c.sem}
+		s.take()
+		ctx, cancel := context.WithTimeout(context.WithValue(c.handlerCtx, slotKey{}, s), c.opts.HandlerTimeout)
 		err = c.call(ctx, ev, meta)
 		cancel()
+		s.give()
 		c.opts.Metrics.observe(meta.Type, time.Since(start))
 		if err == nil {
 			c.ack(msg, meta, "acked")
@@ -261,6 +269,47 @@ func (c *Consumer) process(msg jetstream.Msg) bool {
 			return false
 		}
 	}
+}
+
+// slot is one of the Concurrency places a handler runs in, as held by one handler call.
+type slot struct {
+	sem  chan struct{}
+	held bool
+}
+
+func (s *slot) take() {
+	if !s.held {
+		s.sem <- struct{}{}
+		s.held = true
+	}
+}
+
+func (s *slot) give() {
+	if s.held {
+		<-s.sem
+		s.held = false
+	}
+}
+
+// slotKey is the context key of the handler call's slot.
+type slotKey struct{}
+
+// Idle runs wait, typically a sleep before the handler's own next try, with the calling
+// handler's concurrency slot given back, and takes a slot again before it returns (waiting for
+// one if all are busy). So a handler that waits, such as a webhook delivery between two
+// attempts, does not hold up the handlers of other keys: Concurrency bounds the handlers that
+// work, not those that wait. The handler's key stays blocked meanwhile, which keeps its order.
+// ctx must be the context the Consumer passed to the handler (or derived from it); with any
+// other context Idle just runs wait. Call it from the handler's own goroutine only.
+func Idle(ctx context.Context, wait func()) {
+	s, ok := ctx.Value(slotKey{}).(*slot)
+	if !ok {
+		wait()
+		return
+	}
+	s.give()
+	defer s.take()
+	wait()
 }
 
 // call runs the handler and turns a panic into a permanent error, so the event becomes a dead

@@ -374,6 +374,59 @@ func TestContractPerKeyOrderHoldsWhileARetryWaits(t *testing.T) {
 	}
 }
 
+// With a single slot, neither a message waiting for its retry nor a handler waiting in Idle holds
+// up the other keys: key b, published while key a waits for its retry and key c idles, is
+// handled at once, and key a's order still holds.
+func TestContractWaitingHoldsNoSlot(t *testing.T) {
+	_, js := connect(t, startNATS(t, ""), TopologyOptions{})
+	const wait = 3 * time.Second
+	var mu sync.Mutex
+	failed, idled := false, false
+	waiting := make(chan string, 2)
+	r := newRecorder(nil)
+	handler := func(ctx context.Context, e Event, m Meta) error {
+		a := e.(*ClusterAppeared)
+		mu.Lock()
+		first := a.Cluster.Key == "a" && a.Revision == 1 && !failed
+		idle := a.Cluster.Key == "c" && !idled
+		failed, idled = failed || first, idled || idle
+		mu.Unlock()
+		if first {
+			waiting <- "a"
+			return errors.New("transient") // retried in place after wait
+		}
+		if idle {
+			Idle(ctx, func() { waiting <- "c"; time.Sleep(wait) }) // the handler's own wait
+		}
+		return r.handle(ctx, e, m)
+	}
+	pub := NewPublisher(js, "/test")
+	publish(t, pub, appeared("a", 1), appeared("c", 1))
+	consume(t, js, handler, ConsumerOptions{Concurrency: 1, Backoff: func(int) time.Duration { return wait }})
+	for range 2 {
+		select {
+		case <-waiting:
+		case <-time.After(wait / 2):
+			t.Fatal("a and c did not both start waiting at once: the first one's wait held the only slot")
+		}
+	}
+	start := time.Now()
+	publish(t, pub, appeared("a", 2), appeared("b", 1))
+	if got := r.waitFor(t, 1); got[0] != "b@1#1" || time.Since(start) > wait/2 {
+		t.Fatalf("first handled %v after %s; want b at once, while a waits for its retry and c idles", got, time.Since(start))
+	}
+	got := r.waitFor(t, 3)
+	var a []string
+	for _, s := range got {
+		if strings.HasPrefix(s, "a@") {
+			a = append(a, s)
+		}
+	}
+	if strings.Join(a, ",") != "a@1#1,a@2#1" {
+		t.Errorf("key a handled as %v, want a@1 then a@2", a)
+	}
+}
+
 func TestContractStopDrainsInFlightWorkAndHandsBackTheRest(t *testing.T) {
 	srv := startNATS(t, "")
 	_, js := connect(t, srv, TopologyOptions{})
