@@ -14,6 +14,10 @@ type config struct {
 	// DefaultTimeout bounds one attempt of a trigger that sets no timeout
 	// (TRIGGER_DEFAULT_TIMEOUT, default 5s, as the original).
 	DefaultTimeout time.Duration
+	// MaxTimeout caps every attempt's timeout, a trigger's own included (TRIGGER_MAX_TIMEOUT,
+	// default 30s, at most 300s): it bounds how long one receiver that never answers holds one
+	// of the consumer's slots.
+	MaxTimeout time.Duration
 	// MaxAttempts bounds the attempts of one delivery, the first included
 	// (TRIGGER_MAX_ATTEMPTS, default 5).
 	MaxAttempts int
@@ -45,6 +49,15 @@ func loadConfig(getenv service.Getenv) (config, error) {
 	}
 	if c.DefaultTimeout == 0 {
 		return c, fmt.Errorf("TRIGGER_DEFAULT_TIMEOUT: must be greater than 0")
+	}
+	if c.MaxTimeout, err = service.Duration(getenv, "TRIGGER_MAX_TIMEOUT", 30*time.Second); err != nil {
+		return c, err
+	}
+	if c.MaxTimeout == 0 || c.MaxTimeout > maxTriggerTimeout {
+		return c, fmt.Errorf("TRIGGER_MAX_TIMEOUT=%s: must be greater than 0 and at most %s", c.MaxTimeout, maxTriggerTimeout)
+	}
+	if c.DefaultTimeout > c.MaxTimeout {
+		return c, fmt.Errorf("TRIGGER_DEFAULT_TIMEOUT=%s: must not be more than TRIGGER_MAX_TIMEOUT=%s", c.DefaultTimeout, c.MaxTimeout)
 	}
 	if c.MaxAttempts, err = service.PositiveInt(getenv, "TRIGGER_MAX_ATTEMPTS", 5); err != nil {
 		return c, err

@@ -17,7 +17,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DefaultTimeout != 5*time.Second || c.MaxAttempts != 5 ||
+	if c.DefaultTimeout != 5*time.Second || c.MaxTimeout != 30*time.Second || c.MaxAttempts != 5 ||
 		c.BackoffBase != 500*time.Millisecond || c.BackoffMax != 30*time.Second || c.BlockedRetryInterval != time.Minute {
 		t.Errorf("defaults = %+v", c)
 	}
@@ -94,8 +94,8 @@ func TestBuildPayload(t *testing.T) {
 }
 
 func TestTriggerTimeout(t *testing.T) {
-	for secs, want := range map[int]time.Duration{0: 5 * time.Second, 15: 15 * time.Second, 10000: maxTriggerTimeout} {
-		if got := triggerTimeout(events.Trigger{TimeoutSeconds: secs}, 5*time.Second); got != want {
+	for secs, want := range map[int]time.Duration{0: 5 * time.Second, 15: 15 * time.Second, 45: 30 * time.Second, 10000: 30 * time.Second} {
+		if got := triggerTimeout(events.Trigger{TimeoutSeconds: secs}, 5*time.Second, 30*time.Second); got != want {
 			t.Errorf("triggerTimeout(%d) = %s, want %s", secs, got, want)
 		}
 	}

@@ -16,7 +16,8 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/events"
 )
 
-// maxTriggerTimeout caps a trigger's timeout as the CRD does (1..300 s).
+// maxTriggerTimeout is the largest timeout a trigger can have, as the CRD allows (1..300 s), and
+// the largest TRIGGER_MAX_TIMEOUT.
 const maxTriggerTimeout = 300 * time.Second
 
 // signingSecretKey is the key of the signing Secret that holds the HMAC key.
@@ -80,7 +81,7 @@ func (d *dispatcher) shutdown() { d.stopOnce.Do(func() { close(d.stopCh) }) }
 // handlerTimeout bounds one handler call: every attempt at the longest timeout plus every
 // backoff, with a minute to spare for Kubernetes and NATS calls.
 func (d *dispatcher) handlerTimeout() time.Duration {
-	return time.Duration(d.cfg.MaxAttempts)*(maxTriggerTimeout+d.cfg.BackoffMax) + time.Minute
+	return time.Duration(d.cfg.MaxAttempts)*(d.cfg.MaxTimeout+d.cfg.BackoffMax) + time.Minute
 }
 
 // handle is the consumer's handler. It returns nil once the event's deliveries are final and
@@ -201,7 +202,7 @@ func (d *dispatcher) deliverAndRecord(ctx context.Context, r *record, series str
 func (d *dispatcher) deliver(ctx context.Context, r *record, series string) (webhookResult, error) {
 	req := webhookRequest{
 		ID: r.DeliveryID, Phase: r.Phase, Endpoint: r.Trigger.Endpoint,
-		Timeout: triggerTimeout(r.Trigger, d.cfg.DefaultTimeout), Body: r.Body,
+		Timeout: triggerTimeout(r.Trigger, d.cfg.DefaultTimeout, d.cfg.MaxTimeout), Body: r.Body,
 		FirstAttempt: r.Attempts + 1,
 		Report: func(ctx context.Context, a attemptReport) error {
 			_, err := d.publisher.Publish(ctx, r.attempted(series, a))
@@ -291,12 +292,13 @@ func (d *dispatcher) superseded(ctx context.Context, r *record) (bool, error) {
 	return li.Sequence > r.IntentSequence, nil
 }
 
-// triggerTimeout is the trigger's timeout, def when unset, capped at maxTriggerTimeout.
-func triggerTimeout(t events.Trigger, def time.Duration) time.Duration {
+// triggerTimeout is the timeout of one attempt: the trigger's timeout, def when unset, capped at
+// limit (TRIGGER_MAX_TIMEOUT), which bounds how long one attempt holds a consumer slot.
+func triggerTimeout(t events.Trigger, def, limit time.Duration) time.Duration {
 	if t.TimeoutSeconds <= 0 {
-		return def
+		return min(def, limit)
 	}
-	return min(time.Duration(t.TimeoutSeconds)*time.Second, maxTriggerTimeout)
+	return min(time.Duration(t.TimeoutSeconds)*time.Second, limit)
 }
 
 // retryBlocked tries again, every BlockedRetryInterval, the beforeInstall deliveries that failed

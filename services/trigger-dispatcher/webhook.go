@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/service/egress"
 )
 
@@ -145,11 +146,21 @@ func (c *webhookClient) deliver(ctx context.Context, req webhookRequest) (webhoo
 		if ctx.Err() != nil {
 			return res, ctx.Err()
 		}
-		select {
-		case <-time.After(wait):
-		case <-c.stop:
+		// The wait gives the consumer slot back (events.Idle): a receiver that keeps failing
+		// holds a slot only during its attempts, never through its backoff.
+		stopped := false
+		events.Idle(ctx, func() {
+			select {
+			case <-time.After(wait):
+			case <-c.stop:
+				stopped = true
+			case <-ctx.Done():
+			}
+		})
+		if stopped {
 			return res, errShuttingDown
-		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
 			return res, ctx.Err()
 		}
 	}
