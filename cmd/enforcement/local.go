@@ -197,6 +197,10 @@ func buildServices(ctx context.Context, root, bin string, stderr io.Writer) erro
 }
 
 // child is one running service.
+// localAllowedNetworks are the networks the local run opens for outbound calls: loopback, where
+// a developer's demo receivers listen. Everything else the services deny stays denied.
+const localAllowedNetworks = "127.0.0.0/8,::1"
+
 type child struct {
 	name       string
 	cmd        *exec.Cmd
@@ -221,6 +225,10 @@ func startServices(ctx context.Context, bin, logs, natsURL, kubeconfig string, g
 			"SCAN_INTERVAL="+valueOr(getenv("SCAN_INTERVAL"), "5s"),
 			"GONE_GRACE_PERIOD="+valueOr(getenv("GONE_GRACE_PERIOD"), "1m"),
 			"RESYNC_INTERVAL="+valueOr(getenv("RESYNC_INTERVAL"), "1m"),
+			// Webhooks and template requests.get may reach receivers on this machine (a demo
+			// receiver on 127.0.0.1): the services deny loopback unless it is opened.
+			"TRIGGER_ALLOWED_NETWORKS="+valueOr(getenv("TRIGGER_ALLOWED_NETWORKS"), localAllowedNetworks),
+			"TEMPLATE_HTTP_ALLOWED_NETWORKS="+valueOr(getenv("TEMPLATE_HTTP_ALLOWED_NETWORKS"), localAllowedNetworks),
 			"METRICS_ADDR="+metrics,
 			"HEALTH_ADDR="+health,
 		)

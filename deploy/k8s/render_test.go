@@ -57,7 +57,8 @@ func customValues(chartName string) map[string]any {
 		vals["rbac"] = map[string]any{"managedClusters": true}
 	case "rule-engine":
 		vals["config"] = map[string]any{"operatorNamespace": "enf-system", "watchNamespaces": []any{"team-a", "team-b"},
-			"templateHTTPAllow": []any{"api.example.com", "cmdb.example.com"}, "templateHTTPTimeout": "3s", "sourceDegradedTTL": "5m", "statusInterval": "2s", "maxRemovalFraction": "0.2"}
+			"templateHTTPAllow": []any{"api.example.com", "cmdb.example.com"}, "templateHTTPTimeout": "3s",
+			"templateHTTPAllowedNetworks": []any{"10.20.0.0/16", "fd12::/16"}, "templateHTTPDeniedNetworks": []any{"203.0.113.0/24"}, "sourceDegradedTTL": "5m", "statusInterval": "2s", "maxRemovalFraction": "0.2"}
 		vals["replicaCount"] = 2
 		vals["strategy"] = map[string]any{"type": "RollingUpdate"}
 		vals["leaderElection"] = map[string]any{"enabled": true, "namespace": "enf-leases"}
@@ -69,7 +70,7 @@ func customValues(chartName string) map[string]any {
 	case "trigger-dispatcher":
 		vals["replicaCount"] = 3
 		vals["config"] = map[string]any{"defaultTimeout": "10s", "maxAttempts": 7,
-			"backoffBase": "1s", "backoffMax": "1m", "blockedRetryInterval": "0", "deniedNetworks": "none",
+			"backoffBase": "1s", "backoffMax": "1m", "blockedRetryInterval": "0", "deniedNetworks": "203.0.113.0/24", "maxTimeout": "1m",
 			"allowedNetworks": "10.0.0.0/8", "consumerBackoffBase": "2s"}
 		vals["rbac"] = map[string]any{"signingSecretNamespaces": []any{"team-a", "team-b"}}
 	case "policy-watcher":
@@ -90,7 +91,8 @@ var wantEnv = map[string]struct{ defaults, custom map[string]string }{
 	"rule-engine": {
 		defaults: map[string]string{"OPERATOR_NAMESPACE": "enforcement"},
 		custom: map[string]string{"OPERATOR_NAMESPACE": "enf-system", "WATCH_NAMESPACES": "team-a,team-b",
-			"TEMPLATE_HTTP_ALLOW": "api.example.com,cmdb.example.com", "TEMPLATE_HTTP_TIMEOUT": "3s", "SOURCE_DEGRADED_TTL": "5m",
+			"TEMPLATE_HTTP_ALLOW": "api.example.com,cmdb.example.com", "TEMPLATE_HTTP_TIMEOUT": "3s",
+			"TEMPLATE_HTTP_ALLOWED_NETWORKS": "10.20.0.0/16,fd12::/16", "TEMPLATE_HTTP_DENIED_NETWORKS": "203.0.113.0/24", "SOURCE_DEGRADED_TTL": "5m",
 			"STATUS_INTERVAL": "2s", "MAX_REMOVAL_FRACTION": "0.2", "LEADER_ELECTION": "true", "LEADER_ELECTION_NAMESPACE": "enf-leases"},
 	},
 	"argo-syncer": {
@@ -103,7 +105,7 @@ var wantEnv = map[string]struct{ defaults, custom map[string]string }{
 		defaults: map[string]string{},
 		custom: map[string]string{"TRIGGER_DEFAULT_TIMEOUT": "10s", "TRIGGER_MAX_ATTEMPTS": "7",
 			"TRIGGER_BACKOFF_BASE": "1s", "TRIGGER_BACKOFF_MAX": "1m", "TRIGGER_BLOCKED_RETRY_INTERVAL": "0",
-			"TRIGGER_DENIED_NETWORKS": "none", "TRIGGER_ALLOWED_NETWORKS": "10.0.0.0/8", "CONSUMER_BACKOFF_BASE": "2s"},
+			"TRIGGER_DENIED_NETWORKS": "203.0.113.0/24", "TRIGGER_MAX_TIMEOUT": "1m", "TRIGGER_ALLOWED_NETWORKS": "10.0.0.0/8", "CONSUMER_BACKOFF_BASE": "2s"},
 	},
 	"policy-watcher": {
 		defaults: map[string]string{"WATCH_NAMESPACE": "enforcement"},

@@ -10,6 +10,8 @@
   "WATCH_NAMESPACES" (join "," .Values.config.watchNamespaces)
   "TEMPLATE_HTTP_ALLOW" (join "," .Values.config.templateHTTPAllow)
   "TEMPLATE_HTTP_TIMEOUT" .Values.config.templateHTTPTimeout
+  "TEMPLATE_HTTP_ALLOWED_NETWORKS" (join "," .Values.config.templateHTTPAllowedNetworks)
+  "TEMPLATE_HTTP_DENIED_NETWORKS" (join "," .Values.config.templateHTTPDeniedNetworks)
   "SOURCE_DEGRADED_TTL" .Values.config.sourceDegradedTTL
   "MAX_REMOVAL_FRACTION" .Values.config.maxRemovalFraction
   "STATUS_INTERVAL" .Values.config.statusInterval

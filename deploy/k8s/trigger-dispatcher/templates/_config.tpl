@@ -2,6 +2,7 @@
 {{- define "trigger-dispatcher.env" -}}
 {{- include "trigger-dispatcher.envFromDict" (dict
   "TRIGGER_DEFAULT_TIMEOUT" .Values.config.defaultTimeout
+  "TRIGGER_MAX_TIMEOUT" .Values.config.maxTimeout
   "TRIGGER_MAX_ATTEMPTS" .Values.config.maxAttempts
   "TRIGGER_BACKOFF_BASE" .Values.config.backoffBase
   "TRIGGER_BACKOFF_MAX" .Values.config.backoffMax
