@@ -59,6 +59,7 @@ func TestDynamicRulesAndTemplateErrors(t *testing.T) {
 
 	e := newEnv(t)
 	e.vars["TEMPLATE_HTTP_ALLOW"] = "127.0.0.1"
+	e.vars["TEMPLATE_HTTP_ALLOWED_NETWORKS"] = "127.0.0.1" // the test server listens on loopback
 	e.start()
 	e.applyExample("readme-02-dynamic-rule-jinja.yaml", "")
 	e.applyExample("readme-03-dynamic-rule-requests.yaml", "requests-httpbin") // httpbin.org is not allowed
