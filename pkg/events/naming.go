@@ -10,6 +10,16 @@ import (
 // resources with the Application name in a label value, which Kubernetes limits to 63 characters.
 const MaxNameLength = 63
 
+// Hash suffix lengths of normalised names, in hex digits. NameSuffixDigits (64 bits) makes a
+// collision of two normalised names a matter of about 2^64 tries for a chosen name (2^32 for any
+// two), out of reach of anyone who can only name clusters and enforcements. LegacySuffixDigits
+// (32 bits) is what versions before it wrote; a collision at that length can be found on a
+// laptop in seconds.
+const (
+	NameSuffixDigits   = 16
+	LegacySuffixDigits = 8
+)
+
 // ApplicationName is the Argo CD Application name of one (cluster, enforcement) pair: the
 // original operator's "<cluster>-<enforcement>". It is part of the contract because several
 // services (argo-syncer, trigger-dispatcher, rule-engine) must agree on it.
@@ -17,12 +27,34 @@ func ApplicationName(cluster, enforcement string) string {
 	return ObjectName(cluster + "-" + enforcement)
 }
 
+// LegacyApplicationName is ApplicationName as versions before 64-bit suffixes computed it
+// (LegacyObjectName): argo-syncer looks Applications up under it, so that the ones written then
+// are kept rather than duplicated. Equal to ApplicationName when the name needs no normalising.
+func LegacyApplicationName(cluster, enforcement string) string {
+	return LegacyObjectName(cluster + "-" + enforcement)
+}
+
 // ObjectName returns name unchanged when it is a valid DNS-1123 label of at most MaxNameLength
 // characters. Otherwise it lower-cases it, replaces every character outside [a-z0-9-] with '-',
 // trims '-' at both ends, and, because that may make two names equal or the name too long, cuts
-// it to fit and appends "-" and the first 8 hex digits of the SHA-256 of the original name.
-// The result is always a valid DNS-1123 label.
+// it to fit and appends "-" and the first NameSuffixDigits hex digits (64 bits) of the SHA-256
+// of the original name. The result is always a valid DNS-1123 label.
 func ObjectName(name string) string {
+	return normalise(name, NameSuffixDigits)
+}
+
+// LegacyObjectName is ObjectName with the 32-bit suffix (LegacySuffixDigits) of earlier
+// versions. It names nothing new in argo-syncer: it finds the objects written under those names
+// (services/argo-syncer names.go). source-scanner keeps it for the names of EKS and GKE
+// clusters, which must not change (a cluster's name is its Argo CD destination and its objects'
+// names); two clusters whose names collide there are told apart by their provider identity
+// (NameConflict).
+func LegacyObjectName(name string) string {
+	return normalise(name, LegacySuffixDigits)
+}
+
+// normalise is ObjectName with a suffix of digits hex digits.
+func normalise(name string, digits int) string {
 	if isDNSLabel(name) {
 		return name
 	}
@@ -35,7 +67,7 @@ func ObjectName(name string) string {
 		}
 	}
 	sum := sha256.Sum256([]byte(name))
-	suffix := hex.EncodeToString(sum[:4])
+	suffix := hex.EncodeToString(sum[:])[:digits]
 	base := strings.Trim(b.String(), "-")
 	if limit := MaxNameLength - len(suffix) - 1; len(base) > limit {
 		base = strings.TrimRight(base[:limit], "-")

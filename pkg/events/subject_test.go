@@ -130,7 +130,7 @@ func TestObjectName(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"cluster1-guestbook", "cluster1-guestbook"},
 		{"Prod_EU.1-guestbook", "prod-eu-1-guestbook-"},
-		{long, strings.Repeat("a", 54) + "-"},
+		{long, strings.Repeat("a", MaxNameLength-NameSuffixDigits-1) + "-"},
 		{"...", "x-"},
 	} {
 		got := ObjectName(tc.in)
