@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/enforcement-io/enforcement/pkg/api/v1beta1"
-	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/eks/eksfake"
@@ -152,7 +151,7 @@ func TestRunEKS(t *testing.T) {
 	e.rule("bad", v1beta1.Source{SecretName: "eks-bad", EKS: &v1beta1.EKSSource{Regions: []string{"eu-west-1"}}})
 	e.start()
 
-	lab := events.ObjectName("Lab_1")
+	lab := "lab-1-2b96fd57" // events.LegacyObjectName("Lab_1"): the name every version gave it
 	e.s.waitFor("appeared eks prod-a", "appeared eks prod-b", "appeared eks "+lab, "degraded eks SecretInvalid")
 	fake.Set("us-east-1", "Lab_1", "status", "ACTIVE")
 	e.s.waitForPrefix("updated eks "+lab+" ", 1)

@@ -587,9 +587,11 @@ func deepCopy(v any) any {
 }
 
 // Convert turns a described cluster into the scanner's cluster. Name is the EKS name made a
-// valid Kubernetes name by events.ObjectName (unchanged when it already is one: lower-case
+// valid Kubernetes name by events.LegacyObjectName (unchanged when it already is one: lower-case
 // letters, digits and '-', at most 63 characters; otherwise lower-cased, other characters
-// replaced by '-', and a hash suffix added). Attributes are every field DescribeCluster returns,
+// replaced by '-', and an 8-hex-digit hash suffix added). It is the 32-bit form on purpose: a
+// cluster's name must not change across upgrades (it names its Argo CD destination and
+// objects), and two clusters whose names collide are told apart by their ARN (NameConflict). Attributes are every field DescribeCluster returns,
 // under its API (lowerCamel) name, minus certificateAuthority (moved to AttrArgoCDCAData),
 // clientRequestToken and connectorConfig.activationCode, plus: name (the normalised name), url
 // (the endpoint), id (the ARN; EKS's own outpost cluster id stays under outpostId), region,
@@ -630,7 +632,7 @@ func Convert(region string, c *ekstypes.Cluster, roleARN string) (events.Cluster
 		tagsAttr[k] = v
 	}
 	url := aws.ToString(c.Endpoint)
-	norm := events.ObjectName(name)
+	norm := events.LegacyObjectName(name)
 	attrs["name"] = norm
 	attrs["url"] = url
 	attrs["id"] = arn

@@ -395,8 +395,8 @@ func toMap(c *container.Cluster) (map[string]any, error) {
 
 // Convert turns a listed cluster into the scanner's cluster. Key is
 // projects/<project>/locations/<location>/clusters/<name> (project as the source names it);
-// Name is events.ObjectName of the cluster name (GKE names are already valid Kubernetes names,
-// so it is unchanged in practice); URL is https://<endpoint> ("" while the cluster has none);
+// Name is events.LegacyObjectName of the cluster name (GKE names are already valid Kubernetes
+// names, so it is unchanged in practice; the 32-bit form, as for EKS, so that it never changes); URL is https://<endpoint> ("" while the cluster has none);
 // Labels are resourceLabels. Attributes are the cluster object as the API returns it (JSON
 // field names) minus VolatileFields, plus: name, url, id (GKE's cluster id), location, project,
 // resourceLabels (always a map), currentMasterVersion, status, and the Argo CD keys.
@@ -425,7 +425,7 @@ func convert(project string, c *container.Cluster, obj map[string]any) (events.C
 		labels[k] = v
 		labelsAttr[k] = v
 	}
-	name := events.ObjectName(c.Name)
+	name := events.LegacyObjectName(c.Name)
 	obj["name"] = name
 	obj["url"] = url
 	obj["id"] = c.Id
