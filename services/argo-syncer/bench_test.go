@@ -107,13 +107,13 @@ func (h *harness) plainCreates(n, parallel int) time.Duration {
 				sec, _ := RenderClusterSecret(ns, in.Cluster, argov1.ClusterConfig{BearerToken: "t"})
 				_, err := h.kube.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{})
 				if err == nil {
-					p := RenderProject(ns, in.Cluster.Name, in.Cluster.URL, []string{in.Enforcement.Repo}, ProjectSettings{ClusterResources: true})
+					p := RenderProject(ns, newNames(in.Cluster.Name, ""), in.Cluster.Name, in.Cluster.URL, []string{in.Enforcement.Repo}, ProjectSettings{ClusterResources: true})
 					_, err = h.argo.ArgoprojV1alpha1().AppProjects(ns).Create(ctx, &argov1.AppProject{
 						ObjectMeta: metav1.ObjectMeta{Name: p.Metadata.Name, Namespace: ns, Labels: p.Metadata.Labels},
 						Spec:       p.Spec.(argov1.AppProjectSpec)}, metav1.CreateOptions{})
 				}
 				if err == nil {
-					a := RenderApplication(ns, in)
+					a := RenderApplication(ns, in, newNames(in.Cluster.Name, in.Enforcement.Name))
 					_, err = h.argo.ArgoprojV1alpha1().Applications(ns).Create(ctx, &argov1.Application{
 						ObjectMeta: metav1.ObjectMeta{Name: a.Metadata.Name, Namespace: ns, Labels: a.Metadata.Labels, Annotations: a.Metadata.Annotations},
 						Spec:       a.Spec.(argov1.ApplicationSpec)}, metav1.CreateOptions{})

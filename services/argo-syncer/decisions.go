@@ -53,15 +53,19 @@ type decisionStore struct {
 	kv jetstream.KeyValue
 }
 
-// decisionKey is the bucket key of one rule's enforcement on one cluster: the Application name
-// (a valid key) and a digest of the rule, cluster and enforcement. The rule is its namespace and
-// name, as the Application's ownership and the consumer's ordering know it, not its UID: an
-// uninstall of a deleted rule replayed after a rule of the same name was created must still
-// meet the newer rule's install. The cluster and enforcement, not only the Application name,
-// because two pairs can share a name ("a-b" + "c", "a" + "b-c") and are not ordered together.
+// decisionKey is the bucket key of one rule's enforcement on one cluster: a readable prefix, the
+// Application name as versions before 64-bit name suffixes computed it
+// (events.LegacyApplicationName, a valid key), and a digest of the rule, cluster and
+// enforcement. The digest (64 bits of all three) is what keeps keys apart, not the prefix: two
+// pairs can share a name ("a-b" + "c", "a" + "b-c") or a 32-bit suffix, and are not ordered
+// together. The prefix stays the legacy name so that every record keeps its key across the
+// upgrade to 64-bit names (a record under a new key would leave the old one behind, for the
+// resync to re-assert). The rule is its namespace and name, as the Application's ownership and
+// the consumer's ordering know it, not its UID: an uninstall of a deleted rule replayed after a
+// rule of the same name was created must still meet the newer rule's install.
 func decisionKey(rule events.RuleRef, cluster, enforcement string) string {
 	sum := sha256.Sum256([]byte(rule.Namespace + "/" + rule.Name + "\x00" + cluster + "\x00" + enforcement))
-	return events.ApplicationName(cluster, enforcement) + "." + hex.EncodeToString(sum[:8])
+	return events.LegacyApplicationName(cluster, enforcement) + "." + hex.EncodeToString(sum[:8])
 }
 
 // admit records next as the last decision under key unless a newer one is recorded; then it

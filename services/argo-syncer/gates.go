@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -39,12 +40,62 @@ type gateStore struct {
 	kv jetstream.KeyValue
 }
 
-// gateKey is the bucket key of a rule's Application: the Application name (a DNS label, so a
-// valid key) and a digest of the rule, so that two rules naming the same Application do not
-// share an entry.
+// gateKey is the bucket key of a rule's Application: the Application name of the pair,
+// events.ApplicationName (a DNS label, so a valid key; with its 64-bit suffix, two pairs crafted
+// to collide do not share an entry), and a digest of the rule, so that two rules naming the same
+// Application do not share an entry. It is the pair's name even when its Application was written
+// under a legacy name (names.go): a waiting install has no Application yet, and every path
+// derives the key from the pair. Entries written under legacy keys are moved at start-up
+// (moveLegacyKeys).
 func gateKey(rule events.RuleRef, application string) string {
 	sum := sha256.Sum256([]byte(rule.Namespace + "/" + rule.Name))
 	return application + "." + hex.EncodeToString(sum[:8])
+}
+
+// moveLegacyKeys moves every entry whose key is not the one gateKey gives its intent (written
+// by a version that named Applications with 32-bit suffixes) to that key, so that its trigger's
+// outcome still finds and releases it; it returns how many it moved. It runs at start-up, before
+// the consumer (argo-syncer runs one replica, so nothing else writes the bucket then). An entry
+// already under the new key wins over the legacy one, which is dropped; a crash between the
+// write and the delete leaves both, and the next start finishes the move.
+func (s *gateStore) moveLegacyKeys(ctx context.Context) (int, error) {
+	lister, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("list install gates: %w", err)
+	}
+	defer func() { _ = lister.Stop() }()
+	var keys []string
+	for key := range lister.Keys() {
+		keys = append(keys, key)
+	}
+	moved := 0
+	for _, key := range keys {
+		e, rev, err := s.get(ctx, key)
+		if err != nil {
+			return moved, err
+		}
+		if e == nil {
+			continue // dropped since the listing
+		}
+		app := events.ApplicationName(e.Intent.Cluster.Name, e.Intent.Enforcement.Name)
+		want := gateKey(e.Intent.Rule, app)
+		if key == want {
+			continue
+		}
+		e.Application = app
+		data, err := json.Marshal(e)
+		if err != nil {
+			return moved, fmt.Errorf("encode install gate %s: %w", want, err)
+		}
+		if _, err := s.kv.Create(ctx, want, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+			return moved, fmt.Errorf("move install gate %s to %s: %w", key, want, err)
+		}
+		if err := s.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
+			return moved, fmt.Errorf("delete install gate %s: %w", key, err)
+		}
+		moved++
+	}
+	return moved, nil
 }
 
 // get returns the entry under key and its revision, or nil when no intent waits.

@@ -86,7 +86,7 @@ func (h *Handler) install(ctx context.Context, in *events.InstallIntent, seq uin
 	// A name taken by another cluster is refused before the intent is recorded as the last
 	// decision of (rule, cluster name, enforcement), which stays the other cluster's.
 	app := events.ApplicationName(in.Cluster.Name, in.Enforcement.Name)
-	if err := h.syncer.NameConflict(in.Cluster, app); err != nil {
+	if err := h.syncer.NameConflict(in.Cluster, in.Enforcement.Name); err != nil {
 		return h.finish(ctx, in, seq, InstallResult{Application: app}, err)
 	}
 	if stale, err := h.stale(ctx, in.Rule, in.Cluster.Name, in.Enforcement.Name, installRecord(in, seq)); stale || err != nil {
@@ -94,7 +94,7 @@ func (h *Handler) install(ctx context.Context, in *events.InstallIntent, seq uin
 	}
 	res, err := h.syncer.Install(ctx, in, true)
 	if err == nil && res.Waiting {
-		return h.hold(ctx, in, seq, res.Application)
+		return h.hold(ctx, in, seq, app)
 	}
 	return h.finish(ctx, in, seq, res, err)
 }
@@ -181,7 +181,7 @@ func (h *Handler) finish(ctx context.Context, in *events.InstallIntent, seq uint
 		}); err != nil {
 			return err
 		}
-		return h.ungate(ctx, in.Rule, res.Application, in.ID())
+		return h.ungate(ctx, in.Rule, events.ApplicationName(in.Cluster.Name, in.Enforcement.Name), in.ID())
 	}
 	h.metrics.intent("install", "failed")
 	f := &failure{reason: ReasonAPIError, err: err}
@@ -196,7 +196,7 @@ func (h *Handler) finish(ctx context.Context, in *events.InstallIntent, seq uint
 		return err
 	}
 	h.logger.Error("Install rejected", "application", res.Application, "reason", f.reason, "error", f.err)
-	return h.ungate(ctx, in.Rule, res.Application, in.ID())
+	return h.ungate(ctx, in.Rule, events.ApplicationName(in.Cluster.Name, in.Enforcement.Name), in.ID())
 }
 
 // ungate removes the intent waiting for the rule's Application, if any; by names the intent
@@ -214,7 +214,7 @@ func (h *Handler) uninstall(ctx context.Context, in *events.UninstallIntent, seq
 	// Another cluster of the same name owns what is there: nothing to remove, and the last
 	// decision stays that cluster's.
 	app := events.ApplicationName(in.Cluster.Name, in.Enforcement)
-	if err := h.syncer.NameConflict(in.Cluster, app); err != nil {
+	if err := h.syncer.NameConflict(in.Cluster, in.Enforcement); err != nil {
 		h.logger.Info("Skipped uninstall of another cluster's objects", "application", app, "reason", err)
 		_, err = h.pub.Publish(ctx, &events.UninstallDone{IntentID: in.ID(), Rule: in.Rule, Cluster: in.Cluster.Name, Enforcement: in.Enforcement, Application: app})
 		return err

@@ -58,6 +58,15 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 	if err != nil {
 		return svc.Abort(err)
 	}
+	// Installs that waited for their beforeInstall trigger under a legacy key must be found by
+	// the trigger's outcome, which the consumer may bring at once.
+	moved, err := h.gates.moveLegacyKeys(svc.Context())
+	if err != nil {
+		return svc.Abort(err)
+	}
+	if moved > 0 {
+		svc.Logger.Info("Moved installs waiting for beforeInstall to 64-bit names", "count", moved)
+	}
 	opts := events.ConsumerOptions{Name: events.ConsumerArgoSyncer, Concurrency: cfg.Concurrency, Routes: h.Routes()}
 	if err := svc.Consume(opts, h.Handle); err != nil {
 		return svc.Abort(err)

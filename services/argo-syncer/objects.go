@@ -62,20 +62,13 @@ const (
 	DefaultNamespace = "default"
 )
 
-// clusterLabel is the cluster_name label value of a cluster: its name when that is a valid label
-// value, else the normalised object name (events.ObjectName), so that long or unusual names still
-// label their objects.
-func clusterLabel(cluster string) string {
-	if len(validation.IsValidLabelValue(cluster)) == 0 {
-		return cluster
-	}
-	return events.ObjectName(cluster)
-}
-
-// ProjectName is the AppProject of a cluster: named after it, as the original operator did.
+// ProjectName is the AppProject of a cluster: named after it, as the original operator did
+// (normalised by events.ObjectName). One written by an earlier version may have its legacy name
+// (names.go).
 func ProjectName(cluster string) string { return events.ObjectName(cluster) }
 
-// ClusterSecretName is the name of the cluster Secret argo-syncer creates for a cluster.
+// ClusterSecretName is the name of the cluster Secret argo-syncer creates for a cluster
+// (normalised by events.ObjectName; an earlier version's may have its legacy name, names.go).
 func ClusterSecretName(cluster string) string { return "cluster-" + events.ObjectName(cluster) }
 
 // applyObject is the body of a server-side apply: only the fields argo-syncer owns. The typed
@@ -114,17 +107,18 @@ func (o *applyObject) seal() []byte {
 func (o *applyObject) hash() string { return o.Metadata.Annotations[AnnotationAppliedHash] }
 
 // RenderApplication renders the Application of an install intent in namespace ns: named
-// events.ApplicationName(cluster, enforcement), in the cluster's AppProject, destination by
-// cluster name and the enforcement's namespace, automated sync with prune and self-heal, and
+// n.application (events.ApplicationName(cluster, enforcement), or the legacy name of one an
+// earlier version wrote), in the cluster's AppProject n.project, destination by cluster name
+// and the enforcement's namespace, automated sync with prune and self-heal, and
 // CreateNamespace=true. The enforcement's own labels come first; Enforcement's labels win.
-func RenderApplication(ns string, in *events.InstallIntent) *applyObject {
+func RenderApplication(ns string, in *events.InstallIntent, n objectNames) *applyObject {
 	e := in.Enforcement
 	labels := map[string]string{}
 	for k, v := range e.Labels {
 		labels[k] = v
 	}
 	labels[LabelManagedBy] = ManagedByValue
-	labels[LabelCluster] = clusterLabel(in.Cluster.Name)
+	labels[LabelCluster] = label(in.Cluster.Name, n.legacyApplication)
 	// Rule and enforcement go into labels only where the value is a valid label value; the
 	// annotations always hold the full references.
 	for k, v := range map[string]string{
@@ -165,7 +159,7 @@ func RenderApplication(ns string, in *events.InstallIntent) *applyObject {
 		APIVersion: "argoproj.io/v1alpha1",
 		Kind:       "Application",
 		Metadata: applyMeta{
-			Name:        events.ApplicationName(in.Cluster.Name, e.Name),
+			Name:        n.application,
 			Namespace:   ns,
 			Labels:      labels,
 			Annotations: annotations,
@@ -173,7 +167,7 @@ func RenderApplication(ns string, in *events.InstallIntent) *applyObject {
 		Spec: argov1.ApplicationSpec{
 			Source:      source,
 			Destination: argov1.ApplicationDestination{Name: in.Cluster.Name, Namespace: namespace},
-			Project:     ProjectName(in.Cluster.Name),
+			Project:     n.project,
 			SyncPolicy: &argov1.SyncPolicy{
 				Automated:   &argov1.SyncPolicyAutomated{Prune: true, SelfHeal: true},
 				SyncOptions: argov1.SyncOptions{"CreateNamespace=true"},
@@ -190,10 +184,10 @@ type ProjectSettings struct {
 	ClusterResources bool
 }
 
-// RenderProject renders the AppProject of a cluster in namespace ns: named after the cluster,
-// allowing it as destination by API URL and by name (any namespace), the given repositories
-// (sorted, without duplicates) or any, and cluster-scoped resources when configured.
-func RenderProject(ns, cluster, url string, repos []string, s ProjectSettings) *applyObject {
+// RenderProject renders the AppProject of a cluster in namespace ns: named n.project (after the
+// cluster), allowing it as destination by API URL and by name (any namespace), the given
+// repositories (sorted, without duplicates) or any, and cluster-scoped resources when configured.
+func RenderProject(ns string, n objectNames, cluster, url string, repos []string, s ProjectSettings) *applyObject {
 	if s.AnyRepo {
 		repos = []string{"*"}
 	} else {
@@ -218,9 +212,9 @@ func RenderProject(ns, cluster, url string, repos []string, s ProjectSettings) *
 		APIVersion: "argoproj.io/v1alpha1",
 		Kind:       "AppProject",
 		Metadata: applyMeta{
-			Name:      ProjectName(cluster),
+			Name:      n.project,
 			Namespace: ns,
-			Labels:    map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: clusterLabel(cluster)},
+			Labels:    map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: label(cluster, n.legacyProject)},
 			Annotations: map[string]string{
 				AnnotationCluster: cluster,
 			},

@@ -81,7 +81,7 @@ func TestRenderApplication(t *testing.T) {
 			if tt.mutate != nil {
 				tt.mutate(in)
 			}
-			o := RenderApplication("argocd", in)
+			o := RenderApplication("argocd", in, newNames(in.Cluster.Name, in.Enforcement.Name))
 			if o.Metadata.Name != tt.wantName || o.Metadata.Namespace != "argocd" {
 				t.Fatalf("name %s/%s, want argocd/%s", o.Metadata.Namespace, o.Metadata.Name, tt.wantName)
 			}
@@ -109,8 +109,8 @@ func TestRenderApplication(t *testing.T) {
 }
 
 func TestSealIsStableAndSensitive(t *testing.T) {
-	a := RenderApplication("argocd", intent("c", "e"))
-	b := RenderApplication("argocd", intent("c", "e"))
+	a := RenderApplication("argocd", intent("c", "e"), newNames("c", "e"))
+	b := RenderApplication("argocd", intent("c", "e"), newNames("c", "e"))
 	a.seal()
 	b.seal()
 	if a.hash() == "" || a.hash() != b.hash() {
@@ -122,7 +122,7 @@ func TestSealIsStableAndSensitive(t *testing.T) {
 	}
 	in := intent("c", "e")
 	in.Enforcement.HelmParameters[0].Value = "3"
-	c := RenderApplication("argocd", in)
+	c := RenderApplication("argocd", in, newNames(in.Cluster.Name, in.Enforcement.Name))
 	c.seal()
 	if c.hash() == a.hash() {
 		t.Fatal("changed helm parameter, same hash")
@@ -145,7 +145,7 @@ func TestRenderProject(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := RenderProject("argocd", "c", tt.url, tt.repos, tt.settings)
+			o := RenderProject("argocd", newNames("c", ""), "c", tt.url, tt.repos, tt.settings)
 			spec := o.Spec.(argov1.AppProjectSpec)
 			if strings.Join(spec.SourceRepos, ",") != strings.Join(tt.wantRepos, ",") {
 				t.Errorf("repos %v, want %v", spec.SourceRepos, tt.wantRepos)

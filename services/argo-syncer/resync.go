@@ -183,7 +183,7 @@ func (h *Handler) stillDecided(key string, seq uint64) func(context.Context) (bo
 func (s *Syncer) Restore(ctx context.Context, in *events.InstallIntent, create bool, decided func(context.Context) (bool, error)) (InstallResult, error) {
 	unlock := s.clusters.lock(in.Cluster.Name)
 	defer unlock()
-	name := events.ApplicationName(in.Cluster.Name, in.Enforcement.Name)
+	name := s.names(in.Cluster.Name, in.Enforcement.Name).application
 	if ok, err := decided(ctx); err != nil || !ok {
 		return InstallResult{Application: name}, err
 	}
@@ -199,9 +199,11 @@ func (s *Syncer) Restore(ctx context.Context, in *events.InstallIntent, create b
 }
 
 // holdsApplication reports, from the cache, whether the uninstall intent's Application is still
-// there for its rule to delete.
+// there for its rule to delete (under its new or its legacy name, names.go).
 func (s *Syncer) holdsApplication(in *events.UninstallIntent) bool {
-	app, exists, terminating := s.apps.get(events.ApplicationName(in.Cluster.Name, in.Enforcement))
+	unlock := s.clusters.lock(in.Cluster.Name)
+	defer unlock()
+	app, exists, terminating := s.apps.get(s.names(in.Cluster.Name, in.Enforcement).application)
 	return exists && !terminating && owned(app) && ruleOwns(app, in.Rule) && samePair(app, in.Cluster.Name, in.Enforcement)
 }
 

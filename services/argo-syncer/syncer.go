@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -227,14 +228,15 @@ func (s *Syncer) install(ctx context.Context, in *events.InstallIntent, gate boo
 	cluster := in.Cluster.Name
 	// Decide from the cache (and argo-syncer's own recent writes) before writing anything: the
 	// common cases, a redelivery or an unchanged render, cost no request at all.
-	desired := RenderApplication(s.ns, in)
+	names := s.names(cluster, in.Enforcement.Name)
+	desired := RenderApplication(s.ns, in, names)
 	desired.seal()
 	res := InstallResult{Application: desired.Metadata.Name}
 	existing, exists, terminating := s.apps.get(desired.Metadata.Name)
 	if terminating {
 		return res, &failure{reason: ReasonTerminating, err: fmt.Errorf("application %s is being deleted; waiting until it is gone", desired.Metadata.Name)}
 	}
-	if err := s.nameConflict(in.Cluster, desired.Metadata.Name); err != nil {
+	if err := s.nameConflict(in.Cluster, names); err != nil {
 		return res, err
 	}
 	if exists {
@@ -249,12 +251,12 @@ func (s *Syncer) install(ctx context.Context, in *events.InstallIntent, gate boo
 
 	// Order matters for Argo CD: the cluster must be registered and the project must allow the
 	// repository before the Application is reconciled, or its first sync fails.
-	writes, err := s.ensureCluster(ctx, in.Cluster)
+	writes, err := s.ensureCluster(ctx, in.Cluster, names.secret)
 	res.Writes += writes
 	if err != nil {
 		return res, err
 	}
-	writes, err = s.ensureProject(ctx, in.Cluster, in.Enforcement.Repo)
+	writes, err = s.ensureProject(ctx, in.Cluster, names, in.Enforcement.Repo)
 	res.Writes += writes
 	if err != nil {
 		return res, err
@@ -325,12 +327,13 @@ func (s *Syncer) applyApplication(ctx context.Context, o *applyObject) (*argov1.
 }
 
 // ensureCluster registers the cluster in Argo CD unless a cluster Secret for its name or API URL
-// exists. Credentials are read from the source Secret the intent references.
-func (s *Syncer) ensureCluster(ctx context.Context, t events.Target) (int, error) {
-	if sec, ok, _ := s.secrets.get(ClusterSecretName(t.Name)); ok && owned(sec) {
+// exists; secretName is its Secret's name (names). Credentials are read from the source Secret
+// the intent references.
+func (s *Syncer) ensureCluster(ctx context.Context, t events.Target, secretName string) (int, error) {
+	if sec, ok, _ := s.secrets.get(secretName); ok && owned(sec) {
 		return s.updateClusterSecret(ctx, sec, t)
 	}
-	if s.registered(t) {
+	if s.registered(t, secretName) {
 		return 0, nil
 	}
 	cfg, err := s.clusterConfig(ctx, t)
@@ -386,26 +389,26 @@ func (s *Syncer) updateClusterSecret(ctx context.Context, sec *corev1.Secret, t 
 	return 1, nil
 }
 
-// nameConflict returns a permanent NameConflict failure when the cluster Secret or AppProject of
-// the target's cluster name, or the Application app, records a provider identity other than the
-// target's: they belong to another cluster of the same name, which keeps them. Objects that
+// nameConflict returns a permanent NameConflict failure when the cluster Secret, AppProject or
+// Application of n (the target's cluster name; names) records a provider identity other than
+// the target's: they belong to another cluster of the same name, which keeps them. Objects that
 // record none (written before identities, or adopted) are claimed by the first identity that
 // writes them; a target without an identity (an older producer) is not checked.
-func (s *Syncer) nameConflict(t events.Target, app string) error {
+func (s *Syncer) nameConflict(t events.Target, n objectNames) error {
 	if t.Identity == "" {
 		return nil
 	}
-	if sec, ok, _ := s.secrets.get(ClusterSecretName(t.Name)); ok {
+	if sec, ok, _ := s.secrets.get(n.secret); ok {
 		if id := sec.Annotations[AnnotationIdentity]; id != "" && id != t.Identity {
 			return conflictError("secret", sec.Name, t, id)
 		}
 	}
-	if p, ok, _ := s.projects.get(ProjectName(t.Name)); ok {
+	if p, ok, _ := s.projects.get(n.project); ok {
 		if id := p.Annotations[AnnotationIdentity]; id != "" && id != t.Identity {
 			return conflictError("appproject", p.Name, t, id)
 		}
 	}
-	if a, ok, _ := s.apps.get(app); ok {
+	if a, ok, _ := s.apps.get(n.application); n.application != "" && ok {
 		if id := a.Annotations[AnnotationIdentity]; id != "" && id != t.Identity {
 			return conflictError("application", a.Name, t, id)
 		}
@@ -413,11 +416,12 @@ func (s *Syncer) nameConflict(t events.Target, app string) error {
 	return nil
 }
 
-// NameConflict is nameConflict with the cluster's lock held.
-func (s *Syncer) NameConflict(t events.Target, app string) error {
+// NameConflict is nameConflict for the target's objects and the Application of enforcement,
+// with the cluster's lock held.
+func (s *Syncer) NameConflict(t events.Target, enforcement string) error {
 	unlock := s.clusters.lock(t.Name)
 	defer unlock()
-	return s.nameConflict(t, app)
+	return s.nameConflict(t, s.names(t.Name, enforcement))
 }
 
 func conflictError(kind, name string, t events.Target, owner string) error {
@@ -448,9 +452,10 @@ func (s *Syncer) clusterConfig(ctx context.Context, t events.Target) (argov1.Clu
 	return s.creds.get(ctx, s.secretRef(t.Source))
 }
 
-// registered reports whether a cluster Secret exists for the cluster's name or API URL.
-func (s *Syncer) registered(t events.Target) bool {
-	if _, ok, _ := s.secrets.get(ClusterSecretName(t.Name)); ok {
+// registered reports whether a cluster Secret exists for the cluster's name or API URL;
+// secretName is the name of the cluster's own (names).
+func (s *Syncer) registered(t events.Target, secretName string) bool {
+	if _, ok, _ := s.secrets.get(secretName); ok {
 		return true
 	}
 	if t.URL != "" && len(s.secrets.list(indexServer, t.URL)) > 0 {
@@ -470,10 +475,11 @@ func (s *Syncer) secretRef(src events.SourceRef) secretRef {
 	return ref
 }
 
-// ensureProject makes the cluster's AppProject allow repo (and the repositories it already
-// allows). It writes only when something is missing, and clears a pending unregistration.
-func (s *Syncer) ensureProject(ctx context.Context, t events.Target, repo string) (int, error) {
-	name := ProjectName(t.Name)
+// ensureProject makes the cluster's AppProject (n.project) allow repo (and the repositories it
+// already allows). It writes only when something is missing, and clears a pending
+// unregistration.
+func (s *Syncer) ensureProject(ctx context.Context, t events.Target, n objectNames, repo string) (int, error) {
+	name := n.project
 	existing, exists, _ := s.projects.get(name)
 	writes := 0
 	if exists && !owned(existing) {
@@ -492,7 +498,7 @@ func (s *Syncer) ensureProject(ctx context.Context, t events.Target, repo string
 	if exists {
 		repos = append(repos, existing.Spec.SourceRepos...)
 	}
-	desired := RenderProject(s.ns, t.Name, t.URL, repos, s.project)
+	desired := RenderProject(s.ns, n, t.Name, t.URL, repos, s.project)
 	if t.Identity != "" {
 		desired.Metadata.Annotations[AnnotationIdentity] = t.Identity
 	}
@@ -545,9 +551,10 @@ func (s *Syncer) Uninstall(ctx context.Context, in *events.UninstallIntent) (Uni
 // uninstall is Uninstall with the cluster's lock held.
 func (s *Syncer) uninstall(ctx context.Context, in *events.UninstallIntent) (UninstallResult, error) {
 	cluster := in.Cluster.Name
-	name := events.ApplicationName(cluster, in.Enforcement)
+	names := s.names(cluster, in.Enforcement)
+	name := names.application
 	res := UninstallResult{Application: name}
-	if err := s.nameConflict(in.Cluster, name); err != nil {
+	if err := s.nameConflict(in.Cluster, names); err != nil {
 		// Another cluster of the same name owns what is there: this one has nothing to remove.
 		s.logger.Info("Skipped uninstall of another cluster's objects", "application", name, "cluster", cluster, "reason", err)
 		return res, nil
@@ -657,12 +664,17 @@ func (s *Syncer) refetch(ctx context.Context, name string) (*argov1.Application,
 // delete events bring the cluster back to finishUnregister.
 func (s *Syncer) unregister(ctx context.Context, cluster string) (bool, error) {
 	// The cache is enough to see that Applications remain (the common case of a shared cluster).
-	for _, a := range s.apps.list(indexCluster, clusterLabel(cluster)) {
-		if _, ok, terminating := s.apps.get(a.Name); ok && !terminating {
-			return false, nil
+	// Earlier versions may have labelled them with another value (names.go): both count.
+	labels := clusterLabels(cluster)
+	for _, l := range labels {
+		for _, a := range s.apps.list(indexCluster, l) {
+			if _, ok, terminating := s.apps.get(a.Name); ok && !terminating {
+				return false, nil
+			}
 		}
 	}
-	apps, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).List(ctx, metav1.ListOptions{LabelSelector: LabelCluster + "=" + clusterLabel(cluster)})
+	selector := LabelCluster + " in (" + strings.Join(labels, ",") + ")"
+	apps, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return false, classify(err, "list applications of cluster "+cluster)
 	}
@@ -679,7 +691,8 @@ func (s *Syncer) unregister(ctx context.Context, cluster string) (bool, error) {
 	if alive > 0 {
 		return false, nil
 	}
-	name := ProjectName(cluster)
+	names := s.names(cluster, "")
+	name := names.project
 	project, exists, _ := s.projects.get(name)
 	if terminating > 0 {
 		if exists && owned(project) && project.Annotations[AnnotationUnregister] == "" {
@@ -703,7 +716,7 @@ func (s *Syncer) unregister(ctx context.Context, cluster string) (bool, error) {
 		s.projects.removed(name, project.UID, false)
 		s.logger.Info("Deleted AppProject", "appproject", name, "cluster", cluster)
 	}
-	secretName := ClusterSecretName(cluster)
+	secretName := names.secret
 	if sec, ok, _ := s.secrets.get(secretName); ok && owned(sec) {
 		err := s.kube.CoreV1().Secrets(s.ns).Delete(ctx, secretName, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &sec.UID}})
 		s.metrics.write("Secret", "delete", err)
@@ -719,7 +732,7 @@ func (s *Syncer) unregister(ctx context.Context, cluster string) (bool, error) {
 // markUnregisterPending marks the cluster's AppProject so that the unregistration finishes once
 // its terminating Applications are gone (finishUnregister).
 func (s *Syncer) markUnregisterPending(ctx context.Context, cluster string, terminating int) error {
-	name := ProjectName(cluster)
+	name := s.names(cluster, "").project
 	patch := []byte(`{"metadata":{"annotations":{"` + AnnotationUnregister + `":"pending"}}}`)
 	p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	s.metrics.write("AppProject", "patch", err)
@@ -774,7 +787,7 @@ func (s *Syncer) keepProject(ctx context.Context, cluster string, project *argov
 func (s *Syncer) finishUnregister(ctx context.Context, cluster string) error {
 	unlock := s.clusters.lock(cluster)
 	defer unlock()
-	project, exists, _ := s.projects.get(ProjectName(cluster))
+	project, exists, _ := s.projects.get(s.names(cluster, "").project)
 	if !exists || !owned(project) || project.Annotations[AnnotationUnregister] == "" {
 		return nil
 	}
