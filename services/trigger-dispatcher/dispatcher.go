@@ -142,7 +142,9 @@ func (d *dispatcher) onGated(ctx context.Context, g *events.InstallGated, m even
 	if err != nil {
 		return events.Permanent(err)
 	}
-	r.Pair = pairKey(in.Rule, g.Application)
+	// The pair's name, as onIntent derives it, rather than g.Application: the marker is the
+	// pair's whatever name its Application has.
+	r.Pair = pairKey(in.Rule, events.ApplicationName(in.Cluster.Name, in.Enforcement.Name))
 	return d.deliverAndRecord(ctx, r, eventSeries(m))
 }
 

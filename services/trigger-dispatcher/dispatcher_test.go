@@ -935,6 +935,39 @@ func TestBlockedDeliverySupersededByNewerIntent(t *testing.T) {
 	}
 }
 
+// TestBlockedDeliveryOfACollidingNameIsNotSuperseded: two clusters of one rule whose
+// Application names were crafted to collide under the 32-bit suffix of earlier versions
+// (eventstest) are two pairs: a newer intent of one does not supersede the other's blocked
+// beforeInstall, which is delivered once its webhook answers.
+func TestBlockedDeliveryOfACollidingNameIsNotSuperseded(t *testing.T) {
+	h := newHarness(t)
+	var reject atomic.Bool
+	reject.Store(true)
+	rc := newReceiver(t, statusWhile(&reject, http.StatusInternalServerError))
+	startService(t, h.env("TRIGGER_BLOCKED_RETRY_INTERVAL", "100ms", "TRIGGER_MAX_ATTEMPTS", "1"))
+	blocked := h.intent(eventstest.AppCollidingA, "h1", &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: rc.URL(), FailurePolicy: "Fail"}})
+	blocked.Enforcement.Name = eventstest.AppCollidingEnforcement
+	h.gated(blocked)
+	if _, ok := h.waitOutcome(events.PhaseBeforeInstall, blocked.ID()).(*events.TriggerFailed); !ok {
+		t.Fatal("first outcome is not TriggerFailed")
+	}
+	other := h.intent(eventstest.AppCollidingB, "h2", nil)
+	other.Enforcement.Name = eventstest.AppCollidingEnforcement
+	h.publish(other)
+	h.caughtUp()
+	reject.Store(false)
+	timeout := time.After(15 * time.Second)
+	for done := false; !done; {
+		select {
+		case e := <-h.outcomes:
+			d, ok := e.(*events.TriggerDelivered)
+			done = ok && d.IntentID == blocked.ID()
+		case <-timeout:
+			t.Fatal("the blocked beforeInstall was not delivered within 15s: another pair's intent superseded it")
+		}
+	}
+}
+
 // The dispatcher rides out a restart of the NATS server: deliveries resume afterwards and the
 // service is ready again.
 func TestNATSRestart(t *testing.T) {

@@ -172,7 +172,12 @@ type latestIntent struct {
 	Sequence uint64 `json:"sequence"`
 }
 
-// pairKey is the KV key of the latest-intent marker of a rule and an Application.
+// pairKey is the KV key of the latest-intent marker of a rule and an Application, named by
+// events.ApplicationName of the intent's pair: its 64-bit suffix keeps two pairs whose names
+// were crafted to collide from sharing a marker (one's newer intent would supersede the other's
+// blocked beforeInstall). Markers written under the 32-bit names of earlier versions are not
+// moved: a blocked delivery recorded before the upgrade may then be retried once after a newer
+// intent, a webhook call argo-syncer ignores (it releases only the intent still waiting).
 func pairKey(rule events.RuleRef, application string) string {
 	sum := sha256.Sum256([]byte(rule.Namespace + "/" + rule.Name + "/" + application))
 	return "pair_" + hex.EncodeToString(sum[:16])
