@@ -28,8 +28,8 @@ package main
 // caches under the cluster's lock, by every path that reads or writes the objects (install,
 // uninstall, unregistration, resync, NameConflict), so they all find the same object. Nothing
 // outside argo-syncer reads these objects by name: trigger-dispatcher and the decision and gate
-// buckets key on the pair (decisions.go, gates.go), and the outcome events, which the CLI and
-// rule-engine show, carry the name argo-syncer used.
+// buckets key on the pair (decisions.go, gates.go), rule-engine's status names pairs, and the
+// outcome events, which `enforcement watch` narrates, carry the name argo-syncer used.
 
 import (
 	"slices"
