@@ -50,6 +50,8 @@ var catalog = []descriptor{
 		"A scan did not produce a complete listing (or removals are held); nothing was removed.", func() Event { return &SourceDegraded{} }, []string{ConsumerRuleEngine}},
 	{"io.enforcement.source.recovered.v1", []string{SubjectRoot, "source", "recovered", "{sourceKind}", "{sourceId}"},
 		"A degraded source listed completely again, with no removals held.", func() Event { return &SourceRecovered{} }, []string{ConsumerRuleEngine}},
+	{"io.enforcement.source.listed.v1", []string{SubjectRoot, "source", "listed", "{sourceKind}", "{sourceId}"},
+		"A source produced a complete listing, its cluster events already published (first complete scan of each source after the scanner starts it).", func() Event { return &SourceListed{} }, []string{ConsumerRuleEngine}},
 	{"io.enforcement.removals.released.v1", []string{SubjectRoot, "removals", "released", "{sourceKind}", "{sourceId}"},
 		"An operator released the removals one trip of a source's removal breaker holds.", func() Event { return &RemovalsReleased{} }, []string{ConsumerSourceScanner}},
 	{"io.enforcement.rule.removals.released.v1", []string{SubjectRoot, "rule", "removals", "released", "{ruleNamespace}", "{rule}"},
@@ -188,6 +190,23 @@ func (e *SourceRecovered) Validate() error {
 	return required("source recovered: source.kind, source.id", e.Source.Kind, e.Source.ID)
 }
 func (e *SourceRecovered) subjectKeys() []string { return []string{e.Source.Kind, e.Source.ID} }
+
+// SourceListed
+
+func (*SourceListed) Type() string { return "io.enforcement.source.listed.v1" }
+
+// ID is the scan: announcing one scan's listing twice is one event.
+func (e *SourceListed) ID() string { return id("source-listed", e.Source.ID, u64(e.Scan)) }
+
+// OrderingKey is the one of SourceDegraded, so a consumer sees a source's reports in order.
+func (e *SourceListed) OrderingKey() string { return "source:" + e.Source.ID }
+func (e *SourceListed) Validate() error {
+	if e.Known < 0 {
+		return fmt.Errorf("source listed: known %d must not be negative", e.Known)
+	}
+	return required("source listed: source.kind, source.id", e.Source.Kind, e.Source.ID)
+}
+func (e *SourceListed) subjectKeys() []string { return []string{e.Source.Kind, e.Source.ID} }
 
 // RemovalsReleased
 

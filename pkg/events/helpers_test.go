@@ -64,6 +64,7 @@ func sampleEvents() []Event {
 		&ClusterGone{Source: testSource, Key: "c-abc12", Name: "prod.eu-1", Revision: 9, LastSeen: since},
 		&SourceDegraded{Source: testSource, Scan: 12, Reason: DegradedListFailed, Message: "503 Service Unavailable", Known: 4},
 		&SourceRecovered{Source: testSource, Scan: 13, DegradedSince: 12, Known: 4},
+		&SourceListed{Source: testSource, Scan: 14, Known: 4},
 		&RuleRemovalsReleased{Rule: testRule, Clusters: []string{"prod.eu-1"}, By: "ops@laptop"},
 		&InstallIntent{Rule: testRule, Cluster: target, SpecHash: "a1b2c3", DeletionPolicy: DeletionOrphan,
 			Enforcement: Enforcement{Name: "guestbook", Repo: "https://github.com/argoproj/argocd-example-apps", Path: "guestbook", Namespace: "default",

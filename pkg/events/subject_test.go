@@ -57,6 +57,7 @@ func TestSubjectsAreFilterableByKindSourceAndCluster(t *testing.T) {
 		"io.enforcement.cluster.gone.v1":           "enforcement.cluster.gone.rancher.0123456789abcdef.prod%2Eeu-1",
 		"io.enforcement.source.degraded.v1":        "enforcement.source.degraded.rancher.0123456789abcdef",
 		"io.enforcement.source.recovered.v1":       "enforcement.source.recovered.rancher.0123456789abcdef",
+		"io.enforcement.source.listed.v1":          "enforcement.source.listed.rancher.0123456789abcdef",
 		"io.enforcement.removals.released.v1":      "enforcement.removals.released.rancher.0123456789abcdef",
 		"io.enforcement.rule.removals.released.v1": "enforcement.rule.removals.released.team-a.dev%2Erule",
 		"io.enforcement.intent.install.v1":         "enforcement.intent.install.prod%2Eeu-1.team-a.dev%2Erule",

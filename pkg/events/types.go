@@ -122,6 +122,21 @@ type SourceRecovered struct {
 	Known int `json:"known"`
 }
 
+// SourceListed says a source produced a complete listing, announced after that scan's cluster
+// events were acknowledged by the stream: every cluster the listing holds has been published.
+// source-scanner publishes it at the first complete listing of each source after it starts
+// scanning it (a new source, or any source after a scanner restart), not at every scan.
+// rule-engine waits for it before a rule whose source changed lets go of the old source's
+// clusters (the source handover); Known tells it how many cluster events to have seen first,
+// as they may be handled after this event.
+type SourceListed struct {
+	Source SourceRef `json:"source"`
+	// Scan is the scan whose listing was complete.
+	Scan uint64 `json:"scan"`
+	// Known is how many clusters the inventory holds for the source after the scan.
+	Known int `json:"known"`
+}
+
 // RemovalsReleased says an operator released the removals that one trip of a source's removal
 // breaker holds: the clusters whose removal scan Trip held (the trip a RemovalsHeld
 // SourceDegraded event names), and no others. `enforcement release-removals` publishes it;
@@ -170,6 +185,12 @@ type Target struct {
 	// Identity is the cluster's Cluster.Identity: argo-syncer never lets two identities share a
 	// cluster Secret, AppProject or Application. Empty from older producers.
 	Identity string `json:"identity,omitempty"`
+	// Replaces is set on the intents of a source handover when the cluster's identity changes
+	// with its source (a renamed static ConfigMap): the identity of the cluster of the rule's old
+	// source whose objects this target takes over, under the same cluster name. argo-syncer
+	// moves objects recording exactly that identity to this one, in place, instead of answering
+	// NameConflict.
+	Replaces string `json:"replaces,omitempty"`
 	// Revision is the cluster's inventory revision the intent was computed from.
 	Revision uint64 `json:"revision"`
 	// Gone is set on uninstall intents for a cluster its source no longer lists.
