@@ -19,7 +19,7 @@ func TestConsumerFiltersDeriveFromTheCatalog(t *testing.T) {
 	want := map[string][]string{
 		ConsumerRuleEngine: {
 			"enforcement.cluster.appeared.>", "enforcement.cluster.updated.>", "enforcement.cluster.gone.>",
-			"enforcement.source.degraded.>", "enforcement.source.recovered.>", "enforcement.rule.removals.released.>",
+			"enforcement.source.degraded.>", "enforcement.source.recovered.>", "enforcement.source.listed.>", "enforcement.rule.removals.released.>",
 			"enforcement.install.succeeded.>", "enforcement.install.failed.>",
 			"enforcement.uninstall.done.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>",
 		},
