@@ -163,6 +163,8 @@ type sourceState struct {
 	mu       sync.Mutex
 	meta     sourceMeta
 	clusters map[string]*record // by cluster key
+	// listed is set once SourceListed was announced for the source (see listed.go).
+	listed bool
 }
 
 // New returns a scanner over the inventory bucket kv (events.BucketInventory) publishing with pub.
@@ -262,6 +264,9 @@ func (s *Scanner) scan(ctx context.Context, src Source) (Result, error) {
 			"scan", res.Scan, "held", len(res.Held))
 	}
 	if err := s.recovered(ctx, st, res); err != nil {
+		return fail(err)
+	}
+	if err := s.announceListed(ctx, st, res); err != nil {
 		return fail(err)
 	}
 	level := slog.LevelDebug
