@@ -32,6 +32,10 @@ func (e *engine) applyCluster(ctx context.Context, c events.Cluster, revision ui
 	for _, r := range e.rulesBySource[c.Source.ID] {
 		e.notify(r.key)
 	}
+	// The last cluster event of a listing whose SourceListed came first completes the handovers.
+	if l := e.listed[c.Source.ID]; l != nil && len(e.bySource[c.Source.ID]) == l.Known {
+		return e.completeHandovers(ctx, c.Source.ID)
+	}
 	return nil
 }
 

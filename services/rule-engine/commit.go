@@ -31,6 +31,9 @@ type change struct {
 	// unselected are the pairs the change uninstalls because the rule no longer selects their
 	// cluster (NoLongerMatches), as spans of intents and pairs: what the rule edit breaker holds.
 	unselected []unselectedSpan
+	// successors caches, per rule, the names of the clusters of its current source it selects
+	// (see hasSuccessor).
+	successors map[string]map[string]bool
 }
 
 // unselectedSpan is one selection removal in a change: the pair update at pairs[pair] and its

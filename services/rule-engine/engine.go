@@ -14,6 +14,7 @@ package main
 //	pairs.go     evalPair: what one (rule, cluster) pair needs, as install/uninstall intents
 //	commit.go    commit: publish the intents, then persist and apply the pairs
 //	outcomes.go  applyOutcome: install, trigger and source outcomes folded back
+//	handover.go  a rule's change of source: the old source's pairs wait, then move in place
 //	status.go    status: a rule's status and Ready condition computed from the state
 //
 // Cost model: a cluster event evaluates only the rules of that cluster's source (rulesBySource)
@@ -67,6 +68,7 @@ type engine struct {
 	pairByName    map[string]string                // rule + "\x00" + cluster name -> cluster id
 	degraded      map[string]*degradation          // by source id
 	held          map[string]*heldRemovals         // by rule: selection removals a rule edit held
+	listed        map[string]*listing              // by source id: its last complete listing (handover.go)
 }
 
 func newEngine(log *slog.Logger, st store, pub intentPublisher, r *Renderer, m *metrics, degradedTTL time.Duration) *engine {
@@ -83,6 +85,7 @@ func newEngine(log *slog.Logger, st store, pub intentPublisher, r *Renderer, m *
 		pairByName:    map[string]string{},
 		degraded:      map[string]*degradation{},
 		held:          map[string]*heldRemovals{},
+		listed:        map[string]*listing{},
 	}
 }
 
@@ -101,10 +104,15 @@ func (e *engine) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load state: %w", err)
 	}
+	listed, err := e.store.loadListed(ctx)
+	if err != nil {
+		return fmt.Errorf("load state: %w", err)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	maps.Copy(e.degraded, degraded)
 	maps.Copy(e.held, held)
+	maps.Copy(e.listed, listed)
 	for cid, rec := range clusters {
 		e.setCluster(cid, rec)
 	}
@@ -143,7 +151,9 @@ func (e *engine) setPair(rule, cid string, p *pairState) {
 	if p == nil {
 		if old != nil {
 			delete(e.pairs[rule], cid)
-			delete(e.pairByName, rule+"\x00"+old.Cluster.Name)
+			if e.pairByName[rule+"\x00"+old.Cluster.Name] == cid { // a handover moved the name on
+				delete(e.pairByName, rule+"\x00"+old.Cluster.Name)
+			}
 			if len(e.pairs[rule]) == 0 {
 				delete(e.pairs, rule)
 			}
@@ -153,7 +163,7 @@ func (e *engine) setPair(rule, cid string, p *pairState) {
 	if e.pairs[rule] == nil {
 		e.pairs[rule] = map[string]*pairState{}
 	}
-	if old != nil && old.Cluster.Name != p.Cluster.Name {
+	if old != nil && old.Cluster.Name != p.Cluster.Name && e.pairByName[rule+"\x00"+old.Cluster.Name] == cid {
 		delete(e.pairByName, rule+"\x00"+old.Cluster.Name)
 	}
 	e.pairs[rule][cid] = p

@@ -267,6 +267,7 @@ func eventRoutes(eng *engine) *events.Router {
 		}),
 		events.On(outcome[*events.SourceDegraded](eng)),
 		events.On(outcome[*events.SourceRecovered](eng)),
+		events.On(outcome[*events.SourceListed](eng)),
 		events.On(func(ctx context.Context, e *events.RuleRemovalsReleased, _ events.Meta) error {
 			return eng.releaseRule(ctx, e)
 		}),

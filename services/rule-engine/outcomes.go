@@ -3,8 +3,9 @@ package main
 // Outcomes. What the other services report back is folded into the state behind each rule's
 // status: install outcomes (argo-syncer), trigger outcomes (trigger-dispatcher) into the record
 // of the one enforcement they concern, and "source degraded" / "source recovered" (source-scanner)
-// into a per-source mark that the status shows until the source recovers (see applyDegraded). An outcome for an intent the pair no longer holds, or
-// one already counted (redelivery), changes nothing.
+// into a per-source mark that the status shows until the source recovers (see applyDegraded),
+// and "source listed" into the listing a source handover waits for (handover.go). An outcome for
+// an intent the pair no longer holds, or one already counted (redelivery), changes nothing.
 
 import (
 	"context"
@@ -39,6 +40,8 @@ func (e *engine) applyOutcome(ctx context.Context, ev events.Event, meta events.
 		return e.applyDegraded(ctx, s, meta)
 	case *events.SourceRecovered:
 		return e.applyRecovered(ctx, s, meta)
+	case *events.SourceListed:
+		return e.applyListed(ctx, s)
 	}
 	o, ok := enfOutcomeOf(ev)
 	if !ok {
@@ -78,7 +81,7 @@ func (e *engine) applyRecovered(ctx context.Context, r *events.SourceRecovered, 
 	delete(e.degraded, r.Source.ID)
 	e.log.Info("Source recovered", "source", r.Source.ID, "kind", r.Source.Kind, "scan", r.Scan, "was", deg.reason)
 	e.notifySource(r.Source.ID)
-	return nil
+	return e.completeHandovers(ctx, r.Source.ID)
 }
 
 // eventTime is when an event was published (its ce-time), or now when it carries none.

@@ -42,9 +42,14 @@ func (cv *clusterVars) get(c *events.Cluster) (map[string]any, string) {
 //
 //	cluster gone (or unknown)          -> uninstall all (ClusterGone, orphan) and drop the pair
 //	rule unknown or invalid            -> keep the pair as it is
+//	pair of the rule's old source      -> keep it while the new source has not listed, or
+//	                                      while a cluster of the new source with its name
+//	                                      takes it over (handover.go); otherwise as below
 //	rule no longer selects the cluster -> uninstall all (NoLongerMatches, rule's policy), drop;
 //	                                      a removal the rule edit breaker holds waits
 //	cluster present but not eligible   -> keep the pair as it is (eligibility never removes)
+//	an old-source pair has its name    -> wait while the new source has not listed; then take
+//	                                      that pair over in place (handover.go)
 //	same render key and URL as before  -> nothing to do
 //	template error                     -> keep the pair, record the error for the status
 //	otherwise                          -> install what is new or changed, uninstall what the
@@ -56,6 +61,11 @@ func (e *engine) evalPairVars(ctx context.Context, r *ruleState, rule, cid strin
 		uninstallMissing(r, rule, cid, old, goneRevision, ch)
 	case r == nil || r.invalid != nil:
 		// Unknown or unusable rule: keep what the pair has.
+	case foreignPair(r, old) && (e.handoverWaits(r.sel.source.ID) || e.hasSuccessor(r, old.Cluster.Name, ch)):
+		// The rule's source changed: the pair waits for the new source's listing, or for the
+		// cluster of the new source that takes it over; an enforcement removed from the rule
+		// goes now.
+		e.uninstallRemovedWhileWaiting(ctx, r, cid, rec, old, ch, cv)
 	case !r.sel.selects(&rec.Cluster):
 		delete(r.templateErrors, cid)
 		if !e.isHeld(rule, cid) { // a held removal waits for its release
@@ -63,9 +73,75 @@ func (e *engine) evalPairVars(ctx context.Context, r *ruleState, rule, cid strin
 		}
 	case !rec.Cluster.Eligible:
 		// Present but not eligible: keeps what it has, gets nothing new.
+	case old == nil:
+		pcid, pred := e.predecessor(r, cid, rec.Cluster.Name)
+		switch {
+		case pred == nil:
+			e.evalSelected(ctx, r, rule, cid, rec, nil, ch, cv)
+		case e.handoverWaits(r.sel.source.ID):
+			// Its name's Applications belong to a pair of the old source until the handover.
+		default:
+			e.takeOver(ctx, r, cid, rec, pcid, pred, ch, cv)
+		}
 	default:
 		e.evalSelected(ctx, r, rule, cid, rec, old, ch, cv)
 	}
+}
+
+// takeOver moves the pair pred of the rule's old source (cluster id pcid) to cluster cid of its
+// new source, which has the same name: the render is diffed against pred, every enforcement is
+// sent again for the new target (Replaces names pred's identity when it changed), and pred's
+// record is dropped without an uninstall. A template error keeps pred as it is.
+func (e *engine) takeOver(ctx context.Context, r *ruleState, cid string, rec *clusterRecord, pcid string, pred *pairState, ch *change, cv *clusterVars) {
+	vars, renderKey := r.renderInput(&rec.Cluster, cv)
+	enfs, err := e.renderPair(ctx, r, renderKey, vars)
+	if err != nil {
+		e.metrics.renderErrors.Inc()
+		r.templateErrors[cid] = [2]string{rec.Cluster.Name, err.Error()}
+		return
+	}
+	delete(r.templateErrors, cid)
+	delete(r.templateErrors, pcid)
+	replaces := ""
+	if pred.Cluster.Identity != "" && pred.Cluster.Identity != rec.Cluster.Identity {
+		replaces = pred.Cluster.Identity
+	}
+	next, intents := r.diffPairFor(rec, pred, renderKey, enfs, replaces)
+	e.log.Info("Took over a cluster from the rule's old source", "rule", r.key, "cluster", rec.Cluster.Name,
+		"from", pred.Cluster.Identity, "to", rec.Cluster.Identity)
+	ch.intents = append(ch.intents, intents...)
+	ch.pairs = append(ch.pairs, pairUpdate{rule: r.key, cid: pcid}, pairUpdate{rule: r.key, cid: cid, next: next})
+}
+
+// uninstallRemovedWhileWaiting uninstalls from a pair of the rule's old source, waiting for its
+// handover, the enforcements the rule no longer renders for its cluster (EnforcementRemoved:
+// explicit intent is immediate), and keeps the others as they are. A template error keeps all.
+func (e *engine) uninstallRemovedWhileWaiting(ctx context.Context, r *ruleState, cid string, rec *clusterRecord, old *pairState, ch *change, cv *clusterVars) {
+	vars, renderKey := r.renderInput(&rec.Cluster, cv)
+	enfs, err := e.renderPair(ctx, r, renderKey, vars)
+	if err != nil {
+		return // the pair keeps what it has; the new source's cluster reports the template
+	}
+	rendered := make(map[string]bool, len(enfs))
+	for _, en := range enfs {
+		rendered[en.Name] = true
+	}
+	next := old.clone()
+	removed := &pairState{Enforcements: map[string]*enfState{}}
+	for name, st := range old.Enforcements {
+		if !rendered[name] {
+			removed.Enforcements[name] = st
+			delete(next.Enforcements, name)
+		}
+	}
+	if len(removed.Enforcements) == 0 {
+		return
+	}
+	ch.intents = append(ch.intents, uninstalls(r.ref, old.Cluster, removed, events.UninstallEnforcementRemoved, r.deletionPolicy)...)
+	if len(next.Enforcements) == 0 {
+		next = nil
+	}
+	ch.pairs = append(ch.pairs, pairUpdate{rule: r.key, cid: cid, next: next})
 }
 
 // uninstallMissing drops the pair of a cluster that is gone (goneRevision: ClusterGone, the
@@ -155,15 +231,29 @@ func credentialsRef(rule, cluster events.SourceRef) events.SourceRef {
 // template that renames an enforcement is an install of the new name and an uninstall of the
 // old one.
 func (r *ruleState) diffPair(rec *clusterRecord, old *pairState, renderKey string, enfs []events.Enforcement) (*pairState, []events.Event) {
+	return r.diffPairs(rec, old, renderKey, enfs, false, "")
+}
+
+// diffPairFor is diffPair for a handover: old is the pair of the old source the cluster takes
+// over, and every enforcement gets an install intent for the new target, unchanged or not (its
+// source and identity changed), which replaces the identity replaces ("" when it is the same).
+func (r *ruleState) diffPairFor(rec *clusterRecord, old *pairState, renderKey string, enfs []events.Enforcement, replaces string) (*pairState, []events.Event) {
+	return r.diffPairs(rec, old, renderKey, enfs, true, replaces)
+}
+
+// diffPairs is diffPair and diffPairFor: handover sends the unchanged enforcements too.
+func (r *ruleState) diffPairs(rec *clusterRecord, old *pairState, renderKey string, enfs []events.Enforcement, handover bool, replaces string) (*pairState, []events.Event) {
 	target := targetOf(rec)
 	target.Source = credentialsRef(r.sel.source, rec.Cluster.Source)
+	target.Replaces = replaces
 	next := &pairState{Rule: r.ref, Cluster: target, RenderKey: renderKey, DeletionPolicy: r.deletionPolicy,
 		Enforcements: make(map[string]*enfState, len(enfs))}
+	next.Cluster.Replaces = "" // the record is the new cluster's own; only the intents replace
 	var intents []events.Event
 	for i := range enfs {
 		en := &enfs[i]
 		hash := specHash(en, rec.Cluster.URL)
-		if prev := oldEnf(old, en.Name); prev != nil && prev.SpecHash == hash {
+		if prev := oldEnf(old, en.Name); prev != nil && prev.SpecHash == hash && !handover {
 			// Unchanged: keep its intent id and outcomes; the new generation needs no intent.
 			cp := *prev
 			next.Enforcements[en.Name] = &cp

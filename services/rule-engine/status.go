@@ -44,8 +44,12 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 
 	deg, requeue := e.activeDegradation(r.sel.source.ID)
 	cond.Status, cond.Reason, cond.Message = readyCondition(r, &t, deg, st.MatchedClusters)
-	if h := e.held[key]; h != nil && cond.Reason != v1beta1.ReasonTemplateError {
+	h := e.held[key]
+	if h != nil && cond.Reason != v1beta1.ReasonTemplateError {
 		cond.Status, cond.Reason, cond.Message = "False", v1beta1.ReasonRemovalsHeld, heldMessage(r, h)
+	}
+	if waiting := e.foreignPairs(r); waiting > 0 && h == nil && cond.Reason != v1beta1.ReasonTemplateError && e.handoverWaits(r.sel.source.ID) {
+		cond.Status, cond.Reason, cond.Message = "False", v1beta1.ReasonSourceHandover, e.handoverMessage(r, waiting)
 	}
 	st.Conditions = append(st.Conditions, cond)
 	return st, requeue

@@ -5,8 +5,9 @@ package main
 // acknowledged cluster events, and the diff against "what was installed" is what turns a changed
 // rule into install and uninstall intents. Both live in a KV bucket of the rule engine's own
 // (events.BucketRuleEngineState: the cluster view "cluster.<cid>", the per-(rule, cluster)
-// install records "pair.<rule>.<cid>", the degraded sources "degraded.<source id>" and the
-// selection removals a rule edit held "held.<rule>"), written after the intents are published and before the
+// install records "pair.<rule>.<cid>", the degraded sources "degraded.<source id>", the
+// selection removals a rule edit held "held.<rule>" and the sources' complete listings
+// "listed.<source id>"), written after the intents are published and before the
 // event is acknowledged, so a crash in between replays the event and republishes the same
 // (deduplicated) intents. Rendered enforcements are cached in events.BucketRenderCache. Both
 // buckets are declared by the shared topology, which creates them.
@@ -99,6 +100,10 @@ type store interface {
 	putHeld(ctx context.Context, rule string, h *heldRemovals) error
 	// loadHeld returns every stored hold, by rule.
 	loadHeld(ctx context.Context) (map[string]*heldRemovals, error)
+	// putListed stores a source's last complete listing (SourceListed).
+	putListed(ctx context.Context, sourceID string, l *listing) error
+	// loadListed returns every stored listing, by source id.
+	loadListed(ctx context.Context) (map[string]*listing, error)
 	getRender(ctx context.Context, key string) ([]events.Enforcement, bool, error)
 	putRender(ctx context.Context, key string, enfs []events.Enforcement) error
 	// purgeRenders deletes the cached renders of rule uid for generations below generation
@@ -283,6 +288,30 @@ func (s *kvStore) loadHeld(ctx context.Context) (map[string]*heldRemovals, error
 	return out, nil
 }
 
+// listedKey is the state key of a source's complete listing (source ids are hex).
+func listedKey(sourceID string) string { return "listed." + sourceID }
+
+func (s *kvStore) putListed(ctx context.Context, sourceID string, l *listing) error {
+	return s.putJSON(ctx, s.state, listedKey(sourceID), l)
+}
+
+// loadListed reads the "listed." keys of the state bucket.
+func (s *kvStore) loadListed(ctx context.Context) (map[string]*listing, error) {
+	out := map[string]*listing{}
+	err := service.EachEntry(ctx, s.state, listedKey(">"), func(entry jetstream.KeyValueEntry) error {
+		var l listing
+		if err := json.Unmarshal(entry.Value(), &l); err != nil {
+			return fmt.Errorf("decode %s: %w", entry.Key(), err)
+		}
+		out[strings.TrimPrefix(entry.Key(), "listed.")] = &l
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (s *kvStore) getRender(ctx context.Context, key string) ([]events.Enforcement, bool, error) {
 	entry, err := s.render.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -329,11 +358,30 @@ type memStore struct {
 	renders  map[string][]events.Enforcement
 	degraded map[string]*degradation
 	held     map[string]*heldRemovals
+	listed   map[string]*listing
 }
 
 func newMemStore() *memStore {
 	return &memStore{clusters: map[string]*clusterRecord{}, pairs: map[string]map[string]*pairState{}, renders: map[string][]events.Enforcement{},
-		degraded: map[string]*degradation{}, held: map[string]*heldRemovals{}}
+		degraded: map[string]*degradation{}, held: map[string]*heldRemovals{}, listed: map[string]*listing{}}
+}
+
+func (s *memStore) putListed(_ context.Context, sourceID string, l *listing) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cp := *l
+	s.listed[sourceID] = &cp
+	return nil
+}
+func (s *memStore) loadListed(context.Context) (map[string]*listing, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]*listing, len(s.listed))
+	for k, v := range s.listed {
+		cp := *v
+		out[k] = &cp
+	}
+	return out, nil
 }
 
 func (s *memStore) putHeld(_ context.Context, rule string, h *heldRemovals) error {

@@ -7,9 +7,12 @@ const ConditionReady = "Ready"
 // Reasons of the Ready condition, CamelCase as Kubernetes conventions want. rule-engine picks
 // the most important one that applies, in this order.
 const (
-	ReasonInvalidSpec    = "InvalidSpec"    // False: the rule cannot be used as written
-	ReasonTemplateError  = "TemplateError"  // False: a template failed to render for some cluster
-	ReasonRemovalsHeld   = "RemovalsHeld"   // False: the removal breaker holds removals; an operator must release them
+	ReasonInvalidSpec   = "InvalidSpec"   // False: the rule cannot be used as written
+	ReasonTemplateError = "TemplateError" // False: a template failed to render for some cluster
+	ReasonRemovalsHeld  = "RemovalsHeld"  // False: the removal breaker holds removals; an operator must release them
+	// False: the rule's source changed and the new source has not listed completely yet (or is
+	// degraded); the clusters of the old source keep what they have until it has.
+	ReasonSourceHandover = "SourceHandover"
 	ReasonSourceDegraded = "SourceDegraded" // False: the last scan of the source was not complete
 	ReasonTriggerBlocked = "TriggerBlocked" // False: a failurePolicy=Fail trigger holds installs
 	// False: an install was refused because another cluster (another provider identity) with the

@@ -1,0 +1,147 @@
+package main
+
+// Source handover. A rule edit can change the rule's source, not only what it selects: a changed
+// secretName, a renamed static ConfigMap, an added EKS region give the rule a new source id, and
+// the clusters it had are then clusters of another source. Letting them go at once would
+// uninstall every pair (Cascade: delete the workloads) before the new source has listed anything,
+// then reinstall them, triggers and all. So a change of source is a handover:
+//
+//   - While the new source has not produced a complete listing (no SourceListed yet, or fewer of
+//     its clusters seen than that listing announced) or is degraded, the pairs of the old source
+//     keep what they have (the rule's Ready condition says SourceHandover), and a cluster of the
+//     new source whose name one of them holds waits too. Installs on other clusters go ahead.
+//   - After it, a cluster of the new source with the name an old-source pair holds takes that
+//     pair over: its record moves to the new cluster, and every enforcement is sent again as an
+//     install intent for the new target, with Target.Replaces naming the old identity when it
+//     changed, so argo-syncer updates the same Applications, AppProject and cluster Secret in
+//     place (no uninstall, no delete, no beforeInstall: the Application exists).
+//   - The old-source pairs the new source does not produce are selection removals like any
+//     other: they go through the rule edit breaker (breaker.go).
+//
+// Removed enforcements and a deleted rule stay immediate, as they are not selection removals.
+// The listings are stored under "listed.<source id>" (see store.go), so a restart keeps them.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+// listing is the last SourceListed of a source: its scan and how many clusters it had.
+type listing struct {
+	Scan  uint64 `json:"scan"`
+	Known int    `json:"known"`
+}
+
+// applyListed records a source's complete listing (stored first) and completes the handovers
+// that waited for it. An older scan's announcement changes nothing.
+func (e *engine) applyListed(ctx context.Context, l *events.SourceListed) error {
+	if prev := e.listed[l.Source.ID]; prev != nil && prev.Scan >= l.Scan {
+		return nil
+	}
+	rec := &listing{Scan: l.Scan, Known: l.Known}
+	if err := e.store.putListed(ctx, l.Source.ID, rec); err != nil {
+		return fmt.Errorf("store source listing: %w", err)
+	}
+	e.listed[l.Source.ID] = rec
+	if err := e.completeHandovers(ctx, l.Source.ID); err != nil {
+		return err
+	}
+	e.notifySource(l.Source.ID)
+	return nil
+}
+
+// handoverWaits reports whether a rule whose source is sourceID still waits before letting go
+// of its old source's clusters: the source has not listed completely yet, its clusters'
+// events are still coming in, or it is degraded.
+func (e *engine) handoverWaits(sourceID string) bool {
+	l := e.listed[sourceID]
+	if l == nil || len(e.bySource[sourceID]) < l.Known {
+		return true
+	}
+	deg, _ := e.activeDegradation(sourceID)
+	return deg != nil
+}
+
+// foreignPair reports whether p is a pair the rule holds from a source other than its current
+// one: what a handover moves or lets go.
+func foreignPair(r *ruleState, p *pairState) bool {
+	return p != nil && p.Cluster.Source.ID != r.sel.source.ID
+}
+
+// foreignPairs counts the pairs of the rule from another source than its current one.
+func (e *engine) foreignPairs(r *ruleState) int {
+	n := 0
+	for _, p := range e.pairs[r.key] {
+		if foreignPair(r, p) {
+			n++
+		}
+	}
+	return n
+}
+
+// predecessor is the pair of the rule's old source whose cluster has the name of cluster cid of
+// the new source, and its cluster id; "" when there is none.
+func (e *engine) predecessor(r *ruleState, cid, name string) (string, *pairState) {
+	pcid, ok := e.pairByName[r.key+"\x00"+name]
+	if !ok || pcid == cid {
+		return "", nil
+	}
+	if p := e.pairs[r.key][pcid]; foreignPair(r, p) {
+		return pcid, p
+	}
+	return "", nil
+}
+
+// hasSuccessor reports whether the rule's new source has a cluster, selected by the rule, with
+// the name of an old-source pair: that cluster takes the pair over (or, not eligible yet, keeps
+// it waiting), so the pair is not removed. The names are computed once per change and rule.
+func (e *engine) hasSuccessor(r *ruleState, name string, ch *change) bool {
+	if ch.successors == nil {
+		ch.successors = map[string]map[string]bool{}
+	}
+	names, ok := ch.successors[r.key]
+	if !ok {
+		names = map[string]bool{}
+		for cid := range e.bySource[r.sel.source.ID] {
+			if c := &e.clusters[cid].Cluster; r.sel.selects(c) {
+				names[c.Name] = true
+			}
+		}
+		ch.successors[r.key] = names
+	}
+	return names[name]
+}
+
+// completeHandovers evaluates again the rules of the source that still hold pairs of another
+// source, once the source's listing allows their handover. Their removals go through the rule
+// edit breaker like the edit's own.
+func (e *engine) completeHandovers(ctx context.Context, sourceID string) error {
+	if e.handoverWaits(sourceID) {
+		return nil
+	}
+	for _, r := range e.rulesBySource[sourceID] {
+		if r.invalid != nil || e.foreignPairs(r) == 0 {
+			continue
+		}
+		e.log.Info("Handing over a rule's clusters to its new source", "rule", r.key, "source", sourceID, "kind", r.sel.source.Kind)
+		if err := e.evalAndCommit(ctx, r); err != nil {
+			return fmt.Errorf("rule %s: hand over to source %s: %w", r.key, sourceID, err)
+		}
+		e.notify(r.key)
+	}
+	return nil
+}
+
+// handoverMessage is the SourceHandover message of a rule that waits for its new source.
+func (e *engine) handoverMessage(r *ruleState, waiting int) string {
+	why := "has not listed completely yet"
+	if deg, _ := e.activeDegradation(r.sel.source.ID); deg != nil {
+		why = fmt.Sprintf("is degraded (%s: %s)", deg.reason, deg.message)
+	} else if l := e.listed[r.sel.source.ID]; l != nil {
+		why = fmt.Sprintf("listed %d cluster(s), %d seen so far", l.Known, len(e.bySource[r.sel.source.ID]))
+	}
+	return fmt.Sprintf("the rule's source changed: the %d cluster(s) of its old source keep what they have until the new %s source %s, "+
+		"then clusters listed under the same name are taken over in place and the others are let go", waiting, r.sel.source.Kind, why)
+}
