@@ -607,7 +607,11 @@ func TestPerClusterSecret(t *testing.T) {
 	})
 	h.scan()
 	for _, e := range h.expect("appeared edge", "appeared plain") {
-		c := e.(*events.ClusterAppeared).Cluster
+		a, ok := e.(*events.ClusterAppeared)
+		if !ok {
+			continue // the source's first SourceListed
+		}
+		c := a.Cluster
 		want := h.src.Ref
 		if c.Key == "edge" {
 			want.SecretName = "edge-creds"
