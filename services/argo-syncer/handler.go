@@ -86,7 +86,7 @@ func (h *Handler) install(ctx context.Context, in *events.InstallIntent, seq uin
 	// A name taken by another cluster is refused before the intent is recorded as the last
 	// decision of (rule, cluster name, enforcement), which stays the other cluster's.
 	app := events.ApplicationName(in.Cluster.Name, in.Enforcement.Name)
-	if err := h.syncer.NameConflict(in.Cluster, in.Enforcement.Name); err != nil {
+	if err := h.syncer.NameConflict(in.Rule, in.Cluster, in.Enforcement.Name); err != nil {
 		return h.finish(ctx, in, seq, InstallResult{Application: app}, err)
 	}
 	if stale, err := h.stale(ctx, in.Rule, in.Cluster.Name, in.Enforcement.Name, installRecord(in, seq)); stale || err != nil {
@@ -214,7 +214,7 @@ func (h *Handler) uninstall(ctx context.Context, in *events.UninstallIntent, seq
 	// Another cluster of the same name owns what is there: nothing to remove, and the last
 	// decision stays that cluster's.
 	app := events.ApplicationName(in.Cluster.Name, in.Enforcement)
-	if err := h.syncer.NameConflict(in.Cluster, in.Enforcement); err != nil {
+	if err := h.syncer.NameConflict(in.Rule, in.Cluster, in.Enforcement); err != nil {
 		h.logger.Info("Skipped uninstall of another cluster's objects", "application", app, "reason", err)
 		_, err = h.pub.Publish(ctx, &events.UninstallDone{IntentID: in.ID(), Rule: in.Rule, Cluster: in.Cluster.Name, Enforcement: in.Enforcement, Application: app})
 		return err

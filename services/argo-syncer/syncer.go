@@ -236,7 +236,7 @@ func (s *Syncer) install(ctx context.Context, in *events.InstallIntent, gate boo
 	if terminating {
 		return res, &failure{reason: ReasonTerminating, err: fmt.Errorf("application %s is being deleted; waiting until it is gone", desired.Metadata.Name)}
 	}
-	if err := s.nameConflict(in.Cluster, names); err != nil {
+	if err := s.nameConflict(in.Rule, in.Cluster, names); err != nil {
 		return res, err
 	}
 	if exists {
@@ -359,18 +359,21 @@ func (s *Syncer) ensureCluster(ctx context.Context, t events.Target, secretName 
 
 // updateClusterSecret keeps Enforcement's cluster Secret of the target's cluster: one whose API
 // URL changed (the source moved the cluster) is pointed at the new URL, and one written without
-// an identity is claimed by the target's; credentials are not re-read. The server moves only
-// for the identity the Secret records (install checked nameConflict; this is the last guard).
+// an identity is claimed by the target's, as is one of the identity a source handover replaces
+// (Target.Replaces); credentials are not re-read. The server moves only for the identity the
+// Secret records or that identity's successor (install checked nameConflict; this is the last
+// guard).
 func (s *Syncer) updateClusterSecret(ctx context.Context, sec *corev1.Secret, t events.Target) (int, error) {
 	recorded := sec.Annotations[AnnotationIdentity]
-	if recorded != "" && t.Identity != "" && recorded != t.Identity {
+	handover := recorded != "" && t.Replaces != "" && recorded == t.Replaces && t.Identity != ""
+	if recorded != "" && t.Identity != "" && recorded != t.Identity && !handover {
 		return 0, conflictError("secret", sec.Name, t, recorded)
 	}
 	patch := map[string]any{}
 	if t.URL != "" && string(sec.Data["server"]) != t.URL {
 		patch["data"] = map[string][]byte{"server": []byte(t.URL)}
 	}
-	if recorded == "" && t.Identity != "" {
+	if (recorded == "" || handover) && t.Identity != "" {
 		patch["metadata"] = map[string]any{"annotations": map[string]string{AnnotationIdentity: t.Identity}}
 	}
 	if len(patch) == 0 {
@@ -386,6 +389,9 @@ func (s *Syncer) updateClusterSecret(ctx context.Context, sec *corev1.Secret, t 
 	if patch["data"] != nil {
 		s.logger.Info("Updated cluster URL", "cluster", t.Name, "secret", sec.Name)
 	}
+	if handover {
+		s.logger.Info("Handed over cluster Secret", "cluster", t.Name, "secret", sec.Name, "from", recorded, "to", t.Identity)
+	}
 	return 1, nil
 }
 
@@ -394,23 +400,42 @@ func (s *Syncer) updateClusterSecret(ctx context.Context, sec *corev1.Secret, t 
 // the target's: they belong to another cluster of the same name, which keeps them. Objects that
 // record none (written before identities, or adopted) are claimed by the first identity that
 // writes them; a target without an identity (an older producer) is not checked.
-func (s *Syncer) nameConflict(t events.Target, n objectNames) error {
+//
+// A source handover is the one exception: a target whose Replaces is exactly the identity an
+// object records takes it over (rule-engine moved rule's pair from that cluster of its old
+// source to this one, which has the same name). The shared Secret and AppProject are taken over
+// only when no Application of another rule still records the old identity: that rule still
+// installs on the old cluster, so the name is really wanted by two clusters.
+func (s *Syncer) nameConflict(rule events.RuleRef, t events.Target, n objectNames) error {
 	if t.Identity == "" {
 		return nil
 	}
+	ours := func(id string) bool { return id == "" || id == t.Identity || (t.Replaces != "" && id == t.Replaces) }
 	if sec, ok, _ := s.secrets.get(n.secret); ok {
-		if id := sec.Annotations[AnnotationIdentity]; id != "" && id != t.Identity {
+		if id := sec.Annotations[AnnotationIdentity]; !ours(id) {
 			return conflictError("secret", sec.Name, t, id)
 		}
 	}
 	if p, ok, _ := s.projects.get(n.project); ok {
-		if id := p.Annotations[AnnotationIdentity]; id != "" && id != t.Identity {
+		if id := p.Annotations[AnnotationIdentity]; !ours(id) {
 			return conflictError("appproject", p.Name, t, id)
 		}
 	}
 	if a, ok, _ := s.apps.get(n.application); n.application != "" && ok {
-		if id := a.Annotations[AnnotationIdentity]; id != "" && id != t.Identity {
+		if id := a.Annotations[AnnotationIdentity]; !ours(id) {
 			return conflictError("application", a.Name, t, id)
+		}
+	}
+	if t.Replaces == "" || t.Replaces == t.Identity {
+		return nil
+	}
+	for _, l := range clusterLabels(t.Name) {
+		for _, a := range s.apps.list(indexCluster, l) {
+			if a.Annotations[AnnotationIdentity] == t.Replaces && a.Annotations[AnnotationRule] != rule.String() {
+				return &failure{reason: ReasonNameConflict, permanent: true,
+					err: fmt.Errorf("cluster name %s: rule %s hands it over from cluster %s to cluster %s, but application %s of rule %s still installs on %s; cluster %s gets nothing under that name",
+						t.Name, rule, t.Replaces, t.Identity, a.Name, a.Annotations[AnnotationRule], t.Replaces, t.Identity)}
+			}
 		}
 	}
 	return nil
@@ -418,10 +443,10 @@ func (s *Syncer) nameConflict(t events.Target, n objectNames) error {
 
 // NameConflict is nameConflict for the target's objects and the Application of enforcement,
 // with the cluster's lock held.
-func (s *Syncer) NameConflict(t events.Target, enforcement string) error {
+func (s *Syncer) NameConflict(rule events.RuleRef, t events.Target, enforcement string) error {
 	unlock := s.clusters.lock(t.Name)
 	defer unlock()
-	return s.nameConflict(t, s.names(t.Name, enforcement))
+	return s.nameConflict(rule, t, s.names(t.Name, enforcement))
 }
 
 func conflictError(kind, name string, t events.Target, owner string) error {
@@ -554,7 +579,7 @@ func (s *Syncer) uninstall(ctx context.Context, in *events.UninstallIntent) (Uni
 	names := s.names(cluster, in.Enforcement)
 	name := names.application
 	res := UninstallResult{Application: name}
-	if err := s.nameConflict(in.Cluster, names); err != nil {
+	if err := s.nameConflict(in.Rule, in.Cluster, names); err != nil {
 		// Another cluster of the same name owns what is there: this one has nothing to remove.
 		s.logger.Info("Skipped uninstall of another cluster's objects", "application", name, "cluster", cluster, "reason", err)
 		return res, nil

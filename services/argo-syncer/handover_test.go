@@ -1,0 +1,87 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+// staticProd is rule's install intent of enforcement on cluster prod as the static ConfigMap cm
+// lists it (identity static:enforcement/<cm>/prod), at rule generation.
+func (h *harness) staticProd(rule, enforcement, cm string, generation int64) *events.InstallIntent {
+	in := h.installIntent(rule, "prod", enforcement)
+	in.Rule.UID, in.Rule.Generation = "uid-"+rule, generation
+	in.Cluster.Identity = "static:enforcement/" + cm + "/prod"
+	in.Cluster.URL = "https://prod." + cm + ".example:6443"
+	return in
+}
+
+// handover is the intent rule-engine sends when rule's pair on prod moves from ConfigMap cm1 to
+// cm2 (a renamed static ConfigMap): the new identity and URL, replacing the old identity, with a
+// beforeInstall trigger that a creation would have to wait for.
+func (h *harness) handover(rule, enforcement string, revision uint64) *events.InstallIntent {
+	in := h.staticProd(rule, enforcement, "cm2", 2)
+	in.Cluster.Replaces, in.Cluster.Revision = "static:enforcement/cm1/prod", revision
+	in.Triggers = &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: "http://hooks.example/before", TimeoutSeconds: 5, FailurePolicy: "Fail"}}
+	return in
+}
+
+// TestSourceHandoverUpdatesInPlace: a rule whose static ConfigMap was renamed hands its cluster
+// prod over to the new source's prod (another identity, another URL). While another rule still
+// has an Application on the old prod, the takeover is a NameConflict (two clusters want the
+// name). Once that one is gone, the handover intents update the same Applications in place
+// (same UID, Created false, no InstallGated: no second beforeInstall), and the cluster Secret
+// and AppProject move to the new identity and URL. A real clash, another prod claiming to
+// replace an identity the objects do not record, still gets NameConflict and changes nothing.
+func TestSourceHandoverUpdatesInPlace(t *testing.T) {
+	h := newHarness(t)
+	h.consume()
+	agent, monitoring := h.staticProd("baseline", "agent", "cm1", 1), h.staticProd("baseline", "monitoring", "cm1", 1)
+	logging := h.staticProd("other", "logging", "cm1", 1)
+	h.publish(agent, monitoring, logging)
+	for _, in := range []*events.InstallIntent{agent, monitoring, logging} {
+		h.outcome(succeeded(in.ID()))
+	}
+	oldID, oldURL := agent.Cluster.Identity, agent.Cluster.URL
+	h.checkOwner(oldID, oldURL, "prod-agent", "prod-monitoring", "prod-logging")
+	uids := map[string]string{}
+	for _, name := range []string{"prod-agent", "prod-monitoring"} {
+		uids[name] = string(h.app(name).UID)
+	}
+
+	early := h.handover("baseline", "agent", 2)
+	h.publish(early)
+	f := h.outcome(failed(early.ID())).(*events.InstallFailed)
+	if f.Reason != ReasonNameConflict || !strings.Contains(f.Message, "rule team/other") {
+		t.Fatalf("handover while rule other installs on the old prod: %s %q; want %s naming rule team/other", f.Reason, f.Message, ReasonNameConflict)
+	}
+	h.checkOwner(oldID, oldURL, "prod-agent", "prod-monitoring", "prod-logging")
+
+	gone := uninstallIntent(logging, events.UninstallRuleDeleted)
+	h.publish(gone)
+	h.outcome(uninstalled(gone.ID()))
+	nextAgent, nextMonitoring := h.handover("baseline", "agent", 3), h.handover("baseline", "monitoring", 3)
+	h.publish(nextAgent, nextMonitoring)
+	for _, in := range []*events.InstallIntent{nextAgent, nextMonitoring} {
+		s := h.outcome(func(e events.Event) bool { return succeeded(in.ID())(e) || failed(in.ID())(e) })
+		if ok, _ := s.(*events.InstallSucceeded); ok == nil || ok.Created {
+			t.Fatalf("handover install of %s: %+v; want an update of the existing Application", in.Enforcement.Name, s)
+		}
+	}
+	h.noOutcome(300*time.Millisecond, func(e events.Event) bool { _, ok := e.(*events.InstallGated); return ok })
+	newID, newURL := nextAgent.Cluster.Identity, nextAgent.Cluster.URL
+	h.checkOwner(newID, newURL, "prod-agent", "prod-monitoring")
+	for name, uid := range uids {
+		if got := string(h.app(name).UID); got != uid {
+			t.Errorf("Application %s was recreated (uid %s, was %s)", name, got, uid)
+		}
+	}
+
+	clash := h.staticProd("baseline", "agent", "cm9", 3)
+	clash.Cluster.Replaces = "static:enforcement/cm7/prod"
+	h.publish(clash)
+	h.nameConflict(clash, newID)
+	h.checkOwner(newID, newURL, "prod-agent", "prod-monitoring")
+}
