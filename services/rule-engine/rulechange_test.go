@@ -13,7 +13,8 @@ import (
 )
 
 // TestRuleChangesAndDeletionWhileDown covers a spec the schema accepts but the engine cannot use
-// (InvalidSpec, nothing touched), a rule moving to another source (its old clusters are let go),
+// (InvalidSpec, nothing touched), a rule moving to another source (its old clusters are let go
+// once the new source has listed),
 // and rules deleted while the engine is down (the finalizer holds one; the other lost its
 // finalizer by hand): the uninstalls follow on start.
 func TestRuleChangesAndDeletionWhileDown(t *testing.T) {
@@ -50,6 +51,8 @@ func TestRuleChangesAndDeletionWhileDown(t *testing.T) {
 	e.updateRule("moving", func(cr *v1beta1.ClusterRule) {
 		cr.Spec.Source.Rancher.Filters = map[string]string{"driver": "gke"}
 	})
+	e.waitIntentSet("install a guestbook", "install b guestbook") // a waits for the new source's listing
+	e.publish(&events.SourceListed{Source: gkeSource, Scan: 1, Known: 1})
 	for _, ev := range e.waitIntentSet("install a guestbook", "uninstall a guestbook NoLongerMatches", "install b guestbook") {
 		if in, ok := ev.(*events.InstallIntent); ok && in.Cluster.Name == "b" && (in.Cluster.Source != gkeSource || in.Rule.Generation != 2) {
 			t.Errorf("install on the new source: %+v", in)
