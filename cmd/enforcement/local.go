@@ -351,6 +351,8 @@ func narrate(m *nats.Msg) string {
 		return fmt.Sprintf("Source %s/%s degraded (%s): %s; nothing removed", e.Source.Kind, e.Source.ID, e.Reason, e.Message)
 	case *events.SourceRecovered:
 		return fmt.Sprintf("Source %s/%s recovered: a complete listing again", e.Source.Kind, e.Source.ID)
+	case *events.SourceListed:
+		return fmt.Sprintf("Source %s/%s listed completely: %d cluster(s)", e.Source.Kind, e.Source.ID, e.Known)
 	case *events.RemovalsReleased:
 		return fmt.Sprintf("Released the removals trip %d of source %s/%s holds: %s", e.Trip, e.Source.Kind, e.Source.ID, strings.Join(e.Clusters, ", "))
 	case *events.RuleRemovalsReleased:
