@@ -4,15 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
@@ -243,5 +247,103 @@ func TestSameNameInTwoSourcesNeverShares(t *testing.T) {
 	checkClusterSecret(t, s, "prod-a", rancherURL, token)
 	if got := s.clusterSecretNames(); len(got) != 1 {
 		t.Errorf("cluster Secrets for %v, want one for prod-a", got)
+	}
+}
+
+// staticConfigMap writes the static clusters clustersYAML into ConfigMap name of the operator
+// namespace.
+func (s *system) staticConfigMap(name, clustersYAML string) {
+	s.t.Helper()
+	err := s.kube.Client.Create(context.Background(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: operatorNS},
+		Data:       map[string]string{"clusters.yaml": clustersYAML},
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// TestRenamedStaticConfigMapHandsOver: with the built services, a rule (Cascade, with a
+// beforeInstall hook) over the static ConfigMap edge-v1 moves to edge-v2, which lists the same
+// two clusters (new identities) and a third. The two keep their Applications, updated in place
+// (same UIDs) to the new identity along with their AppProjects and cluster Secrets; the hook is
+// called for the third only; no uninstall intent is published. Before the handover, the edit's
+// removals were held and the new identities got NameConflict against their own old objects.
+func TestRenamedStaticConfigMapHandsOver(t *testing.T) {
+	s := startSystem(t, map[string]string{"TRIGGER_DENIED_NETWORKS": "none"})
+	var hooks atomic.Int32
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { hooks.Add(1) }))
+	t.Cleanup(hook.Close)
+	s.createSecret("static", map[string][]byte{"token": []byte("static-token")})
+	clusters := "- name: edge-1\n  url: https://edge-1.example:6443\n- name: edge-2\n  url: https://edge-2.example:6443\n"
+	s.staticConfigMap("edge-v1", clusters)
+	s.applyRule(operatorNS, `apiVersion: enforcement.globo.com/v1beta1
+kind: ClusterRule
+metadata:
+  name: edge
+spec:
+  deletionPolicy: Cascade
+  enforcements:
+    - name: agent
+      repo: https://github.com/example/agent
+      path: chart
+  triggers:
+    beforeInstall:
+      endpoint: `+hook.URL+`
+  source:
+    static:
+      configMap: edge-v1
+`)
+	before := []string{"edge-1-agent", "edge-2-agent"}
+	testenv.Eventually(t, 60*time.Second, func() error { return equal("Applications", s.names(gvrApplication), before) })
+	uids := map[string]types.UID{}
+	for _, n := range before {
+		uids[n] = s.get(gvrApplication, n).GetUID()
+	}
+	if n := hooks.Load(); n != 2 {
+		t.Fatalf("%d beforeInstall calls for two new Applications", n)
+	}
+
+	s.staticConfigMap("edge-v2", clusters+"- name: edge-3\n  url: https://edge-3.example:6443\n")
+	patch := `{"spec":{"source":{"static":{"configMap":"edge-v2"}}}}`
+	if _, err := s.dyn.Resource(gvrClusterRule).Namespace(operatorNS).Patch(context.Background(), "edge", types.MergePatchType,
+		[]byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	identity := func(kind schema.GroupVersionResource, name string) string {
+		return s.get(kind, name).GetAnnotations()["enforcement.globo.com/cluster-identity"]
+	}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		if err := equal("Applications", s.names(gvrApplication), []string{"edge-1-agent", "edge-2-agent", "edge-3-agent"}); err != nil {
+			return err
+		}
+		for _, c := range []string{"edge-1", "edge-2"} {
+			want := "static:" + operatorNS + "/edge-v2/" + c
+			for _, obj := range []struct {
+				kind schema.GroupVersionResource
+				name string
+			}{{gvrApplication, c + "-agent"}, {gvrAppProject, c}, {gvrSecret, "cluster-" + c}} {
+				if got := identity(obj.kind, obj.name); got != want {
+					return fmt.Errorf("%s %s records identity %q, want %q", obj.kind.Resource, obj.name, got, want)
+				}
+			}
+		}
+		if r := s.readyReason(operatorNS, "edge"); r != "Installed" {
+			return fmt.Errorf("Ready reason %q, want Installed", r)
+		}
+		return nil
+	})
+	for _, n := range before {
+		if uid := s.get(gvrApplication, n).GetUID(); uid != uids[n] {
+			t.Errorf("Application %s was deleted and recreated", n)
+		}
+	}
+	if n := hooks.Load(); n != 3 {
+		t.Errorf("%d beforeInstall calls in all, want 3 (edge-3's only after the edit)", n)
+	}
+	for _, e := range s.audit() {
+		if u, ok := e.(*events.UninstallIntent); ok {
+			t.Errorf("uninstall intent %s %s (%s) published for the rename", u.Cluster.Name, u.Enforcement, u.Reason)
+		}
 	}
 }
