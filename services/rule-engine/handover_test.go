@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // staticSourceOf is the source of a rule reading the static ConfigMap cm.
@@ -132,4 +135,59 @@ func TestChangedSecretNameMovesNothing(t *testing.T) {
 		}
 	}
 	e.waitReady("fleet", v1beta1.ReasonProgressing, nil)
+}
+
+// TestHandoverAndRemovedEnforcementInOneEdit drives the engine directly: one edit moves a rule
+// to a static ConfigMap that has already listed (another rule reads it) and drops one of its two
+// enforcements. The pair is taken over at once: one install of the kept enforcement replacing
+// the old identity, one uninstall of the dropped one (EnforcementRemoved), nothing else, and the
+// engine keeps one pair, the new cluster's.
+func TestHandoverAndRemovedEnforcementInOneEdit(t *testing.T) {
+	ctx := context.Background()
+	pub := &recordingPublisher{}
+	e := testEngine(newMemStore(), pub, newMetrics(nil))
+	src1, ref1 := staticSourceOf("cm1")
+	src2, ref2 := staticSourceOf("cm2")
+	for _, l := range []struct {
+		ref events.SourceRef
+		cm  string
+	}{{ref1, "cm1"}, {ref2, "cm2"}} {
+		if err := e.applyCluster(ctx, staticCluster(l.ref, l.cm, "a"), 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.applyOutcome(ctx, &events.SourceListed{Source: l.ref, Scan: 1, Known: 1}, events.Meta{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "fleet", UID: "uid-fleet", Generation: 1},
+		Spec: v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements(), Source: src1, DeletionPolicy: events.DeletionCascade}}
+	if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
+		t.Fatal(err)
+	}
+	pub.evs = nil
+
+	cr.Generation, cr.Spec.Source, cr.Spec.Enforcements = 2, src2, twoEnforcements()[:1]
+	if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range pub.evs {
+		s := intentSummary(ev)
+		if in, ok := ev.(*events.InstallIntent); ok {
+			s += " replacing " + in.Cluster.Replaces
+		}
+		got = append(got, s)
+	}
+	slices.Sort(got)
+	want := []string{"install a guestbook replacing static:enforcement/cm1/a", "uninstall a helm-guestbook EnforcementRemoved"}
+	if !slices.Equal(got, want) {
+		t.Errorf("intents of the edit:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	pairs := e.pairs["ns/fleet"]
+	if p := pairs[clusterID(ref2.ID, "a")]; len(pairs) != 1 || p == nil || len(p.Enforcements) != 1 || p.Cluster.Identity != "static:enforcement/cm2/a" {
+		t.Errorf("pairs after the edit: %+v; want the cm2 cluster's only, with guestbook", pairs)
+	}
+	if cid := e.pairByName["ns/fleet\x00a"]; cid != clusterID(ref2.ID, "a") {
+		t.Errorf("the name a points at pair %q, want the cm2 cluster's", cid)
+	}
 }

@@ -61,11 +61,13 @@ func (e *engine) evalPairVars(ctx context.Context, r *ruleState, rule, cid strin
 		uninstallMissing(r, rule, cid, old, goneRevision, ch)
 	case r == nil || r.invalid != nil:
 		// Unknown or unusable rule: keep what the pair has.
-	case foreignPair(r, old) && (e.handoverWaits(r.sel.source.ID) || e.hasSuccessor(r, old.Cluster.Name, ch)):
-		// The rule's source changed: the pair waits for the new source's listing, or for the
-		// cluster of the new source that takes it over; an enforcement removed from the rule
-		// goes now.
+	case foreignPair(r, old) && e.handoverWaits(r.sel.source.ID):
+		// The rule's source changed and the new source has not listed yet: the pair waits, but
+		// an enforcement removed from the rule goes now.
 		e.uninstallRemovedWhileWaiting(ctx, r, cid, rec, old, ch, cv)
+	case foreignPair(r, old) && e.hasSuccessor(r, old.Cluster.Name, ch):
+		// The cluster of the new source with its name takes it over (takeOver, which also
+		// uninstalls what the rule no longer has), or keeps it waiting while not eligible.
 	case !r.sel.selects(&rec.Cluster):
 		delete(r.templateErrors, cid)
 		if !e.isHeld(rule, cid) { // a held removal waits for its release
