@@ -243,7 +243,8 @@ func (r *ruleState) diffPairFor(rec *clusterRecord, old *pairState, renderKey st
 	return r.diffPairs(rec, old, renderKey, enfs, true, replaces)
 }
 
-// diffPairs is diffPair and diffPairFor: handover sends the unchanged enforcements too.
+// diffPairs does the work of diffPair and diffPairFor: with handover set, the unchanged
+// enforcements get an install intent too, and the intents' target replaces the identity replaces.
 func (r *ruleState) diffPairs(rec *clusterRecord, old *pairState, renderKey string, enfs []events.Enforcement, handover bool, replaces string) (*pairState, []events.Event) {
 	target := targetOf(rec)
 	target.Source = credentialsRef(r.sel.source, rec.Cluster.Source)
