@@ -270,7 +270,7 @@ func (s *system) staticConfigMap(name, clustersYAML string) {
 // called for the third only; no uninstall intent is published. Before the handover, the edit's
 // removals were held and the new identities got NameConflict against their own old objects.
 func TestRenamedStaticConfigMapHandsOver(t *testing.T) {
-	s := startSystem(t, map[string]string{"TRIGGER_DENIED_NETWORKS": "none"})
+	s := startSystem(t, map[string]string{"TRIGGER_ALLOWED_NETWORKS": "127.0.0.0/8"}) // the hook listens on loopback
 	var hooks atomic.Int32
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { hooks.Add(1) }))
 	t.Cleanup(hook.Close)
