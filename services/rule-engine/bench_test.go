@@ -123,7 +123,7 @@ func BenchmarkRenderDynamicRule(b *testing.B) {
 	vars := templateVars(&c)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		if _, err := r.render(compiled, vars); err != nil {
+		if _, err := r.render(context.Background(), compiled, vars); err != nil {
 			b.Fatal(err)
 		}
 	}

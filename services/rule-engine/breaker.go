@@ -147,22 +147,28 @@ func heldMessage(r *ruleState, h *heldRemovals) string {
 // release-removals <namespace>/<name> generation/<n>`): only when that generation is still the
 // rule's and still holds removals; anything else releases nothing and is logged.
 func (e *engine) releaseRule(ctx context.Context, ev *events.RuleRemovalsReleased) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	key := ev.Rule.Namespace + "/" + ev.Rule.Name
-	h, r := e.held[key], e.rules[key]
-	if h == nil || r == nil || h.Generation != ev.Rule.Generation || r.ref.Generation != h.Generation {
-		e.log.Warn("Ignored release: the rule generation holds no removals", "rule", key, "generation", ev.Rule.Generation, "by", ev.By)
+	logged := false
+	return e.evaluate(ctx, func(rs *renders) error {
+		h, r := e.held[key], e.rules[key]
+		if h == nil || r == nil || h.Generation != ev.Rule.Generation || r.ref.Generation != h.Generation {
+			e.log.Warn("Ignored release: the rule generation holds no removals", "rule", key, "generation", ev.Rule.Generation, "by", ev.By)
+			return nil
+		}
+		if !logged {
+			e.log.Info("Releasing held removals", "rule", key, "generation", h.Generation, "by", ev.By)
+			logged = true
+		}
+		annotated := r.release
+		r.release = h.Generation
+		err := e.evalAndCommit(ctx, r, rs)
+		r.release = annotated
+		if err != nil {
+			return fmt.Errorf("rule %s: %w", key, err)
+		}
+		if len(rs.need) == 0 {
+			e.notify(key)
+		}
 		return nil
-	}
-	e.log.Info("Releasing held removals", "rule", key, "generation", h.Generation, "by", ev.By)
-	annotated := r.release
-	r.release = h.Generation
-	err := e.evalAndCommit(ctx, r)
-	r.release = annotated
-	if err != nil {
-		return fmt.Errorf("rule %s: %w", key, err)
-	}
-	e.notify(key)
-	return nil
+	})
 }

@@ -13,45 +13,54 @@ import (
 )
 
 // applyCluster records an appeared or updated cluster and re-evaluates the rules that can match
-// it. A record older than the one known (a stale redelivery) is ignored.
+// it. A record older than the one known (a stale redelivery) is ignored. Renders are made
+// outside the mutex (engine.evaluate).
 func (e *engine) applyCluster(ctx context.Context, c events.Cluster, revision uint64) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	cid := clusterID(c.Source.ID, c.Key)
-	if old := e.clusters[cid]; old != nil && old.Revision > revision {
-		return nil
-	}
 	rec := &clusterRecord{Cluster: c, Revision: revision}
-	if err := e.commit(ctx, e.evalCluster(ctx, cid, rec)); err != nil {
-		return fmt.Errorf("cluster %s: %w", c.Name, err)
+	handover := false
+	err := e.evaluate(ctx, func(rs *renders) error {
+		if old := e.clusters[cid]; old != nil && old.Revision > revision {
+			return nil
+		}
+		ch := e.evalCluster(cid, rec, rs)
+		if len(rs.need) > 0 {
+			return nil // rendered outside the mutex, then evaluated again
+		}
+		if err := e.commit(ctx, ch); err != nil {
+			return fmt.Errorf("cluster %s: %w", c.Name, err)
+		}
+		if err := e.store.putCluster(ctx, cid, rec); err != nil {
+			return fmt.Errorf("cluster %s: %w", c.Name, err)
+		}
+		e.setCluster(cid, rec)
+		for _, r := range e.rulesBySource[c.Source.ID] {
+			e.notify(r.key)
+		}
+		// The last cluster event of a listing whose SourceListed came first completes the handovers.
+		l := e.listed[c.Source.ID]
+		handover = l != nil && len(e.bySource[c.Source.ID]) == l.Known
+		return nil
+	})
+	if err != nil || !handover {
+		return err
 	}
-	if err := e.store.putCluster(ctx, cid, rec); err != nil {
-		return fmt.Errorf("cluster %s: %w", c.Name, err)
-	}
-	e.setCluster(cid, rec)
-	for _, r := range e.rulesBySource[c.Source.ID] {
-		e.notify(r.key)
-	}
-	// The last cluster event of a listing whose SourceListed came first completes the handovers.
-	if l := e.listed[c.Source.ID]; l != nil && len(e.bySource[c.Source.ID]) == l.Known {
-		return e.completeHandovers(ctx, c.Source.ID)
-	}
-	return nil
+	return e.completeHandovers(ctx, c.Source.ID)
 }
 
 // evalCluster evaluates a cluster's new record against the rules of its source, which decide
 // whether it matches, and the rules of another source that still hold a pair for it (their
 // source changed), which let it go. The cluster's variables are computed once for all of them.
-func (e *engine) evalCluster(ctx context.Context, cid string, rec *clusterRecord) *change {
+func (e *engine) evalCluster(cid string, rec *clusterRecord, rs *renders) *change {
 	src := rec.Cluster.Source.ID
-	ch := &change{}
+	ch := &change{renders: rs}
 	cv := &clusterVars{}
 	for _, r := range e.rulesBySource[src] {
-		e.evalPairVars(ctx, r, r.key, cid, rec, 0, ch, cv)
+		e.evalPairVars(r, r.key, cid, rec, 0, ch, cv)
 	}
 	for rule, m := range e.pairs {
 		if _, ok := m[cid]; ok && e.rulesBySource[src][rule] == nil {
-			e.evalPairVars(ctx, e.rules[rule], rule, cid, rec, 0, ch, cv)
+			e.evalPairVars(e.rules[rule], rule, cid, rec, 0, ch, cv)
 		}
 	}
 	return ch
@@ -69,7 +78,7 @@ func (e *engine) applyClusterGone(ctx context.Context, g *events.ClusterGone) er
 	ch := &change{}
 	for rule, m := range e.pairs {
 		if _, ok := m[cid]; ok {
-			e.evalPair(ctx, e.rules[rule], rule, cid, nil, g.Revision, ch)
+			e.evalPair(e.rules[rule], rule, cid, nil, g.Revision, ch)
 		}
 	}
 	if err := e.commit(ctx, ch); err != nil {

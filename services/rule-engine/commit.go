@@ -34,6 +34,9 @@ type change struct {
 	// successors caches, per rule, the names of the clusters of its current source it selects
 	// (see hasSuccessor).
 	successors map[string]map[string]bool
+	// renders are the renders the evaluation may use, and collects those it lacks (see
+	// engine.evaluate); nil for a change that renders nothing (cluster gone, rule deleted).
+	renders *renders
 }
 
 // unselectedSpan is one selection removal in a change: the pair update at pairs[pair] and its

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -53,7 +54,7 @@ func TestRequestsGetRefusedInsideTheNetwork(t *testing.T) {
 	render := func(policy egress.Policy, url string) (string, error) {
 		r := newRenderer(hosts, 5*time.Second)
 		r.useEgress(policy)
-		got, err := r.render(compile(get(url)), templateVars(&c))
+		got, err := r.render(context.Background(), compile(get(url)), templateVars(&c))
 		if err != nil {
 			return "", err
 		}

@@ -34,7 +34,7 @@ type listing struct {
 	Known int    `json:"known"`
 }
 
-// applyListed records a source's complete listing (stored first) and completes the handovers
+// applyListed records a source's complete listing (stored first); applyOutcome then completes the handovers
 // that waited for it. An older scan's announcement changes nothing.
 func (e *engine) applyListed(ctx context.Context, l *events.SourceListed) error {
 	if prev := e.listed[l.Source.ID]; prev != nil && prev.Scan >= l.Scan {
@@ -45,11 +45,8 @@ func (e *engine) applyListed(ctx context.Context, l *events.SourceListed) error 
 		return fmt.Errorf("store source listing: %w", err)
 	}
 	e.listed[l.Source.ID] = rec
-	if err := e.completeHandovers(ctx, l.Source.ID); err != nil {
-		return err
-	}
 	e.notifySource(l.Source.ID)
-	return nil
+	return nil // applyOutcome completes the handovers, outside the mutex
 }
 
 // handoverWaits reports whether a rule whose source is sourceID still waits before letting go
@@ -116,22 +113,29 @@ func (e *engine) hasSuccessor(r *ruleState, name string, ch *change) bool {
 
 // completeHandovers evaluates again the rules of the source that still hold pairs of another
 // source, once the source's listing allows their handover. Their removals go through the rule
-// edit breaker like the edit's own.
+// edit breaker like the edit's own. It takes the mutex itself (engine.evaluate: their renders
+// are made outside it); a rule handed over before a step that needed renders holds no pair of
+// another source any more, so the step's next run skips it.
 func (e *engine) completeHandovers(ctx context.Context, sourceID string) error {
-	if e.handoverWaits(sourceID) {
+	return e.evaluate(ctx, func(rs *renders) error {
+		if e.handoverWaits(sourceID) {
+			return nil
+		}
+		for _, r := range e.rulesBySource[sourceID] {
+			if r.invalid != nil || e.foreignPairs(r) == 0 {
+				continue
+			}
+			e.log.Info("Handing over a rule's clusters to its new source", "rule", r.key, "source", sourceID, "kind", r.sel.source.Kind)
+			if err := e.evalAndCommit(ctx, r, rs); err != nil {
+				return fmt.Errorf("rule %s: hand over to source %s: %w", r.key, sourceID, err)
+			}
+			if len(rs.need) > 0 {
+				return nil // rendered outside the mutex, then evaluated again
+			}
+			e.notify(r.key)
+		}
 		return nil
-	}
-	for _, r := range e.rulesBySource[sourceID] {
-		if r.invalid != nil || e.foreignPairs(r) == 0 {
-			continue
-		}
-		e.log.Info("Handing over a rule's clusters to its new source", "rule", r.key, "source", sourceID, "kind", r.sel.source.Kind)
-		if err := e.evalAndCommit(ctx, r); err != nil {
-			return fmt.Errorf("rule %s: hand over to source %s: %w", r.key, sourceID, err)
-		}
-		e.notify(r.key)
-	}
-	return nil
+	})
 }
 
 // handoverMessage is the SourceHandover message of a rule that waits for its new source.

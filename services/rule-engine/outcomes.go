@@ -31,8 +31,24 @@ type enfOutcome struct {
 	fold func(st *enfState) bool
 }
 
-// applyOutcome folds an install, trigger or source outcome into the state behind the status.
+// applyOutcome folds an install, trigger or source outcome into the state behind the status. A
+// source's complete listing or recovery then completes the handovers waiting for it
+// (completeHandovers takes the mutex itself, so their renders are made outside it).
 func (e *engine) applyOutcome(ctx context.Context, ev events.Event, meta events.Meta) error {
+	if err := e.foldLocked(ctx, ev, meta); err != nil {
+		return err
+	}
+	switch s := ev.(type) {
+	case *events.SourceListed:
+		return e.completeHandovers(ctx, s.Source.ID)
+	case *events.SourceRecovered:
+		return e.completeHandovers(ctx, s.Source.ID)
+	}
+	return nil
+}
+
+// foldLocked is applyOutcome's change of the state, under the mutex.
+func (e *engine) foldLocked(ctx context.Context, ev events.Event, meta events.Meta) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch s := ev.(type) {
@@ -81,7 +97,7 @@ func (e *engine) applyRecovered(ctx context.Context, r *events.SourceRecovered, 
 	delete(e.degraded, r.Source.ID)
 	e.log.Info("Source recovered", "source", r.Source.ID, "kind", r.Source.Kind, "scan", r.Scan, "was", deg.reason)
 	e.notifySource(r.Source.ID)
-	return e.completeHandovers(ctx, r.Source.ID)
+	return nil // applyOutcome completes the handovers, outside the mutex
 }
 
 // eventTime is when an event was published (its ce-time), or now when it carries none.

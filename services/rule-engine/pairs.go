@@ -6,8 +6,6 @@ package main
 // commit carries the change out.
 
 import (
-	"context"
-	"errors"
 	"maps"
 	"slices"
 
@@ -17,8 +15,8 @@ import (
 // evalPair decides what one (rule, cluster) pair needs and appends it to ch. r may be nil (a
 // rule not loaded yet: its pairs are only touched when their cluster is gone); rec is nil when
 // the cluster is gone (goneRevision) or unknown.
-func (e *engine) evalPair(ctx context.Context, r *ruleState, rule, cid string, rec *clusterRecord, goneRevision uint64, ch *change) {
-	e.evalPairVars(ctx, r, rule, cid, rec, goneRevision, ch, &clusterVars{})
+func (e *engine) evalPair(r *ruleState, rule, cid string, rec *clusterRecord, goneRevision uint64, ch *change) {
+	e.evalPairVars(r, rule, cid, rec, goneRevision, ch, &clusterVars{})
 }
 
 // clusterVars computes a cluster's template variables and their hash at most once, however many
@@ -51,10 +49,11 @@ func (cv *clusterVars) get(c *events.Cluster) (map[string]any, string) {
 //	an old-source pair has its name    -> wait while the new source has not listed; then take
 //	                                      that pair over in place (handover.go)
 //	same render key and URL as before  -> nothing to do
+//	render not made yet                -> nothing yet: the render is added to ch.renders.need
 //	template error                     -> keep the pair, record the error for the status
 //	otherwise                          -> install what is new or changed, uninstall what the
 //	                                      render no longer has (EnforcementRemoved)
-func (e *engine) evalPairVars(ctx context.Context, r *ruleState, rule, cid string, rec *clusterRecord, goneRevision uint64, ch *change, cv *clusterVars) {
+func (e *engine) evalPairVars(r *ruleState, rule, cid string, rec *clusterRecord, goneRevision uint64, ch *change, cv *clusterVars) {
 	old := e.pairs[rule][cid]
 	switch {
 	case rec == nil:
@@ -64,7 +63,7 @@ func (e *engine) evalPairVars(ctx context.Context, r *ruleState, rule, cid strin
 	case foreignPair(r, old) && e.handoverWaits(r.sel.source.ID):
 		// The rule's source changed and the new source has not listed yet: the pair waits, but
 		// an enforcement removed from the rule goes now.
-		e.uninstallRemovedWhileWaiting(ctx, r, cid, rec, old, ch, cv)
+		e.uninstallRemovedWhileWaiting(r, cid, rec, old, ch, cv)
 	case foreignPair(r, old) && e.hasSuccessor(r, old.Cluster.Name, ch):
 		// The cluster of the new source with its name takes it over (takeOver, which also
 		// uninstalls what the rule no longer has), or keeps it waiting while not eligible.
@@ -79,14 +78,14 @@ func (e *engine) evalPairVars(ctx context.Context, r *ruleState, rule, cid strin
 		pcid, pred := e.predecessor(r, cid, rec.Cluster.Name)
 		switch {
 		case pred == nil:
-			e.evalSelected(ctx, r, rule, cid, rec, nil, ch, cv)
+			e.evalSelected(r, rule, cid, rec, nil, ch, cv)
 		case e.handoverWaits(r.sel.source.ID):
 			// Its name's Applications belong to a pair of the old source until the handover.
 		default:
-			e.takeOver(ctx, r, cid, rec, pcid, pred, ch, cv)
+			e.takeOver(r, cid, rec, pcid, pred, ch, cv)
 		}
 	default:
-		e.evalSelected(ctx, r, rule, cid, rec, old, ch, cv)
+		e.evalSelected(r, rule, cid, rec, old, ch, cv)
 	}
 }
 
@@ -94,11 +93,13 @@ func (e *engine) evalPairVars(ctx context.Context, r *ruleState, rule, cid strin
 // new source, which has the same name: the render is diffed against pred, every enforcement is
 // sent again for the new target (Replaces names pred's identity when it changed), and pred's
 // record is dropped without an uninstall. A template error keeps pred as it is.
-func (e *engine) takeOver(ctx context.Context, r *ruleState, cid string, rec *clusterRecord, pcid string, pred *pairState, ch *change, cv *clusterVars) {
+func (e *engine) takeOver(r *ruleState, cid string, rec *clusterRecord, pcid string, pred *pairState, ch *change, cv *clusterVars) {
 	vars, renderKey := r.renderInput(&rec.Cluster, cv)
-	enfs, err := e.renderPair(ctx, r, renderKey, vars)
+	enfs, ok, err := r.rendered(cid, rec, renderKey, vars, ch)
+	if !ok {
+		return // rendered outside the mutex, then evaluated again
+	}
 	if err != nil {
-		e.metrics.renderErrors.Inc()
 		r.templateErrors[cid] = [2]string{rec.Cluster.Name, err.Error()}
 		return
 	}
@@ -118,11 +119,12 @@ func (e *engine) takeOver(ctx context.Context, r *ruleState, cid string, rec *cl
 // uninstallRemovedWhileWaiting uninstalls from a pair of the rule's old source, waiting for its
 // handover, the enforcements the rule no longer renders for its cluster (EnforcementRemoved:
 // explicit intent is immediate), and keeps the others as they are. A template error keeps all.
-func (e *engine) uninstallRemovedWhileWaiting(ctx context.Context, r *ruleState, cid string, rec *clusterRecord, old *pairState, ch *change, cv *clusterVars) {
+func (e *engine) uninstallRemovedWhileWaiting(r *ruleState, cid string, rec *clusterRecord, old *pairState, ch *change, cv *clusterVars) {
 	vars, renderKey := r.renderInput(&rec.Cluster, cv)
-	enfs, err := e.renderPair(ctx, r, renderKey, vars)
-	if err != nil {
-		return // the pair keeps what it has; the new source's cluster reports the template
+	enfs, ok, err := r.rendered(cid, rec, renderKey, vars, ch)
+	if !ok || err != nil {
+		return // not rendered yet (made outside the mutex, then evaluated again), or the pair
+		// keeps what it has and the new source's cluster reports the template
 	}
 	rendered := make(map[string]bool, len(enfs))
 	for _, en := range enfs {
@@ -180,16 +182,20 @@ func uninstallUnselected(r *ruleState, rule, cid string, rec *clusterRecord, old
 	ch.unselected = append(ch.unselected, span)
 }
 
-// evalSelected renders the rule for a selected and eligible cluster, then diffs the render
-// against what the pair has. A template error touches only this pair: it keeps what it has.
-func (e *engine) evalSelected(ctx context.Context, r *ruleState, rule, cid string, rec *clusterRecord, old *pairState, ch *change, cv *clusterVars) {
+// evalSelected diffs the rule's render for a selected and eligible cluster against what the
+// pair has. Evaluation runs under the engine's mutex and never renders: a render not in
+// ch.renders yet is asked for (ch.renders.need) and made outside the mutex (see
+// engine.evaluate). A template error touches only this pair: it keeps what it has.
+func (e *engine) evalSelected(r *ruleState, rule, cid string, rec *clusterRecord, old *pairState, ch *change, cv *clusterVars) {
 	vars, renderKey := r.renderInput(&rec.Cluster, cv)
 	if old != nil && old.RenderKey == renderKey && old.Cluster.URL == rec.Cluster.URL {
 		return // nothing changed since the last render
 	}
-	enfs, err := e.renderPair(ctx, r, renderKey, vars)
+	enfs, ok, err := r.rendered(cid, rec, renderKey, vars, ch)
+	if !ok {
+		return // rendered outside the mutex, then evaluated again
+	}
 	if err != nil {
-		e.metrics.renderErrors.Inc()
 		r.templateErrors[cid] = [2]string{rec.Cluster.Name, err.Error()}
 		return
 	}
@@ -197,6 +203,22 @@ func (e *engine) evalSelected(ctx context.Context, r *ruleState, rule, cid strin
 	next, intents := r.diffPair(rec, old, renderKey, enfs)
 	ch.intents = append(ch.intents, intents...)
 	ch.pairs = append(ch.pairs, pairUpdate{rule: rule, cid: cid, next: next})
+}
+
+// rendered returns the rule's render for a cluster: the static one of a rule without templates,
+// else the one in ch.renders. One not made yet is asked for (ch.renders.need) and ok is false:
+// the caller decides nothing for the pair in this evaluation.
+func (r *ruleState) rendered(cid string, rec *clusterRecord, renderKey string, vars map[string]any, ch *change) (enfs []events.Enforcement, ok bool, err error) {
+	if !r.compiled.templated {
+		return r.static, true, r.staticErr
+	}
+	out, done := ch.renders.done[renderKey]
+	if !done {
+		ch.renders.need = append(ch.renders.need, renderJob{key: renderKey, failureKey: r.renderPrefix + failureToken(cid),
+			rule: r.key, cluster: rec.Cluster.Name, compiled: r.compiled, vars: deepCopy(vars).(map[string]any)})
+		return nil, false, nil
+	}
+	return out.enfs, true, out.err
 }
 
 // renderInput returns what rendering the rule for a cluster takes: the cluster's variables
@@ -290,35 +312,6 @@ func removedFrom(old, next *pairState) *pairState {
 		}
 	}
 	return removed
-}
-
-// renderPair renders a rule for one cluster, through the render cache for templated rules: a
-// template whose output changes on every call (uuid) is rendered once per (generation, vars).
-func (e *engine) renderPair(ctx context.Context, r *ruleState, key string, vars map[string]any) ([]events.Enforcement, error) {
-	if !r.compiled.templated {
-		return r.static, r.staticErr
-	}
-	// A cache read error is not fatal: rendering again is correct, only maybe not identical for
-	// a non-deterministic template.
-	if enfs, ok, err := e.store.getRender(ctx, key); err == nil && ok {
-		e.metrics.renders.WithLabelValues("hit").Inc()
-		return enfs, nil
-	}
-	if r.runaway[key] {
-		return nil, errRenderTimeout
-	}
-	e.metrics.renders.WithLabelValues("miss").Inc()
-	enfs, err := e.renderer.renderSafely(r.compiled, vars)
-	if errors.Is(err, errRenderTimeout) {
-		r.runaway[key] = true
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := e.store.putRender(ctx, key, enfs); err != nil {
-		e.log.Warn("Render not cached", "rule", r.key, "error", err)
-	}
-	return enfs, nil
 }
 
 // uninstalls returns one uninstall intent per enforcement of the pair, in name order. A gone

@@ -98,7 +98,7 @@ func compileField(what, raw string) field {
 	if err == nil {
 		// The memory loader holds only this template, so include/import cannot read files.
 		var tpl *exec.Template
-		tpl, err = exec.NewTemplate("/"+what, templateConfig, loader, gonja.DefaultEnvironment)
+		tpl, err = exec.NewTemplate("/"+what, templateConfig, loader, guardedEnvironment)
 		if err == nil {
 			return field{raw: raw, tpl: tpl}
 		}
@@ -106,20 +106,21 @@ func compileField(what, raw string) field {
 	return field{raw: raw, err: fmt.Errorf("%s: parse template: %w", what, err)}
 }
 
-// render evaluates the field with ctx (nil for literal-only rules).
-func (f field) render(what string, ctx *exec.Context) (string, error) {
+// render evaluates the field with data (nil for literal-only rules), writing through the
+// render's guard.
+func (f field) render(what string, data *exec.Context, g *guard) (string, error) {
 	if f.err != nil {
 		return "", f.err
 	}
 	if f.tpl == nil {
 		return f.raw, nil
 	}
-	out, err := f.tpl.ExecuteToString(ctx)
-	if err != nil {
+	var out strings.Builder
+	if err := f.tpl.Execute(g.writer(&out), data); err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
 	}
 	// The original's YAML round trip dropped the spaces around a rendered scalar.
-	return strings.TrimSpace(out), nil
+	return strings.TrimSpace(out.String()), nil
 }
 
 // fieldPair is one map entry whose key and value are both templates (helm parameters, labels):
@@ -222,19 +223,23 @@ func varsHash(vars map[string]any) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// render renders every enforcement of the rule for one cluster. The first failing field fails
-// the whole (rule, cluster) pair, so a half-rendered rule never reaches a cluster.
-func (r *Renderer) render(cr *compiledRule, vars map[string]any) ([]events.Enforcement, error) {
+// render renders every enforcement of the rule for one cluster, within ctx: every step of the
+// template checks it (see guard), so the render stops soon after ctx ends, and requests.get
+// calls take it. The first failing field fails the whole (rule, cluster) pair, so a
+// half-rendered rule never reaches a cluster.
+func (r *Renderer) render(ctx context.Context, cr *compiledRule, vars map[string]any) ([]events.Enforcement, error) {
+	g := &guard{ctx: ctx}
 	// One context per render: gonja copies it into each field's evaluation, and requests is
 	// added here rather than in vars so that it never takes part in the cache key.
-	var ctx *exec.Context
+	var data *exec.Context
 	if cr.templated {
-		data := make(map[string]any, len(vars)+1)
+		d := make(map[string]any, len(vars)+2)
 		for k, v := range vars {
-			data[k] = v
+			d[k] = v
 		}
-		data["requests"] = map[string]any{"get": r.http.get}
-		ctx = exec.NewContext(data)
+		d["requests"] = map[string]any{"get": func(rawURL string) (map[string]any, error) { return r.http.get(ctx, rawURL) }}
+		d[guardVar] = g
+		data = exec.NewContext(d)
 	}
 	out := make([]events.Enforcement, 0, len(cr.enforcements))
 	seen := make(map[string]int, len(cr.enforcements))
@@ -243,7 +248,10 @@ func (r *Renderer) render(cr *compiledRule, vars map[string]any) ([]events.Enfor
 		var e events.Enforcement
 		var errs []error
 		str := func(f field, what string) string {
-			s, err := f.render(what, ctx)
+			if g.err != nil {
+				return "" // a limit ended the render
+			}
+			s, err := f.render(what, data, g)
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -262,6 +270,10 @@ func (r *Renderer) render(cr *compiledRule, vars map[string]any) ([]events.Enfor
 			for _, p := range ce.labels {
 				e.Labels[str(p.key, "label")] = str(p.value, "label")
 			}
+		}
+		// A limit (or the caller's cancellation) is the reason, whatever gonja made of it.
+		if g.check() != nil {
+			return nil, fmt.Errorf("enforcements[%d]: %w", ce.index, g.err)
 		}
 		// Every failing field is reported, not only the first, so one status read shows all.
 		if err := errors.Join(errs...); err != nil {
@@ -286,40 +298,24 @@ func (r *Renderer) render(cr *compiledRule, vars map[string]any) ([]events.Enfor
 	return out, nil
 }
 
-// errRenderTimeout is the template error of a render that did not finish in time.
-var errRenderTimeout = errors.New("template did not finish in time (TEMPLATE_RENDER_TIMEOUT); a loop too long?")
-
-// renderSafely is render with two guards a rule author cannot bypass: a panic inside the
-// template engine becomes a template error instead of a crash, and a render that outlives the
-// limit returns errRenderTimeout. gonja cannot be cancelled, so the runaway render goroutine
-// finishes on its own; the engine never retries the same render key (see ruleState.runaway).
-func (r *Renderer) renderSafely(cr *compiledRule, vars map[string]any) ([]events.Enforcement, error) {
-	type result struct {
-		enfs []events.Enforcement
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				done <- result{err: fmt.Errorf("template engine failed: %v", p)}
-			}
-		}()
-		enfs, err := r.render(cr, vars)
-		done <- result{enfs, err}
-	}()
-	var timeout <-chan time.Time
+// renderSafely is render with the guards a rule author cannot bypass: the render runs within
+// TEMPLATE_RENDER_TIMEOUT (r.limit; past it errRenderTimeout), its output within
+// maxRenderOutput, and a panic inside the template engine becomes a template error instead of
+// a crash. It renders in the caller's goroutine and returns only when the render has stopped:
+// nothing of it keeps running. When ctx itself ends first, its error is returned (not a
+// template error: the caller stops or retries).
+func (r *Renderer) renderSafely(ctx context.Context, cr *compiledRule, vars map[string]any) (enfs []events.Enforcement, err error) {
 	if r.limit > 0 {
-		t := time.NewTimer(r.limit)
-		defer t.Stop()
-		timeout = t.C
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, r.limit, errRenderTimeout)
+		defer cancel()
 	}
-	select {
-	case res := <-done:
-		return res.enfs, res.err
-	case <-timeout:
-		return nil, errRenderTimeout
-	}
+	defer func() {
+		if p := recover(); p != nil {
+			enfs, err = nil, fmt.Errorf("template engine failed: %v", p)
+		}
+	}()
+	return r.render(ctx, cr, vars)
 }
 
 // specHash identifies a rendered enforcement on a cluster URL: a changed render, or a cluster
@@ -351,9 +347,10 @@ func (r *Renderer) useEgress(policy egress.Policy) {
 // maxTemplateResponse bounds what a template may read from the network.
 const maxTemplateResponse = 1 << 20
 
-// get fetches rawURL. It is what templates call as requests.get(url); the result has json(),
-// text and status_code like a Python requests response.
-func (t *templateHTTP) get(rawURL string) (map[string]any, error) {
+// get fetches rawURL within ctx, the render's. It is what templates call as
+// requests.get(url); the result has json(), text and status_code like a Python requests
+// response.
+func (t *templateHTTP) get(ctx context.Context, rawURL string) (map[string]any, error) {
 	if t == nil {
 		return nil, errors.New("requests.get is disabled: set TEMPLATE_HTTP_ALLOW to the hosts templates may call")
 	}
@@ -366,7 +363,7 @@ func (t *templateHTTP) get(rawURL string) (map[string]any, error) {
 	if !t.allowed[strings.ToLower(u.Hostname())] {
 		return nil, fmt.Errorf("requests.get(%q): host %q is not in TEMPLATE_HTTP_ALLOW", rawURL, u.Hostname())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), t.client.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, t.client.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
@@ -374,6 +371,9 @@ func (t *templateHTTP) get(rawURL string) (map[string]any, error) {
 	}
 	resp, err := t.client.Do(req)
 	if err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			err = cause // the render's limit (or its caller's end) cut the call
+		}
 		return nil, fmt.Errorf("requests.get(%q): %w", rawURL, err)
 	}
 	defer resp.Body.Close()

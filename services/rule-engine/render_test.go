@@ -1,8 +1,8 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -50,7 +50,7 @@ func TestDynamicRuleRendersAsTheReadmeSays(t *testing.T) {
 	}
 	r := newRenderer(nil, time.Second)
 	c1 := cluster("cluster1", nil)
-	got, err := r.render(compiled, templateVars(&c1))
+	got, err := r.render(context.Background(), compiled, templateVars(&c1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestDynamicRuleRendersAsTheReadmeSays(t *testing.T) {
 		t.Errorf("cluster1 render:\n got %s\nwant %s", g, w)
 	}
 	c2 := cluster("cluster7", nil)
-	other, err := r.render(compiled, templateVars(&c2))
+	other, err := r.render(context.Background(), compiled, templateVars(&c2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestLiteralRuleRendersHelmValuesAsStrings(t *testing.T) {
 	if compiled.templated {
 		t.Fatal("literal rule seen as templated")
 	}
-	got, err := (&Renderer{}).render(compiled, nil)
+	got, err := (&Renderer{}).render(context.Background(), compiled, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestRenderFields(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := newRenderer(nil, time.Second).render(compile([]v1beta1.Enforcement{tt.enf}), templateVars(&c))
+			got, err := newRenderer(nil, time.Second).render(context.Background(), compile([]v1beta1.Enforcement{tt.enf}), templateVars(&c))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
@@ -135,7 +135,7 @@ func TestRenderFields(t *testing.T) {
 
 func TestDuplicateRenderedNamesFail(t *testing.T) {
 	c := cluster("x", nil)
-	_, err := newRenderer(nil, time.Second).render(compile([]v1beta1.Enforcement{
+	_, err := newRenderer(nil, time.Second).render(context.Background(), compile([]v1beta1.Enforcement{
 		{Name: "${{ 'app' }}", Repo: "r"}, {Name: "app", Repo: "r"}}), templateVars(&c))
 	if err == nil || !strings.Contains(err.Error(), `both render the name "app"`) {
 		t.Fatalf("error = %v", err)
@@ -160,19 +160,19 @@ func TestRequestsGetOnlyOnAllowedHosts(t *testing.T) {
 
 	r := newRenderer([]string{u.Hostname()}, time.Second)
 	r.useEgress(loopbackOpen) // the test server listens on loopback
-	got, err := r.render(compile(enf), templateVars(&c))
+	got, err := r.render(context.Background(), compile(enf), templateVars(&c))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if v := got[0].HelmParameters[0].Value; v != "6a1c" {
 		t.Errorf("uuid = %q", v)
 	}
-	_, err = newRenderer([]string{"other.example"}, time.Second).render(compile(enf), templateVars(&c))
+	_, err = newRenderer([]string{"other.example"}, time.Second).render(context.Background(), compile(enf), templateVars(&c))
 	if err == nil || !strings.Contains(err.Error(), "not in TEMPLATE_HTTP_ALLOW") {
 		t.Errorf("disallowed host: error = %v", err)
 	}
 	away := []v1beta1.Enforcement{{Name: "a", Repo: "${{ requests.get('" + srv.URL + "/away').text }}"}}
-	_, err = r.render(compile(away), templateVars(&c))
+	_, err = r.render(context.Background(), compile(away), templateVars(&c))
 	if err == nil || !strings.Contains(err.Error(), `redirect to host "elsewhere.example"`) {
 		t.Errorf("redirect away: error = %v", err)
 	}
@@ -205,19 +205,4 @@ func mustJSON(t testing.TB, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-func TestRenderSafelyBoundsRunawayTemplates(t *testing.T) {
-	c := cluster("x", nil)
-	r := newRenderer(nil, time.Second)
-	r.limit = 20 * time.Millisecond
-	start := time.Now()
-	_, err := r.renderSafely(compile([]v1beta1.Enforcement{{Name: "a", Repo: "${% for i in range(2000000) %}${% endfor %}r"}}), templateVars(&c))
-	if !errors.Is(err, errRenderTimeout) || time.Since(start) > time.Second {
-		t.Errorf("runaway: error %v after %s", err, time.Since(start))
-	}
-	got, err := r.renderSafely(compile([]v1beta1.Enforcement{{Name: "${{ name }}", Repo: "r"}}), templateVars(&c))
-	if err != nil || got[0].Name != "x" {
-		t.Errorf("normal render: %v, %v", got, err)
-	}
 }

@@ -33,8 +33,6 @@ type ruleState struct {
 	staticErr error
 	// templateErrors are the pairs whose render failed, by cluster id: cluster name and message.
 	templateErrors map[string][2]string
-	// runaway are the render keys whose render timed out: not tried again in this generation.
-	runaway map[string]bool
 	// operatorNamespace is OPERATOR_NAMESPACE; release is the generation whose held removals
 	// the rule's release annotation releases (0: none), releaseErr why an annotation is not one.
 	operatorNamespace string
@@ -49,7 +47,6 @@ func ruleFromSpec(cr *v1beta1.ClusterRule, secretNamespace string) *ruleState {
 		ref:            events.RuleRef{Namespace: cr.Namespace, Name: cr.Name, UID: string(cr.UID), Generation: cr.Generation},
 		deletionPolicy: cr.Spec.DeletionPolicy,
 		templateErrors: map[string][2]string{},
-		runaway:        map[string]bool{},
 
 		operatorNamespace: secretNamespace,
 	}
@@ -64,7 +61,7 @@ func ruleFromSpec(cr *v1beta1.ClusterRule, secretNamespace string) *ruleState {
 	}
 	r.compiled = compile(cr.Spec.Enforcements)
 	if !r.compiled.templated {
-		r.static, r.staticErr = (&Renderer{}).render(r.compiled, nil)
+		r.static, r.staticErr = (&Renderer{}).render(context.Background(), r.compiled, nil)
 		if r.staticErr != nil && r.invalid == nil {
 			r.invalid = r.staticErr
 		}
@@ -92,45 +89,55 @@ func trigger(t *v1beta1.Trigger) *events.Trigger {
 
 // applyRule evaluates a new or changed rule against its clusters. The same uid and generation
 // as the rule already known is a no-op, so status-only reconciles cost nothing, unless the rule
-// now releases the removals its generation held.
+// now releases the removals its generation held. Renders are made outside the mutex
+// (engine.evaluate).
 func (e *engine) applyRule(ctx context.Context, r *ruleState) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	old := e.rules[r.key]
-	if r.releaseErr != nil && (old == nil || old.releaseErr == nil || old.releaseErr.Error() != r.releaseErr.Error()) {
-		e.log.Warn("Ignored release annotation", "rule", r.key, "error", r.releaseErr)
-	}
-	if old != nil && old.ref.UID == r.ref.UID && old.ref.Generation == r.ref.Generation && !e.releasing(r) {
-		old.release, old.releaseErr = r.release, r.releaseErr
-		return nil
-	}
-	if r.invalid != nil {
-		e.log.Warn("Rule spec is invalid; its clusters keep what they have", "rule", r.key, "error", r.invalid)
+	warned := false
+	return e.evaluate(ctx, func(rs *renders) error {
+		old := e.rules[r.key]
+		if r.releaseErr != nil && !warned && (old == nil || old.releaseErr == nil || old.releaseErr.Error() != r.releaseErr.Error()) {
+			e.log.Warn("Ignored release annotation", "rule", r.key, "error", r.releaseErr)
+			warned = true
+		}
+		if old != nil && old.ref.UID == r.ref.UID && old.ref.Generation == r.ref.Generation && !e.releasing(r) {
+			old.release, old.releaseErr = r.release, r.releaseErr
+			return nil
+		}
+		if r.invalid != nil {
+			e.log.Warn("Rule spec is invalid; its clusters keep what they have", "rule", r.key, "error", r.invalid)
+			e.indexRule(r)
+			e.notify(r.key)
+			return nil
+		}
+		if err := e.evalAndCommit(ctx, r, rs); err != nil || len(rs.need) > 0 {
+			if err != nil {
+				return fmt.Errorf("rule %s: %w", r.key, err)
+			}
+			return nil // rendered outside the mutex, then evaluated again
+		}
 		e.indexRule(r)
 		e.notify(r.key)
+		if r.compiled.templated {
+			e.purgeRendersLater(r.ref.UID, r.ref.Generation)
+		}
 		return nil
-	}
-	if err := e.evalAndCommit(ctx, r); err != nil {
-		return fmt.Errorf("rule %s: %w", r.key, err)
-	}
-	e.indexRule(r)
-	e.notify(r.key)
-	if r.compiled.templated {
-		e.purgeRendersLater(r.ref.UID, r.ref.Generation)
-	}
-	return nil
+	})
 }
 
 // evalAndCommit evaluates the rule over its clusters afresh (its earlier hold aside), passes the
 // selection removals through the rule edit breaker and commits. A hold is stored before the
 // change that leaves its removals out, and dropped only after the change that carries them (or
-// no longer needs them) is committed, so a crash in between evaluates the same again.
-func (e *engine) evalAndCommit(ctx context.Context, r *ruleState) error {
+// no longer needs them) is committed, so a crash in between evaluates the same again. When the
+// evaluation lacks renders (rs.need), nothing is changed or committed.
+func (e *engine) evalAndCommit(ctx context.Context, r *ruleState, rs *renders) error {
 	prev := e.held[r.key]
 	delete(e.held, r.key)
-	ch := e.evalRule(ctx, r)
+	ch := e.evalRule(r, rs)
 	if prev != nil {
 		e.held[r.key] = prev
+	}
+	if len(rs.need) > 0 {
+		return nil
 	}
 	h := e.breakRemovals(r, ch, prev)
 	if h != nil {
@@ -149,17 +156,17 @@ func (e *engine) evalAndCommit(ctx context.Context, r *ruleState) error {
 
 // evalRule evaluates a rule over its clusters: those of its source, plus those it holds pairs
 // for (which may be of the source it had before this change).
-func (e *engine) evalRule(ctx context.Context, r *ruleState) *change {
-	ch := &change{}
+func (e *engine) evalRule(r *ruleState, rs *renders) *change {
+	ch := &change{renders: rs}
 	seen := map[string]bool{}
 	for cid := range e.bySource[r.sel.source.ID] {
 		seen[cid] = true
-		e.evalPair(ctx, r, r.key, cid, e.clusters[cid], 0, ch)
+		e.evalPair(r, r.key, cid, e.clusters[cid], 0, ch)
 	}
 	for cid := range e.pairs[r.key] {
 		if !seen[cid] {
 			// A cluster of another source (the rule's source changed) or one no longer known.
-			e.evalPair(ctx, r, r.key, cid, e.clusters[cid], 0, ch)
+			e.evalPair(r, r.key, cid, e.clusters[cid], 0, ch)
 		}
 	}
 	return ch

@@ -9,7 +9,8 @@ package main
 // selection removals a rule edit held "held.<rule>" and the sources' complete listings
 // "listed.<source id>"), written after the intents are published and before the
 // event is acknowledged, so a crash in between replays the event and republishes the same
-// (deduplicated) intents. Rendered enforcements are cached in events.BucketRenderCache. Both
+// (deduplicated) intents. Rendered enforcements are cached in events.BucketRenderCache, next to
+// the renders a guard stopped ("<uid>.<generation>.failed-<cluster hash>", see renders.go). Both
 // buckets are declared by the shared topology, which creates them.
 
 import (
@@ -106,8 +107,13 @@ type store interface {
 	loadListed(ctx context.Context) (map[string]*listing, error)
 	getRender(ctx context.Context, key string) ([]events.Enforcement, bool, error)
 	putRender(ctx context.Context, key string, enfs []events.Enforcement) error
-	// purgeRenders deletes the cached renders of rule uid for generations below generation
-	// (all of them when generation is 0).
+	// getFailure returns the error a render stopped with, remembered under key
+	// (<uid>.<generation>.failed-<cluster hash>, in the render cache bucket so that
+	// purgeRenders drops it with the generation); putFailure remembers one.
+	getFailure(ctx context.Context, key string) (string, bool, error)
+	putFailure(ctx context.Context, key, message string) error
+	// purgeRenders deletes the cached renders and remembered failures of rule uid for
+	// generations below generation (all of them when generation is 0).
 	purgeRenders(ctx context.Context, uid string, generation int64) error
 }
 
@@ -334,6 +340,31 @@ func (s *kvStore) putRender(ctx context.Context, key string, enfs []events.Enfor
 	return s.putJSON(ctx, s.render, key, enfs)
 }
 
+// failureRecord is a remembered render failure as stored.
+type failureRecord struct {
+	Error string `json:"error"`
+}
+
+func (s *kvStore) getFailure(ctx context.Context, key string) (string, bool, error) {
+	entry, err := s.render.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("get %s: %w", key, err)
+	}
+	var f failureRecord
+	if err := json.Unmarshal(entry.Value(), &f); err != nil || f.Error == "" {
+		//nolint:nilerr // a damaged entry remembers nothing: the template is rendered again
+		return "", false, nil
+	}
+	return f.Error, true, nil
+}
+
+func (s *kvStore) putFailure(ctx context.Context, key, message string) error {
+	return s.putJSON(ctx, s.render, key, failureRecord{Error: message})
+}
+
 func (s *kvStore) purgeRenders(ctx context.Context, uid string, generation int64) error {
 	lister, err := s.render.ListKeysFiltered(ctx, uid+".>")
 	if err != nil {
@@ -356,6 +387,7 @@ type memStore struct {
 	clusters map[string]*clusterRecord
 	pairs    map[string]map[string]*pairState
 	renders  map[string][]events.Enforcement
+	failures map[string]string
 	degraded map[string]*degradation
 	held     map[string]*heldRemovals
 	listed   map[string]*listing
@@ -363,7 +395,7 @@ type memStore struct {
 
 func newMemStore() *memStore {
 	return &memStore{clusters: map[string]*clusterRecord{}, pairs: map[string]map[string]*pairState{}, renders: map[string][]events.Enforcement{},
-		degraded: map[string]*degradation{}, held: map[string]*heldRemovals{}, listed: map[string]*listing{}}
+		failures: map[string]string{}, degraded: map[string]*degradation{}, held: map[string]*heldRemovals{}, listed: map[string]*listing{}}
 }
 
 func (s *memStore) putListed(_ context.Context, sourceID string, l *listing) error {
@@ -483,12 +515,29 @@ func (s *memStore) putRender(_ context.Context, key string, enfs []events.Enforc
 	s.renders[key] = enfs
 	return nil
 }
+func (s *memStore) getFailure(_ context.Context, key string) (string, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	msg, ok := s.failures[key]
+	return msg, ok, nil
+}
+func (s *memStore) putFailure(_ context.Context, key, message string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failures[key] = message
+	return nil
+}
 func (s *memStore) purgeRenders(_ context.Context, uid string, generation int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for key := range s.renders {
 		if strings.HasPrefix(key, uid+".") && stale(key, generation) {
 			delete(s.renders, key)
+		}
+	}
+	for key := range s.failures {
+		if strings.HasPrefix(key, uid+".") && stale(key, generation) {
+			delete(s.failures, key)
 		}
 	}
 	return nil
