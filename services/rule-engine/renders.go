@@ -19,15 +19,17 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 )
 
-// renderParallel bounds the renders one input makes at once. Each ends within
-// TEMPLATE_RENDER_TIMEOUT, so a step over n failing clusters takes about n/renderParallel
-// times that, without holding the mutex.
-const renderParallel = 64
+// renderParallel bounds the renders one input makes at once: twice the CPUs, since a runaway
+// template keeps a CPU busy until its limit and the other rules' events need some too. Each
+// render ends within TEMPLATE_RENDER_TIMEOUT, so an input over n failing clusters takes about
+// n/renderParallel times that, without holding the mutex.
+var renderParallel = 2 * runtime.GOMAXPROCS(0)
 
 // renders carries renders between the evaluation steps of one input: the outcomes made so
 // far, by render key, and the ones the last step found missing.
