@@ -12,6 +12,7 @@ package main
 //	rules.go     applyRule, deleteRule: a ClusterRule compiled, applied or deleted
 //	clusters.go  applyCluster, applyClusterGone: a cluster appeared, updated or gone
 //	pairs.go     evalPair: what one (rule, cluster) pair needs, as install/uninstall intents
+//	renders.go   evaluate: renders made outside the mutex, stopped renders remembered
 //	commit.go    commit: publish the intents, then persist and apply the pairs
 //	outcomes.go  applyOutcome: install, trigger and source outcomes folded back
 //	handover.go  a rule's change of source: the old source's pairs wait, then move in place
@@ -25,7 +26,9 @@ package main
 // Concurrency: one mutex serialises every change, including the publish and the persist that
 // follow a decision, so two inputs touching the same pair cannot interleave. Publishing waits
 // for the stream's acknowledgement; throughput is bounded by that, not by matching. Every entry
-// point takes the mutex; the helpers it calls expect it held.
+// point takes the mutex; the helpers it calls expect it held. Rendering is the exception: it
+// may take up to TEMPLATE_RENDER_TIMEOUT, so an entry point that needs renders makes them with
+// the mutex released and then decides again (renders.go: engine.evaluate).
 
 import (
 	"context"

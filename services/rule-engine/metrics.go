@@ -19,7 +19,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		intents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: p + "intents_published_total",
 			Help: "Install and uninstall intents published, by kind and uninstall reason."}, []string{"kind", "reason"}),
 		renders: prometheus.NewCounterVec(prometheus.CounterOpts{Name: p + "renders_total",
-			Help: "Template renders of a (rule, cluster) pair, by render cache outcome (hit, miss)."}, []string{"cache"}),
+			Help: "Template renders of a (rule, cluster) pair, by render cache outcome (hit, miss, failed: a remembered stopped render)."}, []string{"cache"}),
 		renderErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: p + "template_errors_total",
 			Help: "Renders of a (rule, cluster) pair that failed with a template error."}),
 		statusWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: p + "status_writes_total",
