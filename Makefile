@@ -5,7 +5,16 @@
 MODULES := $(shell go list -m -f '{{.Dir}}')
 SHELL := /bin/bash
 
-.PHONY: test check lint tools fmt vet tidy generate bench build images compose-check
+.PHONY: test check lint tools fmt vet tidy generate bench build images compose-check fuzz
+
+# FUZZ lists the fuzz targets as <module dir>:<package>:<FuzzName>. Their seeds and the inputs
+# found so far (testdata/fuzz/<FuzzName>/ next to each test, committed) run in every go test.
+FUZZ := pkg/events:.:FuzzDecode pkg/events:.:FuzzEscapeToken services/rule-engine:.:FuzzRender \
+	services/source-scanner:./internal/rancher:FuzzParsePage services/source-scanner:./internal/eks:FuzzConvert \
+	services/source-scanner:./internal/gke:FuzzConvert
+# FUZZTIME is how long `make fuzz` runs each target; `make test` runs each for FUZZTIME_SHORT.
+FUZZTIME ?= 30s
+FUZZTIME_SHORT ?= 3s
 
 # test is the one command CI runs (.ci/run): tools, hygiene checks, then every module's tests
 # with the race detector against the real servers.
@@ -15,6 +24,18 @@ test: tools check
 	for m in $(MODULES); do \
 		echo "== go test $$m"; \
 		(cd $$m && go test -race -count=1 -timeout 20m ./...) || failed=1; \
+	done; \
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT) || failed=1; \
+	exit $$failed
+
+# fuzz runs each fuzz target for FUZZTIME. A failing input is written to the package's
+# testdata/fuzz/<FuzzName>/: fix the code, and commit the input so that every go test runs it.
+fuzz:
+	@failed=0; \
+	for t in $(FUZZ); do \
+		IFS=: read -r dir pkg name <<< "$$t"; \
+		echo "== fuzz $$dir $$pkg $$name ($(FUZZTIME))"; \
+		(cd $$dir && go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg) || failed=1; \
 	done; \
 	exit $$failed
 

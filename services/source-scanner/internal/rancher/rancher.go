@@ -134,6 +134,12 @@ func (l *Lister) page(ctx context.Context, client *http.Client, target *url.URL)
 	if len(body) > maxPageBytes {
 		return nil, "", events.DegradedListFailed, fmt.Errorf("GET %s: body larger than %d bytes", redact(target), maxPageBytes)
 	}
+	return l.parsePage(target, body)
+}
+
+// parsePage reads one page of the cluster collection fetched from target: its clusters, the
+// next page's URL ("" for the last), and on failure the degraded reason.
+func (l *Lister) parsePage(target *url.URL, body []byte) ([]events.Cluster, string, string, error) {
 	var col collection
 	if err := json.Unmarshal(body, &col); err != nil {
 		return nil, "", events.DegradedListFailed, fmt.Errorf("GET %s: not a Rancher collection: %w", redact(target), err)
