@@ -60,7 +60,9 @@ func TestRunawayTemplateStopsAtTheLimit(t *testing.T) {
 			t.Errorf("error = %v, want the timeout", err)
 		}
 	}
-	if took > 2*time.Second {
+	// Generous: the race detector on a busy machine, and the longest stretch the guard does not
+	// see (gonja listing a 10000-item range before the loop body runs), for 8 renders at once.
+	if took > 5*time.Second {
 		t.Errorf("renders returned after %s, limit 200ms", took)
 	}
 	settleGoroutines(t, baseline)
