@@ -50,7 +50,7 @@ func runawayRule(counterURL string) v1beta1.ClusterRuleSpec {
 func TestRunawayTemplateFailsOnlyItsPairs(t *testing.T) {
 	const clusters = 20
 	const limit = time.Second
-	waves := time.Duration((clusters + renderParallel - 1) / renderParallel)
+	waves := (clusters + renderParallel - 1) / renderParallel
 	srv, hits := renderCounter(t)
 	e := newEnv(t)
 	e.vars["TEMPLATE_RENDER_TIMEOUT"] = limit.String()
@@ -108,7 +108,7 @@ func TestRunawayTemplateFailsOnlyItsPairs(t *testing.T) {
 	}
 	// Batches of renderParallel, each stopped at the limit, plus the status interval and a busy
 	// machine; rendering the pairs one after the other under the mutex took clusters × limit.
-	if bound := waves*limit + 6*time.Second; failed > bound {
+	if bound := time.Duration(waves)*limit + 6*time.Second; failed > bound {
 		t.Errorf("the %d pairs failed after %s, want within %s", clusters, failed, bound)
 	}
 	if n := len(e.installsOf("runaway")); n != 0 {
