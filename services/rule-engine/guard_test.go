@@ -140,6 +140,7 @@ func TestSlowTemplateHostIsCutAtTheLimit(t *testing.T) {
 	u, _ := url.Parse(srv.URL)
 	c := cluster("x", nil)
 	r := newRenderer([]string{u.Hostname()}, 30*time.Second)
+	r.useEgress(loopbackOpen) // the test server listens on loopback
 	r.limit = 300 * time.Millisecond
 	start := time.Now()
 	_, err := r.renderSafely(context.Background(), compile([]v1beta1.Enforcement{{Name: "a",

@@ -55,6 +55,7 @@ func TestRunawayTemplateFailsOnlyItsPairs(t *testing.T) {
 	e := newEnv(t)
 	e.vars["TEMPLATE_RENDER_TIMEOUT"] = limit.String()
 	e.vars["TEMPLATE_HTTP_ALLOW"] = "127.0.0.1"
+	e.vars["TEMPLATE_HTTP_ALLOWED_NETWORKS"] = "127.0.0.1" // the counter listens on loopback
 	e.start()
 
 	gke := map[string]string{"driver": "gke"}
@@ -123,6 +124,7 @@ func TestStoppedRenderIsRememberedAcrossRestart(t *testing.T) {
 	e := newEnv(t)
 	e.vars["TEMPLATE_RENDER_TIMEOUT"] = "500ms"
 	e.vars["TEMPLATE_HTTP_ALLOW"] = "127.0.0.1"
+	e.vars["TEMPLATE_HTTP_ALLOWED_NETWORKS"] = "127.0.0.1" // the counter listens on loopback
 	stop := e.start()
 	e.createRule("runaway", runawayRule(srv.URL))
 	e.publish(appeared(testCluster("c1", nil, true), 1), appeared(testCluster("c2", nil, true), 2))
