@@ -136,7 +136,8 @@ func (e *engine) renderOne(ctx context.Context, j *renderJob) renderOutcome {
 		}
 		return renderOutcome{err: err}
 	}
-	if err := e.store.putRender(ctx, j.key, enfs); err != nil {
+	enfs, err = e.store.putRender(ctx, j.key, enfs)
+	if err != nil {
 		e.log.Warn("Render not cached", "rule", j.rule, "error", err)
 	}
 	return renderOutcome{enfs: enfs}

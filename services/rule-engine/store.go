@@ -106,7 +106,10 @@ type store interface {
 	// loadListed returns every stored listing, by source id.
 	loadListed(ctx context.Context) (map[string]*listing, error)
 	getRender(ctx context.Context, key string) ([]events.Enforcement, bool, error)
-	putRender(ctx context.Context, key string, enfs []events.Enforcement) error
+	// putRender caches a render unless one is cached under key already, and returns the cached
+	// one: two inputs rendering the same key at once (renders run outside the engine's mutex)
+	// both use the first, so a non-deterministic template (uuid) gives one value per key.
+	putRender(ctx context.Context, key string, enfs []events.Enforcement) ([]events.Enforcement, error)
 	// getFailure returns the error a render stopped with, remembered under key
 	// (<uid>.<generation>.failed-<cluster hash>, in the render cache bucket so that
 	// purgeRenders drops it with the generation); putFailure remembers one.
@@ -336,8 +339,22 @@ func (s *kvStore) getRender(ctx context.Context, key string) ([]events.Enforceme
 	return enfs, true, nil
 }
 
-func (s *kvStore) putRender(ctx context.Context, key string, enfs []events.Enforcement) error {
-	return s.putJSON(ctx, s.render, key, enfs)
+func (s *kvStore) putRender(ctx context.Context, key string, enfs []events.Enforcement) ([]events.Enforcement, error) {
+	b, err := json.Marshal(enfs)
+	if err != nil {
+		return enfs, err
+	}
+	_, err = s.render.Create(ctx, key, b)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		if first, ok, gerr := s.getRender(ctx, key); gerr == nil && ok {
+			return first, nil
+		}
+		_, err = s.render.Put(ctx, key, b) // a damaged entry: replace it
+	}
+	if err != nil {
+		return enfs, fmt.Errorf("put render %s: %w", key, err)
+	}
+	return enfs, nil
 }
 
 // failureRecord is a remembered render failure as stored.
@@ -509,11 +526,14 @@ func (s *memStore) getRender(_ context.Context, key string) ([]events.Enforcemen
 	e, ok := s.renders[key]
 	return e, ok, nil
 }
-func (s *memStore) putRender(_ context.Context, key string, enfs []events.Enforcement) error {
+func (s *memStore) putRender(_ context.Context, key string, enfs []events.Enforcement) ([]events.Enforcement, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if first, ok := s.renders[key]; ok {
+		return first, nil
+	}
 	s.renders[key] = enfs
-	return nil
+	return enfs, nil
 }
 func (s *memStore) getFailure(_ context.Context, key string) (string, bool, error) {
 	s.mu.Lock()

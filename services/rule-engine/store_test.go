@@ -58,12 +58,26 @@ func TestKVStore(t *testing.T) {
 	}
 
 	for _, key := range []string{"u1.1.aaaa", "u1.2.aaaa", "u2.1.aaaa"} {
-		if err := st.putRender(ctx, key, []events.Enforcement{{Name: key}}); err != nil {
+		if _, err := st.putRender(ctx, key, []events.Enforcement{{Name: key}}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// The first render of a key wins: a second one (another input rendering at the same time)
+	// gets the first back.
+	if got, err := st.putRender(ctx, "u2.1.aaaa", []events.Enforcement{{Name: "second"}}); err != nil || got[0].Name != "u2.1.aaaa" {
+		t.Errorf("second putRender = %v, %v; want the first render", got, err)
+	}
+	if err := st.putFailure(ctx, "u1.1.failed-00", "loop"); err != nil {
+		t.Fatal(err)
+	}
+	if msg, ok, err := st.getFailure(ctx, "u1.1.failed-00"); err != nil || !ok || msg != "loop" {
+		t.Errorf("getFailure = %q, %t, %v", msg, ok, err)
+	}
 	if err := st.purgeRenders(ctx, "u1", 2); err != nil {
 		t.Fatal(err)
+	}
+	if _, ok, err := st.getFailure(ctx, "u1.1.failed-00"); err != nil || ok {
+		t.Errorf("failure of an old generation not purged (%t, %v)", ok, err)
 	}
 	for key, want := range map[string]bool{"u1.1.aaaa": false, "u1.2.aaaa": true, "u2.1.aaaa": true} {
 		got, ok, err := st.getRender(ctx, key)
