@@ -23,22 +23,33 @@ const (
 
 // Common is the configuration every service reads; Start loads it.
 type Common struct {
-	NATSURL     string // NATS_URL, default nats://127.0.0.1:4222
-	NATSCreds   string // NATS_CREDS, optional path of a NATS credentials file
-	MetricsAddr string // METRICS_ADDR, default :8080
-	HealthAddr  string // HEALTH_ADDR, default :8081
+	NATSURL   string // NATS_URL, default nats://127.0.0.1:4222
+	NATSCreds string // NATS_CREDS, optional path of a NATS credentials file (JWT + seed)
+	// NATSUser and NATSPassword (NATS_USER, NATS_PASSWORD) are the service's user in the
+	// server's authorization configuration (deploy/nats). Both or neither; not with NATS_CREDS.
+	NATSUser     string
+	NATSPassword string
+	MetricsAddr  string // METRICS_ADDR, default :8080
+	HealthAddr   string // HEALTH_ADDR, default :8081
 	// ShutdownTimeout (SHUTDOWN_TIMEOUT, a Go duration, default 30s) bounds the whole stop.
 	ShutdownTimeout time.Duration
 }
 
-// LoadCommon reads NATS_URL, NATS_CREDS, METRICS_ADDR, HEALTH_ADDR and SHUTDOWN_TIMEOUT. A
-// SHUTDOWN_TIMEOUT that is not a duration greater than 0 is an error naming the variable.
+// LoadCommon reads NATS_URL, NATS_CREDS, NATS_USER, NATS_PASSWORD, METRICS_ADDR, HEALTH_ADDR and
+// SHUTDOWN_TIMEOUT. A SHUTDOWN_TIMEOUT that is not a duration greater than 0, a NATS_USER without
+// NATS_PASSWORD (or the reverse) and NATS_USER together with NATS_CREDS are errors naming the
+// variables.
 func LoadCommon(getenv Getenv) (Common, error) {
 	c := Common{
-		NATSURL:     String(getenv, "NATS_URL", DefaultNATSURL),
-		NATSCreds:   getenv("NATS_CREDS"),
-		MetricsAddr: String(getenv, "METRICS_ADDR", DefaultMetricsAddr),
-		HealthAddr:  String(getenv, "HEALTH_ADDR", DefaultHealthAddr),
+		NATSURL:      String(getenv, "NATS_URL", DefaultNATSURL),
+		NATSCreds:    getenv("NATS_CREDS"),
+		NATSUser:     getenv("NATS_USER"),
+		NATSPassword: getenv("NATS_PASSWORD"),
+		MetricsAddr:  String(getenv, "METRICS_ADDR", DefaultMetricsAddr),
+		HealthAddr:   String(getenv, "HEALTH_ADDR", DefaultHealthAddr),
+	}
+	if err := checkNATSAuth(c.NATSUser, c.NATSPassword, c.NATSCreds); err != nil {
+		return Common{}, err
 	}
 	var err error
 	if c.ShutdownTimeout, err = Duration(getenv, "SHUTDOWN_TIMEOUT", DefaultShutdownTimeout); err != nil {

@@ -3,8 +3,8 @@
 //
 // # Start
 //
-// Start reads the configuration common to all services (Common: NATS_URL, NATS_CREDS,
-// METRICS_ADDR, HEALTH_ADDR, LOG_LEVEL and SHUTDOWN_TIMEOUT), creates the JSON slog logger with a
+// Start reads the configuration common to all services (Common: NATS_URL, NATS_USER,
+// NATS_PASSWORD, NATS_CREDS, METRICS_ADDR, HEALTH_ADDR, LOG_LEVEL and SHUTDOWN_TIMEOUT), creates the JSON slog logger with a
 // "service" attribute and the prometheus registry, registers the readiness checks the Options
 // ask for, and starts the health (/healthz, /readyz) and metrics (/metrics) servers before
 // anything else, so that a service stuck later in its start-up is visible. With

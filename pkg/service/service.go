@@ -196,12 +196,28 @@ func (s *Service) HealthAddr() string { return s.healthSrv.Addr }
 // MetricsAddr is the address the metrics server is bound to.
 func (s *Service) MetricsAddr() string { return s.metricsSrv.Addr }
 
-// ConnectNATS connects to NATS_URL (NATS_CREDS), retrying until it succeeds or the service's
-// Context ends, creates the JetStream context and applies the default topology (streams,
-// buckets, consumers). The "nats" readiness check then follows the connection. It returns an
-// error when the context ended first or the server refuses the topology.
+// ConnectNATS connects to NATS_URL (as NATS_USER or with NATS_CREDS), retrying until it
+// succeeds or the service's Context ends, creates the JetStream context and applies the default
+// topology (streams, buckets, consumers). The "nats" readiness check then follows the
+// connection. It returns an error when the context ended first or the server refuses the
+// topology. The hub services call it; see ConnectNATSWithoutTopology for the managed clusters.
 func (s *Service) ConnectNATS() error {
-	nc, err := ConnectNATS(s.ctx, s.Common.NATSURL, s.Common.NATSCreds, s.Name, s.Logger)
+	if err := s.ConnectNATSWithoutTopology(); err != nil {
+		return err
+	}
+	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(s.ctx, s.JetStream); err != nil {
+		return fmt.Errorf("apply topology: %w", err)
+	}
+	return nil
+}
+
+// ConnectNATSWithoutTopology is ConnectNATS without applying the topology: for policy-watcher,
+// which runs on every managed cluster and whose NATS user may not create, change or delete the
+// stream. It binds only to what the hub services created, so its own steps fail (and retry)
+// while the stream does not exist yet.
+func (s *Service) ConnectNATSWithoutTopology() error {
+	c := s.Common
+	nc, err := ConnectNATS(s.ctx, c.NATSURL, s.Name, s.Logger, NATSAuth(c.NATSUser, c.NATSPassword, c.NATSCreds)...)
 	if err != nil {
 		return err
 	}
@@ -209,9 +225,6 @@ func (s *Service) ConnectNATS() error {
 	s.nc.Store(nc)
 	if s.JetStream, err = jetstream.New(nc); err != nil {
 		return fmt.Errorf("jetstream: %w", err)
-	}
-	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(s.ctx, s.JetStream); err != nil {
-		return fmt.Errorf("apply topology: %w", err)
 	}
 	return nil
 }

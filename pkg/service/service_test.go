@@ -112,7 +112,7 @@ func TestConnectNATSGivesUpWhenTheContextEnds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := ConnectNATS(ctx, "nats://127.0.0.1:1", "", "test", NewLogger(io.Discard, "t", env(nil)))
+	_, err := ConnectNATS(ctx, "nats://127.0.0.1:1", "test", NewLogger(io.Discard, "t", env(nil)))
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("ConnectNATS: %v", err)
 	}

@@ -80,18 +80,19 @@ func (b *SyncBuffer) String() string {
 	return b.buf.String()
 }
 
-// JetStream connects a client to the server and returns its JetStream context. The connection
-// is closed when the test ends.
-func (n *NATS) JetStream(t testing.TB) jetstream.JetStream {
+// JetStream connects a client to the server with opts (a user, say, on a server
+// WithAuthorization) and returns its JetStream context. The connection is closed when the test
+// ends.
+func (n *NATS) JetStream(t testing.TB, opts ...nats.Option) jetstream.JetStream {
 	t.Helper()
-	return connectJetStream(t, n.URL())
+	return connectJetStream(t, n.URL(), opts...)
 }
 
-// connectJetStream connects a client to url and returns its JetStream context. The connection
-// is closed when the test ends.
-func connectJetStream(t testing.TB, url string) jetstream.JetStream {
+// connectJetStream connects a client to url with opts and returns its JetStream context. The
+// connection is closed when the test ends.
+func connectJetStream(t testing.TB, url string, opts ...nats.Option) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("connect to NATS: %v", err)
 	}

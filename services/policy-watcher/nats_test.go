@@ -14,6 +14,17 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
+// hubNATS starts a NATS server with the topology the hub services apply (policy-watcher never
+// applies it).
+func hubNATS(t *testing.T) *testenv.NATS {
+	t.Helper()
+	n := testenv.StartNATS(t)
+	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(t.Context(), n.JetStream(t)); err != nil {
+		t.Fatalf("apply the hub's topology: %v", err)
+	}
+	return n
+}
+
 // streamEvents follows the stream's compliance and claim events of one cluster, as they are
 // stored (after the server's duplicate detection), from the beginning.
 func streamEvents(t *testing.T, js jetstream.JetStream, cluster string) <-chan events.Event {
@@ -78,7 +89,7 @@ func none(t *testing.T, ch <-chan events.Event, d time.Duration) {
 func TestNATSModeEndToEnd(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "nats-mode")
-	n := testenv.StartNATS(t)
+	n := hubNATS(t)
 	claim, cluster := c.name("nats-claim"), "east.cluster-1"
 	c.createPolicy("p", "NonCompliant")
 	env := directEnv(c, claim, "60", "1")
@@ -177,7 +188,7 @@ func errorsIsPermanent(err error) bool { return errors.Is(err, events.ErrPermane
 func TestNATSModeRestartMidDebounce(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "nats-restart")
-	n := testenv.StartNATS(t)
+	n := hubNATS(t)
 	claim := c.name("nats-restart-claim")
 	env := directEnv(c, claim, "60", "4")
 	env["NATS_URL"] = n.URL()
