@@ -31,6 +31,15 @@ func ConnectNATS(ctx context.Context, url, name string, logger *slog.Logger, aut
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			logger.Info("Reconnected to NATS", "url", nc.ConnectedUrlRedacted())
 		}),
+		// What the server reports outside a reply: a permissions violation (a subject the
+		// service's NATS user is not allowed) or a slow consumer.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				logger.Warn("NATS reported an error", "error", err, "subscription", sub.Subject)
+				return
+			}
+			logger.Warn("NATS reported an error", "error", err)
+		}),
 	}
 	opts = append(opts, auth...)
 	wait := 200 * time.Millisecond

@@ -143,3 +143,30 @@ func TestAddCheckWhileServing(t *testing.T) {
 	}
 	<-done
 }
+
+// NATS_USER and NATS_PASSWORD go together, never with NATS_CREDS; each mistake names the
+// variables, and a user's replies live under its own inbox prefix.
+func TestNATSAuthVariables(t *testing.T) {
+	for _, tc := range []struct {
+		vars map[string]string
+		want string // "" = no error
+	}{
+		{map[string]string{}, ""},
+		{map[string]string{"NATS_USER": "rule-engine", "NATS_PASSWORD": "pw"}, ""},
+		{map[string]string{"NATS_CREDS": "/creds/user.creds"}, ""},
+		{map[string]string{"NATS_USER": "rule-engine"}, "NATS_USER is set but NATS_PASSWORD is empty"},
+		{map[string]string{"NATS_PASSWORD": "pw"}, "NATS_PASSWORD is set but NATS_USER is empty"},
+		{map[string]string{"NATS_USER": "rule-engine", "NATS_PASSWORD": "pw", "NATS_CREDS": "/c"}, "NATS_USER and NATS_CREDS are both set"},
+	} {
+		_, err := LoadCommon(env(tc.vars))
+		_, cliErr := NATSAuthFromEnv(env(tc.vars))
+		for _, err := range []error{err, cliErr} {
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("%v: error %v, want %q", tc.vars, err, tc.want)
+			}
+		}
+	}
+	if got := InboxPrefix("policy-watcher-prod-a"); got != "_INBOX.policy-watcher-prod-a" {
+		t.Errorf("InboxPrefix = %q", got)
+	}
+}

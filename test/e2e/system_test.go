@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,6 +91,8 @@ type system struct {
 	js      jetstream.JetStream // the test's own connection, for reading the stream
 	env     map[string]string
 	logs    string
+	// withUsers: each service connects as its own NATS user (startSystemWithUsers).
+	withUsers bool
 
 	mu    sync.Mutex
 	procs map[string]*proc
@@ -105,9 +108,28 @@ type proc struct {
 // waits until every service is ready.
 func startSystem(t *testing.T, env map[string]string) *system {
 	t.Helper()
-	s := &system{t: t, procs: map[string]*proc{}, logs: t.TempDir()}
-	s.nats = testenv.StartNATS(t)
-	s.js = s.nats.JetStream(t)
+	return newSystem(t, env, false)
+}
+
+// startSystemWithUsers is startSystem on a NATS server with the authorization the repository
+// ships (deploy/nats/authorization.conf): each service connects as its own user (NATS_USER,
+// NATS_PASSWORD), the test as the operator.
+func startSystemWithUsers(t *testing.T, env map[string]string) *system {
+	t.Helper()
+	return newSystem(t, env, true)
+}
+
+func newSystem(t *testing.T, env map[string]string, withUsers bool) *system {
+	t.Helper()
+	s := &system{t: t, procs: map[string]*proc{}, logs: t.TempDir(), withUsers: withUsers}
+	if withUsers {
+		s.nats = testenv.StartNATS(t, testenv.WithAuthorization(t, testenv.ShippedAuthorization(t)))
+		const operator = "enforcement-operator"
+		s.js = s.nats.JetStream(t, nats.UserInfo(operator, testenv.NATSPassword(operator)))
+	} else {
+		s.nats = testenv.StartNATS(t)
+		s.js = s.nats.JetStream(t)
+	}
 	s.kube = testenv.StartKube(t, testenv.WithCRDs(append(testenv.ArgoCDCRDs(), testenv.OCMCRDs()...)...))
 	s.kube.InstallCRDsFromDir(t, filepath.Join(root, "deploy", "k8s", "enforcement-crds", "crds"))
 	s.kube.Namespace(t, operatorNS)
@@ -145,6 +167,9 @@ func (s *system) start(name string) {
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "METRICS_ADDR=" + metrics, "HEALTH_ADDR=" + health}
 	for k, v := range s.env {
 		env = append(env, k+"="+v)
+	}
+	if s.withUsers {
+		env = append(env, "NATS_USER="+name, "NATS_PASSWORD="+testenv.NATSPassword(name))
 	}
 	logFile, err := os.OpenFile(filepath.Join(s.logs, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
