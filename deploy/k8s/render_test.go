@@ -284,6 +284,76 @@ func TestNATSCredentialsFromValues(t *testing.T) {
 	}
 }
 
+// TestNATSUserFromValues: nats.user sets NATS_USER, and NATS_PASSWORD is read from a Secret:
+// the chart's own (from nats.password; the pods roll when it changes) or an existing one. A
+// user without a password, a password without a user, and a user next to a credentials file
+// are refused at render time.
+func TestNATSUserFromValues(t *testing.T) {
+	for _, name := range serviceCharts {
+		t.Run(name, func(t *testing.T) {
+			natsValues := func(kv ...string) map[string]any {
+				n := map[string]any{"url": "nats://n:4222"}
+				for i := 0; i < len(kv); i += 2 {
+					n[kv[i]] = kv[i+1]
+				}
+				return map[string]any{"nats": n}
+			}
+			passwordFrom := func(dep *appsv1.Deployment) (user string, ref *corev1.SecretKeySelector) {
+				for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+					switch {
+					case e.Name == "NATS_USER":
+						user = e.Value
+					case e.Name == "NATS_PASSWORD" && e.ValueFrom != nil:
+						ref = e.ValueFrom.SecretKeyRef
+					case e.Name == "NATS_PASSWORD":
+						t.Errorf("NATS_PASSWORD as a plain value %q", e.Value)
+					}
+				}
+				return user, ref
+			}
+
+			objs := mustRender(t, name, defaultRelease, natsValues("user", name, "password", "s3cret"))
+			sec := one(t, objs, "Secret")
+			data, _, _ := unstructured.NestedStringMap(sec.Object, "data")
+			if data["password"] != "czNjcmV0" || len(data) != 1 {
+				t.Errorf("Secret data %v, want the password alone", data)
+			}
+			dep := deployment(t, objs)
+			if user, ref := passwordFrom(dep); user != name || ref == nil || ref.Name != sec.GetName() || ref.Key != "password" {
+				t.Errorf("NATS_USER %q, NATS_PASSWORD from %+v; want %s and Secret %s key password", user, ref, name, sec.GetName())
+			}
+			if _, ok := envMap(t, dep.Spec.Template.Spec.Containers[0])["NATS_CREDS"]; ok {
+				t.Error("NATS_CREDS set without a credentials file")
+			}
+			other := deployment(t, mustRender(t, name, defaultRelease, natsValues("user", name, "password", "other")))
+			if dep.Spec.Template.Annotations["checksum/nats-password"] == other.Spec.Template.Annotations["checksum/nats-password"] {
+				t.Error("pod template does not change with the password")
+			}
+
+			objs = mustRender(t, name, defaultRelease, natsValues("user", name, "passwordSecret", "nats-users", "passwordSecretKey", name))
+			if got := find(objs, "Secret", ""); len(got) != 0 {
+				t.Error("chart created a Secret although nats.passwordSecret is set")
+			}
+			if user, ref := passwordFrom(deployment(t, objs)); user != name || ref == nil || ref.Name != "nats-users" || ref.Key != name {
+				t.Errorf("NATS_USER %q, NATS_PASSWORD from %+v; want Secret nats-users key %s", user, ref, name)
+			}
+
+			for _, bad := range []struct {
+				vals map[string]any
+				want string
+			}{
+				{natsValues("user", name), "set nats.passwordSecret (an existing Secret) or nats.password"},
+				{natsValues("password", "s3cret"), "set nats.user as well"},
+				{natsValues("user", name, "password", "s3cret", "existingSecret", "creds"), "use one"},
+			} {
+				if _, err := render(loadChart(t, name), defaultRelease, bad.vals); err == nil || !strings.Contains(err.Error(), bad.want) {
+					t.Errorf("render with %v: %v, want an error saying %q", bad.vals, err, bad.want)
+				}
+			}
+		})
+	}
+}
+
 // TestSingleReplicaServices: source-scanner and argo-syncer have no leader election yet, so
 // their charts refuse more than one replica and replace pods with Recreate (a rolling update
 // would run two at once). rule-engine does the same unless leaderElection.enabled, which lets
@@ -327,7 +397,7 @@ func TestSingleReplicaServices(t *testing.T) {
 // every service. The reverse (a variable the service reads but the chart has no value for) is
 // only logged: extraEnv covers it, and services add variables while the charts follow.
 func TestChartEnvIsReadByService(t *testing.T) {
-	common := []string{"NATS_URL", "NATS_CREDS", "METRICS_ADDR", "HEALTH_ADDR", "LOG_LEVEL", "SHUTDOWN_TIMEOUT", "KUBECONFIG"}
+	common := []string{"NATS_URL", "NATS_CREDS", "NATS_USER", "NATS_PASSWORD", "METRICS_ADDR", "HEALTH_ADDR", "LOG_LEVEL", "SHUTDOWN_TIMEOUT", "KUBECONFIG"}
 	for _, name := range serviceCharts {
 		t.Run(name, func(t *testing.T) {
 			named, read := serviceEnv(t, filepath.Join("..", "..", "services", name))

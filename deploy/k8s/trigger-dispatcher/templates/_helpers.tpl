@@ -69,6 +69,18 @@ from nats.credentials. Empty when neither is set (the service connects without c
 {{- end }}
 {{- end }}
 
+{{/*
+The Secret holding the NATS user's password: nats.passwordSecret, or the one the chart creates
+from nats.password (the same Secret as for nats.credentials). Empty when neither is set.
+*/}}
+{{- define "trigger-dispatcher.natsPasswordSecretName" -}}
+{{- if .Values.nats.passwordSecret }}
+{{- .Values.nats.passwordSecret }}
+{{- else if .Values.nats.password }}
+{{- printf "%s-nats" (include "trigger-dispatcher.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
 {{/* The key of the credentials file inside the NATS Secret. */}}
 {{- define "trigger-dispatcher.natsSecretKey" -}}
 {{- if .Values.nats.existingSecret }}{{ .Values.nats.existingSecretKey }}{{ else }}nats.creds{{ end }}
@@ -76,7 +88,8 @@ from nats.credentials. Empty when neither is set (the service connects without c
 
 {{/*
 Environment variables every service reads (pkg/service): NATS, the two listen addresses and the
-log level. NATS_CREDS points at the mounted credentials file.
+log level. NATS_CREDS points at the mounted credentials file; NATS_USER and NATS_PASSWORD (from a
+Secret) are the service's user in the server's authorization configuration.
 */}}
 {{- define "trigger-dispatcher.commonEnv" -}}
 {{- if .Values.nats.url }}
@@ -86,6 +99,25 @@ log level. NATS_CREDS points at the mounted credentials file.
 {{- if include "trigger-dispatcher.natsSecretName" . }}
 - name: NATS_CREDS
   value: {{ printf "%s/%s" .Values.nats.credentialsMountPath (include "trigger-dispatcher.natsSecretKey" .) | quote }}
+{{- end }}
+{{- $passwordSecret := include "trigger-dispatcher.natsPasswordSecretName" . }}
+{{- if and .Values.nats.user (not $passwordSecret) }}
+{{- fail "nats.user is set: set nats.passwordSecret (an existing Secret) or nats.password as well" }}
+{{- end }}
+{{- if and $passwordSecret (not .Values.nats.user) }}
+{{- fail "nats.password or nats.passwordSecret is set: set nats.user as well" }}
+{{- end }}
+{{- if and .Values.nats.user (include "trigger-dispatcher.natsSecretName" .) }}
+{{- fail "nats.user and a NATS credentials file (nats.credentials, nats.existingSecret) are both set: use one" }}
+{{- end }}
+{{- if .Values.nats.user }}
+- name: NATS_USER
+  value: {{ .Values.nats.user | quote }}
+- name: NATS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $passwordSecret }}
+      key: {{ if .Values.nats.passwordSecret }}{{ .Values.nats.passwordSecretKey }}{{ else }}password{{ end }}
 {{- end }}
 - name: METRICS_ADDR
   value: {{ printf ":%v" .Values.ports.metrics | quote }}
