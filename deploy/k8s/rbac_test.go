@@ -179,8 +179,10 @@ var rbacExpectations = map[string]struct{ allowed, denied [][]access }{
 	},
 }
 
-// rbacKinds are the kinds installed for real: what a subject's permissions consist of.
-var rbacKinds = map[string]bool{"ServiceAccount": true, "Role": true, "RoleBinding": true, "ClusterRole": true, "ClusterRoleBinding": true}
+// rbacKinds are the kinds installed for real: what a subject's permissions consist of,
+// argo-syncer's admission fence included.
+var rbacKinds = map[string]bool{"ServiceAccount": true, "Role": true, "RoleBinding": true, "ClusterRole": true, "ClusterRoleBinding": true,
+	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
 
 // installRBAC renders the chart for the RBAC test and creates its ServiceAccount, Roles,
 // ClusterRoles and bindings (not dry run). It returns the ServiceAccount's user name.
