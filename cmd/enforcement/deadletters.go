@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/service"
 )
 
 // runDeadLetters lists dead letters or replays one (see pkg/events ListDeadLetters and
@@ -20,7 +21,11 @@ func runDeadLetters(ctx context.Context, args []string, getenv func(string) stri
 	if url == "" {
 		url = nats.DefaultURL
 	}
-	nc, err := nats.Connect(url)
+	auth, err := service.NATSAuthFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(url, auth...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS %s: %w", url, err)
 	}

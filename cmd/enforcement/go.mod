@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/enforcement-io/enforcement/pkg/events v0.0.0
+	github.com/enforcement-io/enforcement/pkg/service v0.0.0
 	github.com/enforcement-io/enforcement/pkg/testenv v0.0.0
 	github.com/go-logr/logr v1.4.2
 	github.com/nats-io/nats-server/v2 v2.15.3
@@ -73,5 +74,6 @@ require (
 
 replace (
 	github.com/enforcement-io/enforcement/pkg/events => ../../pkg/events
+	github.com/enforcement-io/enforcement/pkg/service => ../../pkg/service
 	github.com/enforcement-io/enforcement/pkg/testenv => ../../pkg/testenv
 )

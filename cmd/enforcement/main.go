@@ -9,7 +9,9 @@
 //	enforcement release-removals NAMESPACE/RULE generation/N  release the removals a rule edit holds
 //	enforcement compose-init pki|seed    prepare the docker compose demo (see composeinit.go)
 //
-// It reads NATS_URL (default nats://127.0.0.1:4222) and, for local, KUBECONFIG.
+// It reads NATS_URL (default nats://127.0.0.1:4222), NATS_USER and NATS_PASSWORD (or NATS_CREDS)
+// on a server with authorization (the operator's user of deploy/nats), and, for local,
+// KUBECONFIG.
 package main
 
 import (

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/service"
 )
 
 // Held removals live in source-scanner's inventory bucket (events.BucketInventory): one record
@@ -67,7 +68,11 @@ func runReleaseRemovals(ctx context.Context, args []string, getenv func(string) 
 		}
 	}
 	url := cmp.Or(getenv("NATS_URL"), nats.DefaultURL)
-	nc, err := nats.Connect(url)
+	auth, err := service.NATSAuthFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(url, auth...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS %s: %w", url, err)
 	}

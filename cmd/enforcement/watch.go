@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/service"
 )
 
 // runWatch narrates every event published from now on, one line each, as the local mode does:
@@ -24,7 +25,11 @@ func runWatch(ctx context.Context, getenv func(string) string, stdout io.Writer)
 		defer mu.Unlock()
 		fmt.Fprintf(stdout, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}
-	nc, err := nats.Connect(url,
+	auth, err := service.NATSAuthFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(url, append(auth,
 		nats.Name("enforcement-watch"),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
@@ -35,7 +40,7 @@ func runWatch(ctx context.Context, getenv func(string) string, stdout io.Writer)
 				say("Disconnected from %s: %v", url, err)
 			}
 		}),
-	)
+	)...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS %s: %w", url, err)
 	}
