@@ -343,8 +343,11 @@ func TestRBACRealRequests(t *testing.T) {
 	}
 	ctx := context.Background()
 	syncer := impersonate(t, kube.Config, installRBAC(t, kube.Client, "argo-syncer"), rbacNS)
+	// Labelled as Enforcement's, as argo-syncer's Secrets are: its chart's admission policy
+	// refuses it any other (TestArgoSyncerAdmissionFence).
 	secret := func(ns string) *corev1.Secret {
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cluster-real-request", Namespace: ns}, StringData: map[string]string{"name": "c1"}}
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cluster-real-request", Namespace: ns,
+			Labels: map[string]string{"app.kubernetes.io/managed-by": "enforcement"}}, StringData: map[string]string{"name": "c1"}}
 	}
 	if _, err := syncer.CoreV1().Secrets(argoNS).Create(ctx, secret(argoNS), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Errorf("argo-syncer creating a Secret in %s: %v", argoNS, err)
