@@ -7,6 +7,7 @@
 //	enforcement release-removals         list the trips of the removal breaker and the rule edits that hold removals
 //	enforcement release-removals SOURCE TRIP  release the removals one trip holds
 //	enforcement release-removals NAMESPACE/RULE generation/N  release the removals a rule edit holds
+//	enforcement claim-writer CLUSTER     create a managed cluster's claim writer consumer (see claimwriter.go)
 //	enforcement compose-init pki|seed    prepare the docker compose demo (see composeinit.go)
 //
 // It reads NATS_URL (default nats://127.0.0.1:4222), NATS_USER and NATS_PASSWORD (or NATS_CREDS)
@@ -47,6 +48,9 @@ const usage = `usage:
                                        release the uninstalls generation N of a rule held (its
                                        RemovalsHeld message names it); check first that the
                                        edit really means to let go of those clusters
+  enforcement claim-writer CLUSTER     create (or update) the claim writer consumer of managed
+                                       cluster CLUSTER, which its policy-watcher binds to
+                                       (deploy/nats: adding a managed cluster)
   enforcement compose-init pki|seed    prepare the docker compose demo (deploy/compose)`
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -63,6 +67,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runWatch(ctx, getenv, stdout)
 	case "release-removals":
 		return runReleaseRemovals(ctx, args[1:], getenv, stdout)
+	case "claim-writer":
+		return runClaimWriter(ctx, args[1:], getenv, stdout)
 	case "compose-init":
 		return runComposeInit(ctx, args[1:], getenv, stdout)
 	case "help", "-h", "--help":

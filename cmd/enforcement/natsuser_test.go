@@ -13,8 +13,9 @@ import (
 
 // On a NATS server with the shipped authorization (deploy/nats), the operator's commands
 // connect as the user NATS_USER names: refused without it, and with the operator's user they
-// read what a hub service's user may not (every consumer's dead letters) and publish what no
-// service may (a release of held removals).
+// read what a hub service's user may not (every consumer's dead letters), publish what no
+// service may (a release of held removals) and create a managed cluster's claim writer
+// consumer.
 func TestOperatorCommandsConnectAsTheirUser(t *testing.T) {
 	srv := testenv.StartNATS(t, testenv.WithAuthorization(t, testenv.ShippedAuthorization(t)))
 	const operator = "enforcement-operator"
@@ -41,6 +42,13 @@ func TestOperatorCommandsConnectAsTheirUser(t *testing.T) {
 	}
 	if out, err := cli(asOperator, "release-removals"); err != nil {
 		t.Errorf("release-removals as the operator: %v\n%s", err, out)
+	}
+	out, err := cli(asOperator, "claim-writer", "prod-a")
+	if err != nil || !strings.Contains(out, "Created consumer claim-writer-prod-a on stream ENFORCEMENT (filter enforcement.compliance.changed.prod-a)") {
+		t.Errorf("claim-writer prod-a as the operator: %v\n%s", err, out)
+	}
+	if _, err := js.Consumer(t.Context(), events.StreamName, "claim-writer-prod-a"); err != nil {
+		t.Errorf("claim writer consumer of prod-a: %v", err)
 	}
 	asScanner := map[string]string{"NATS_USER": "source-scanner", "NATS_PASSWORD": testenv.NATSPassword("source-scanner")}
 	if _, err := cli(asScanner, "dead-letters"); err == nil {

@@ -11,10 +11,10 @@ import (
 	"golang.org/x/crypto/bcrypt"
 )
 
-// WithAuthorization loads the users and permissions of the nats-server configuration file at
-// path (an `authorization` block, such as ShippedAuthorization writes) into the server, which
-// then refuses clients without a user and the subjects a user is not allowed. It fails the test
-// when the file does not parse.
+// WithAuthorization loads the accounts, users and permissions of the nats-server configuration
+// file at path (such as ShippedAuthorization writes) into the server, which then refuses
+// clients without a user and the subjects a user is not allowed. JetStream is available to the
+// accounts the file enables it for. It fails the test when the file does not parse.
 func WithAuthorization(t testing.TB, path string) NATSOption {
 	t.Helper()
 	if _, err := server.ProcessConfigFile(path); err != nil {
@@ -26,7 +26,7 @@ func WithAuthorization(t testing.TB, path string) NATSOption {
 		if err != nil {
 			panic(err) // it parsed above; the file changed under the test
 		}
-		o.Users, o.Nkeys, o.NoAuthUser = loaded.Users, loaded.Nkeys, loaded.NoAuthUser
+		o.Accounts, o.Users, o.Nkeys, o.NoAuthUser = loaded.Accounts, loaded.Users, loaded.Nkeys, loaded.NoAuthUser
 		o.Authorization, o.Username, o.Password = loaded.Authorization, loaded.Username, loaded.Password
 	})
 }
@@ -43,7 +43,7 @@ var passwordVariable = regexp.MustCompile(`\$([A-Z_]+)_PASSWORD\b`)
 // password variable defined (as NATSPassword of its user), and one policy-watcher user per
 // managed cluster in clusters, made from deploy/nats/policy-watcher.conf.template with CLUSTER
 // replaced by the cluster and PASSWORD_HASH by the bcrypt hash of NATSPassword("policy-watcher-"
-// + cluster), pasted below the line that says where.
+// + cluster), pasted at the end of the accounts.
 func ShippedAuthorization(t testing.TB, clusters ...string) string {
 	t.Helper()
 	root, err := RepoRoot()
@@ -67,11 +67,12 @@ func ShippedAuthorization(t testing.TB, clusters ...string) string {
 		}
 		clusterUsers.WriteString(strings.NewReplacer("CLUSTER", c, "PASSWORD_HASH", string(hash)).Replace(tmpl))
 	}
-	const end = "  ]\n}"
+	const end = "\n}" // the end of the accounts block, the file's last line
 	i := strings.LastIndex(conf, end)
 	if i < 0 {
-		t.Fatalf("deploy/nats/authorization.conf: no %q closing the users", end)
+		t.Fatalf("deploy/nats/authorization.conf: no %q closing the accounts", end)
 	}
+	i++
 	conf = conf[:i] + clusterUsers.String() + conf[i:]
 
 	// Variables defined at the top of the same file are what the server's environment would give.

@@ -36,8 +36,8 @@ func main() { service.Main(serviceName, run) }
 // run starts the watcher (and, with NATS, the claim writer) and blocks until ctx is cancelled;
 // then it shuts down and returns nil. It returns an error only for what no retry can fix: an
 // invalid configuration, a port that cannot be bound, no Kubernetes configuration, or (with
-// NATS) a claim writer consumer the server refuses. An unreachable API server or a stream the
-// hub has not created yet is not one of them. With NATS, /readyz waits for the claim writer's consumer (its check is registered before /readyz is
+// NATS) a NATS user refused its claim writer consumer. An unreachable API server, or a stream or
+// consumer not created yet, is not one of them. With NATS, /readyz waits for the claim writer's consumer (its check is registered before /readyz is
 // served); without NATS it follows the Kubernetes API alone.
 func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) error {
 	_ = stderr // logs go to stdout as JSON; stderr is left for main's fatal error
@@ -81,27 +81,32 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 	return svc.Wait()
 }
 
-// ensureConsumer creates or updates this cluster's claim writer consumer, the one JetStream
-// object policy-watcher may write (its NATS user is allowed exactly that consumer with exactly
-// its filter). While the stream does not exist yet (the hub services create it) it logs why and
-// retries with backoff until the stream appears or the service stops; /readyz stays 503
-// ("consumer ... not bound") meanwhile. Any other refusal, such as a NATS user without the
-// permission, is returned.
-func ensureConsumer(svc *service.Service, cfg jetstream.ConsumerConfig) error {
+// waitForConsumer waits until this cluster's claim writer consumer exists. policy-watcher
+// creates no JetStream object: the hub services create the stream, and the operator the
+// consumer (`enforcement claim-writer <cluster>`, with its NATS user); this cluster's NATS user
+// may only bind to it, pull and acknowledge (deploy/nats). Until then it logs what it waits for
+// and retries with backoff until the service stops; /readyz stays 503 ("consumer ... not
+// bound") meanwhile. Any other error, such as a NATS user without the permission, is returned.
+func waitForConsumer(svc *service.Service, name string) error {
 	wait := 500 * time.Millisecond
 	for {
-		_, err := svc.JetStream.CreateOrUpdateConsumer(svc.Context(), events.StreamName, cfg)
+		_, err := svc.JetStream.Consumer(svc.Context(), events.StreamName, name)
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("apply consumer %s: %w", cfg.Durable, err)
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			svc.Logger.Warn("Waiting for stream; the hub services create it", "stream", events.StreamName,
+				"consumer", name, "wait", wait.String(), "error", err)
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+			svc.Logger.Warn("Waiting for claim writer consumer; the operator creates it with enforcement claim-writer",
+				"stream", events.StreamName, "consumer", name, "wait", wait.String(), "error", err)
+		default:
+			return fmt.Errorf("bind consumer %s: %w", name, err)
 		}
-		svc.Logger.Warn("Waiting for stream; the hub services create it", "stream", events.StreamName,
-			"consumer", cfg.Durable, "wait", wait.String(), "error", err)
 		select {
 		case <-svc.Context().Done():
-			return fmt.Errorf("apply consumer %s: stream %s does not exist: %w", cfg.Durable, events.StreamName, svc.Context().Err())
+			return fmt.Errorf("bind consumer %s: %w", name, errors.Join(svc.Context().Err(), err))
 		case <-time.After(wait):
 		}
 		wait = min(wait*2, 10*time.Second)
@@ -127,15 +132,14 @@ func kubeClients(svc *service.Service) (dynamic.Interface, kubernetes.Interface,
 	return dyn, cs, nil
 }
 
-// startClaimWriter connects to NATS (retrying until the service stops), makes sure the claim
-// writer's durable consumer exists, and binds the claim writer. It returns the event sink for
-// the watcher. It never applies the topology: the hub services create the stream, and this
-// cluster's NATS user may not (deploy/nats); see ensureConsumer.
+// startClaimWriter connects to NATS (retrying until the service stops), waits for the claim
+// writer's durable consumer and binds the claim writer. It returns the event sink for the
+// watcher. It never creates a JetStream object; see waitForConsumer.
 func startClaimWriter(cfg config, consumerCfg jetstream.ConsumerConfig, svc *service.Service, claims *claimStore, m *metrics) (claimSink, error) {
 	if err := svc.ConnectNATSWithoutTopology(); err != nil {
 		return nil, err
 	}
-	if err := ensureConsumer(svc, consumerCfg); err != nil {
+	if err := waitForConsumer(svc, consumerCfg.Durable); err != nil {
 		return nil, err
 	}
 	publisher := svc.Publisher()

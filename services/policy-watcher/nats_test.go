@@ -14,15 +14,25 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
-// hubNATS starts a NATS server with the topology the hub services apply (policy-watcher never
-// applies it).
-func hubNATS(t *testing.T) *testenv.NATS {
+// hubNATS starts a NATS server with the topology the hub services apply and the claim writer
+// consumer of cluster the operator creates (policy-watcher creates neither).
+func hubNATS(t *testing.T, cluster string) *testenv.NATS {
 	t.Helper()
 	n := testenv.StartNATS(t)
-	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(t.Context(), n.JetStream(t)); err != nil {
+	hubCreates(t, n.JetStream(t), cluster)
+	return n
+}
+
+// hubCreates applies the hub's topology and the claim writer consumer of cluster, as the hub
+// services and `enforcement claim-writer <cluster>` do.
+func hubCreates(t *testing.T, js jetstream.JetStream, cluster string) {
+	t.Helper()
+	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(t.Context(), js); err != nil {
 		t.Fatalf("apply the hub's topology: %v", err)
 	}
-	return n
+	if _, err := js.CreateOrUpdateConsumer(t.Context(), events.StreamName, events.ClaimWriterConsumer(cluster, events.TopologyOptions{})); err != nil {
+		t.Fatalf("create the claim writer consumer of %s: %v", cluster, err)
+	}
 }
 
 // streamEvents follows the stream's compliance and claim events of one cluster, as they are
@@ -89,8 +99,8 @@ func none(t *testing.T, ch <-chan events.Event, d time.Duration) {
 func TestNATSModeEndToEnd(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "nats-mode")
-	n := hubNATS(t)
 	claim, cluster := c.name("nats-claim"), "east.cluster-1"
+	n := hubNATS(t, cluster)
 	c.createPolicy("p", "NonCompliant")
 	env := directEnv(c, claim, "60", "1")
 	env["NATS_URL"] = n.URL()
@@ -188,7 +198,7 @@ func errorsIsPermanent(err error) bool { return errors.Is(err, events.ErrPermane
 func TestNATSModeRestartMidDebounce(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "nats-restart")
-	n := hubNATS(t)
+	n := hubNATS(t, "west")
 	claim := c.name("nats-restart-claim")
 	env := directEnv(c, claim, "60", "4")
 	env["NATS_URL"] = n.URL()

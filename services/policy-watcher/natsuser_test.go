@@ -40,10 +40,10 @@ func connectAs(t *testing.T, n *testenv.NATS, user string, violations chan<- err
 	return nc, js
 }
 
-// Until the hub services have created the stream, policy-watcher waits for it (it never applies
-// the topology): it says so, retries, and is not ready; once the stream exists it binds its
-// claim writer and the compliance loop runs.
-func TestWaitsForTheHubsStream(t *testing.T) {
+// Until the hub services have created the stream and the operator the claim writer consumer,
+// policy-watcher waits (it creates no JetStream object): it says what it waits for, retries, and
+// is not ready; once both exist it binds its claim writer and the compliance loop runs.
+func TestWaitsForTheStreamAndConsumer(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "no-stream")
 	n := testenv.StartNATS(t)
@@ -54,9 +54,13 @@ func TestWaitsForTheHubsStream(t *testing.T) {
 	env["CLUSTER_NAME"] = "late"
 	s := startService(t, env)
 	s.waitLog("Waiting for stream; the hub services create it", 10*time.Second)
-	if code, body := httpGet(t, "http://"+s.Health+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "claim-writer-late") {
-		t.Fatalf("/readyz before the stream exists: %d %s, want 503 naming the consumer", code, body)
+	notReady := func() {
+		t.Helper()
+		if code, body := httpGet(t, "http://"+s.Health+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "claim-writer-late") {
+			t.Fatalf("/readyz: %d %s, want 503 naming the consumer", code, body)
+		}
 	}
+	notReady()
 	js := n.JetStream(t)
 	if _, err := js.Stream(t.Context(), events.StreamName); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Fatalf("policy-watcher created the stream (or it cannot be read): %v", err)
@@ -65,6 +69,13 @@ func TestWaitsForTheHubsStream(t *testing.T) {
 	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}
+	s.waitLog("Waiting for claim writer consumer; the operator creates it with enforcement claim-writer", 30*time.Second)
+	notReady()
+	if _, err := js.Consumer(t.Context(), events.StreamName, "claim-writer-late"); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatalf("policy-watcher created its consumer (or it cannot be read): %v", err)
+	}
+
+	hubCreates(t, js, "late")
 	s.WaitReady(30 * time.Second)
 	got, _ := c.waitClaim(claim, events.NonCompliant, 15*time.Second)
 	if got.AppliedEvent == "" {
@@ -73,11 +84,11 @@ func TestWaitsForTheHubsStream(t *testing.T) {
 }
 
 // On a NATS server with the shipped authorization (deploy/nats), the policy-watcher of a managed
-// cluster runs with its own user (made from the template as the operator would) and closes its
-// compliance loop; the same credential, in a compromised cluster's hands, cannot publish an
-// intent, read another cluster's events, nor change or delete the stream. Each refusal is
-// checked on the server's side too: nothing was stored, nothing was created, nothing was
-// removed.
+// cluster runs with its own account and user (made from the template as the operator would)
+// and closes its compliance loop; the same credential, in a compromised cluster's hands, cannot
+// publish an intent, read another cluster's events, create a consumer, have JetStream deliver
+// into the hub's subjects, nor change or delete the stream. Each refusal is checked on the
+// server's side too: nothing was stored, nothing was created, nothing was removed.
 func TestManagedClusterNATSUser(t *testing.T) {
 	t.Parallel()
 	const cluster, other = "spoke-1", "spoke-2"
@@ -91,6 +102,7 @@ func TestManagedClusterNATSUser(t *testing.T) {
 		t.Fatalf("rule-engine's user applies the topology: %v", err)
 	}
 	_, ops := connectAs(t, n, "enforcement-operator", make(chan error, 1))
+	hubCreates(t, ops, cluster) // `enforcement claim-writer spoke-1`
 	otherCfg := events.ClaimWriterConsumer(other, events.TopologyOptions{})
 	if _, err := ops.CreateOrUpdateConsumer(t.Context(), events.StreamName, otherCfg); err != nil {
 		t.Fatal(err)
@@ -176,11 +188,12 @@ func TestManagedClusterNATSUser(t *testing.T) {
 	}
 	_, err = js.Consumer(attempt(), events.StreamName, otherCfg.Durable)
 	refused("bind "+otherCfg.Durable, "$JS.API.CONSUMER.INFO.ENFORCEMENT."+otherCfg.Durable, err)
-	own2 := events.ClaimWriterConsumer(cluster, events.TopologyOptions{})
-	own2.FilterSubject = otherSubject
-	_, err = js.CreateOrUpdateConsumer(attempt(), events.StreamName, own2)
-	refused("its own consumer with another cluster's filter",
-		"$JS.API.CONSUMER.CREATE.ENFORCEMENT."+own2.Durable+"."+otherSubject, err)
+	mine := events.ClaimWriterConsumer(cluster, events.TopologyOptions{})
+	_, err = js.CreateOrUpdateConsumer(attempt(), events.StreamName, mine)
+	refused("create or change its own consumer", "$JS.API.CONSUMER.CREATE.ENFORCEMENT."+mine.Durable, err)
+	mine.FilterSubject = otherSubject
+	_, err = js.CreateOrUpdateConsumer(attempt(), events.StreamName, mine)
+	refused("its own consumer with another cluster's filter", "$JS.API.CONSUMER.CREATE.ENFORCEMENT."+mine.Durable, err)
 	oc, err := js.OrderedConsumer(attempt(), events.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"enforcement.>"}})
 	if err == nil {
 		_, err = oc.Fetch(1, jetstream.FetchMaxWait(time.Second))
@@ -188,6 +201,18 @@ func TestManagedClusterNATSUser(t *testing.T) {
 	refused("an ordered consumer on every event", "$JS.API.CONSUMER.CREATE.ENFORCEMENT", err)
 	if after := consumerNames(t, ops); !slices.Equal(after, consumersBefore) {
 		t.Errorf("consumers %v after the attempts, want %v", after, consumersBefore)
+	}
+
+	// JetStream delivers a pull request's messages to the reply subject the puller names: naming
+	// an intent subject there must not turn this cluster's own (freely written) compliance
+	// events into intents in the stream. Its account keeps the delivery to itself.
+	forged := "enforcement.intent.install.spoke-2.enforcement.forged"
+	if err := nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT.ENFORCEMENT."+mine.Durable, forged, []byte(`{"batch":10,"expires":1000000000}`)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // the pull request's expiry, and then some
+	if _, err := mustStream(t, ops).GetLastMsgForSubject(t.Context(), forged); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("a pull with reply subject %s stored a message there (%v)", forged, err)
 	}
 
 	// The stream: not deleted, not purged, not changed.

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/service"
+)
+
+// runClaimWriter creates (or updates) the durable claim writer consumer of one managed cluster,
+// events.ClaimWriterConsumer(cluster): the one JetStream object a cluster's policy-watcher
+// uses, and which its NATS user may bind to but not create (deploy/nats). It needs the stream
+// (the hub services create it) and a NATS user allowed to create consumers (the operator's).
+func runClaimWriter(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) != 1 || args[0] == "" {
+		return fmt.Errorf("claim-writer: want one managed cluster name (the policy-watcher's CLUSTER_NAME)")
+	}
+	url := cmp.Or(getenv("NATS_URL"), nats.DefaultURL)
+	auth, err := service.NATSAuthFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(url, auth...)
+	if err != nil {
+		return fmt.Errorf("connect to NATS %s: %w", url, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	cfg := events.ClaimWriterConsumer(args[0], events.TopologyOptions{})
+	if _, err := js.CreateOrUpdateConsumer(ctx, events.StreamName, cfg); err != nil {
+		return fmt.Errorf("create consumer %s on stream %s: %w", cfg.Durable, events.StreamName, err)
+	}
+	fmt.Fprintf(stdout, "Created consumer %s on stream %s (filter %s)\n", cfg.Durable, events.StreamName, cfg.FilterSubject)
+	return nil
+}
