@@ -4,7 +4,8 @@
 //
 //   - StartNATS runs nats-server in-process with JetStream on a temporary store; Restart keeps
 //     the store and the port, so durable state (streams, consumers, KV) survives like it does
-//     when a real server restarts.
+//     when a real server restarts. WithAuthorization(t, ShippedAuthorization(t, clusters...))
+//     loads the accounts and users the repository ships (deploy/nats) into it.
 //   - StartKube (or SharedKube with RunWithSharedKube in TestMain) runs kube-apiserver and etcd
 //     through controller-runtime's envtest. The binaries are compiled from Go modules by
 //     hack/build-tools.sh and cached, because no registry other than the Go module proxy is
