@@ -25,7 +25,8 @@ import (
 // remove them when the rule is deleted; no service is refused a subject on the way (its log
 // would say "Permissions Violation").
 func TestEveryServiceWithItsOwnNATSUser(t *testing.T) {
-	s := startSystemWithUsers(t, nil)
+	// The webhook receiver listens on loopback, which trigger-dispatcher refuses unless opened.
+	s := startSystemWithUsers(t, map[string]string{"TRIGGER_ALLOWED_NETWORKS": "127.0.0.0/8"})
 	var mu sync.Mutex
 	hooks := map[string]int{}
 	webhook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
