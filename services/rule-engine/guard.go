@@ -219,7 +219,6 @@ func (b *guardedBody) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) 
 // numbers. gonja's own feeds a channel from a goroutine that runs until the range is exhausted,
 // however early the template stops reading it.
 func boundedRange(params *exec.VarArgs) ([]int, error) {
-	start, stop, step := 0, 0, 1
 	ints := make([]int, len(params.Args))
 	for i, a := range params.Args {
 		switch {
@@ -231,6 +230,8 @@ func boundedRange(params *exec.VarArgs) ([]int, error) {
 			return nil, errors.New("range: arguments must be integers")
 		}
 	}
+	var start, stop int
+	step := 1
 	switch len(ints) {
 	case 1:
 		stop = ints[0]

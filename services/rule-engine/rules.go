@@ -107,6 +107,7 @@ func (e *engine) applyRule(ctx context.Context, r *ruleState) error {
 			e.log.Warn("Rule spec is invalid; its clusters keep what they have", "rule", r.key, "error", r.invalid)
 			e.indexRule(r)
 			e.notify(r.key)
+			//nolint:nilerr // an invalid spec is the rule's state (its status says so), not a failure to retry
 			return nil
 		}
 		if err := e.evalAndCommit(ctx, r, rs); err != nil || len(rs.need) > 0 {
