@@ -1,16 +1,11 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"io"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/enforcement-io/enforcement/pkg/events"
-	"github.com/enforcement-io/enforcement/pkg/service"
 )
 
 // runClaimWriter creates (or updates) the durable claim writer consumer of one managed cluster,
@@ -21,20 +16,11 @@ func runClaimWriter(ctx context.Context, args []string, getenv func(string) stri
 	if len(args) != 1 || args[0] == "" {
 		return fmt.Errorf("claim-writer: want one managed cluster name (the policy-watcher's CLUSTER_NAME)")
 	}
-	url := cmp.Or(getenv("NATS_URL"), nats.DefaultURL)
-	auth, err := service.NATSAuthFromEnv(getenv)
+	nc, js, err := connectJetStream(getenv)
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(url, auth...)
-	if err != nil {
-		return fmt.Errorf("connect to NATS %s: %w", url, err)
-	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
 	cfg := events.ClaimWriterConsumer(args[0], events.TopologyOptions{})
 	if _, err := js.CreateOrUpdateConsumer(ctx, events.StreamName, cfg); err != nil {
 		return fmt.Errorf("create consumer %s on stream %s: %w", cfg.Durable, events.StreamName, err)

@@ -7,33 +7,17 @@ import (
 	"strconv"
 	"text/tabwriter"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/enforcement-io/enforcement/pkg/events"
-	"github.com/enforcement-io/enforcement/pkg/service"
 )
 
 // runDeadLetters lists dead letters or replays one (see pkg/events ListDeadLetters and
 // ReplayDeadLetter). A replayed event keeps its id, so consumers stay idempotent.
 func runDeadLetters(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	url := getenv("NATS_URL")
-	if url == "" {
-		url = nats.DefaultURL
-	}
-	auth, err := service.NATSAuthFromEnv(getenv)
+	nc, js, err := connectJetStream(getenv)
 	if err != nil {
 		return err
-	}
-	nc, err := nats.Connect(url, auth...)
-	if err != nil {
-		return fmt.Errorf("connect to NATS %s: %w", url, err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	if len(args) == 2 && args[0] == "replay" {
 		seq, err := strconv.ParseUint(args[1], 10, 64)
 		if err != nil {

@@ -14,11 +14,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
-	"github.com/enforcement-io/enforcement/pkg/service"
 )
 
 // Held removals live in source-scanner's inventory bucket (events.BucketInventory): one record
@@ -67,20 +65,11 @@ func runReleaseRemovals(ctx context.Context, args []string, getenv func(string) 
 			return fmt.Errorf("release-removals: trip %q: want the scan number a RemovalsHeld message names", args[1])
 		}
 	}
-	url := cmp.Or(getenv("NATS_URL"), nats.DefaultURL)
-	auth, err := service.NATSAuthFromEnv(getenv)
+	nc, js, err := connectJetStream(getenv)
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(url, auth...)
-	if err != nil {
-		return fmt.Errorf("connect to NATS %s: %w", url, err)
-	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
 	if ruleEdit {
 		return releaseRuleEdit(ctx, js, args[0], args[1], getenv, stdout)
 	}

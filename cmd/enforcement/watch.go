@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
-	"github.com/enforcement-io/enforcement/pkg/service"
 )
 
 // runWatch narrates every event published from now on, one line each, as the local mode does:
@@ -18,18 +17,14 @@ import (
 // demo runs it as its narrator service. It keeps trying to reach NATS, so it may start before
 // the server; use `nats sub 'enforcement.>'` for the raw events and their headers.
 func runWatch(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
-	url := valueOr(getenv("NATS_URL"), nats.DefaultURL)
+	url := natsURL(getenv)
 	var mu sync.Mutex // the subscription's callbacks and the connection handlers write concurrently
 	say := func(format string, args ...any) {
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(stdout, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}
-	auth, err := service.NATSAuthFromEnv(getenv)
-	if err != nil {
-		return err
-	}
-	nc, err := nats.Connect(url, append(auth,
+	nc, err := connectNATS(url, getenv,
 		nats.Name("enforcement-watch"),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
@@ -40,9 +35,9 @@ func runWatch(ctx context.Context, getenv func(string) string, stdout io.Writer)
 				say("Disconnected from %s: %v", url, err)
 			}
 		}),
-	)...)
+	)
 	if err != nil {
-		return fmt.Errorf("connect to NATS %s: %w", url, err)
+		return err
 	}
 	defer nc.Close()
 	if nc.IsConnected() {
