@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -11,9 +10,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
@@ -37,30 +33,12 @@ func TestEveryServiceWithItsOwnNATSUser(t *testing.T) {
 	t.Cleanup(webhook.Close)
 
 	s.createSecret("static", map[string][]byte{"token": []byte("static-token")})
-	err := s.kube.Client.Create(context.Background(), &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "enforcement-static-clusters", Namespace: operatorNS},
-		Data: map[string]string{"clusters.yaml": `
+	s.staticRule(`
 - name: edge-1
   url: https://edge-1.example:6443
 - name: edge-2
   url: https://edge-2.example:6443
-`},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.applyRule(operatorNS, fmt.Sprintf(`apiVersion: enforcement.globo.com/v1beta1
-kind: ClusterRule
-metadata:
-  name: edge
-spec:
-  enforcements:
-    - name: agent
-      repo: https://github.com/example/agent
-      path: chart
-  source:
-    static: {}
-  triggers:
+`, fmt.Sprintf(`  triggers:
     beforeInstall:
       endpoint: %[1]s/before
     afterInstall:

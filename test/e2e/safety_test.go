@@ -26,8 +26,9 @@ import (
 // The end-to-end tests of the safety guards listed in docs/safety.md.
 
 // staticRule writes the static clusters (the clusters.yaml of the default ConfigMap) and applies
-// the ClusterRule "edge", which installs the package "agent" on every one of them.
-func (s *system) staticRule(clustersYAML string) {
+// the ClusterRule "edge", which installs the package "agent" on every one of them. specYAML, if
+// given, is added to the rule's spec (indented as a key of spec, for example "  triggers: ...").
+func (s *system) staticRule(clustersYAML string, specYAML ...string) {
 	s.t.Helper()
 	err := s.kube.Client.Create(context.Background(), &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "enforcement-static-clusters", Namespace: operatorNS},
@@ -47,7 +48,7 @@ spec:
       path: chart
   source:
     static: {}
-`)
+`+strings.Join(specYAML, ""))
 }
 
 // TestStaticClusterKeepsItsOwnCredentials: a static cluster that names a Secret of its own is
