@@ -19,6 +19,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"runtime"
 	"sync"
 
@@ -160,11 +161,7 @@ func deepCopy(v any) any {
 		}
 		return s
 	case map[string]string: // labels
-		m := make(map[string]string, len(t))
-		for k, x := range t {
-			m[k] = x
-		}
-		return m
+		return maps.Clone(t)
 	}
 	return v
 }
