@@ -37,8 +37,9 @@ func main() { service.Main(serviceName, run) }
 // then it shuts down and returns nil. It returns an error only for what no retry can fix: an
 // invalid configuration, a port that cannot be bound, no Kubernetes configuration, or (with
 // NATS) a NATS user refused its claim writer consumer. An unreachable API server, or a stream or
-// consumer not created yet, is not one of them. With NATS, /readyz waits for the claim writer's consumer (its check is registered before /readyz is
-// served); without NATS it follows the Kubernetes API alone.
+// consumer not created yet, is not one of them. With NATS, /readyz waits for the claim writer's
+// consumer (its check is registered before /readyz is served); without NATS it follows the
+// Kubernetes API alone.
 func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) error {
 	_ = stderr // logs go to stdout as JSON; stderr is left for main's fatal error
 	cfg, err := loadConfig(getenv)
