@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -33,19 +34,30 @@ func GetJSON[T any](ctx context.Context, kv jetstream.KeyValue, key, what string
 // read and is returned as it is; ctx bounds the whole read. A watcher closed before it caught up
 // is an error, so a partial read never passes for a complete one.
 func EachEntry(ctx context.Context, kv jetstream.KeyValue, filter string, fn func(jetstream.KeyValueEntry) error) error {
-	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	return EachEntryOf(ctx, kv, []string{filter}, fn)
+}
+
+// EachEntryOf is EachEntry over the keys matching any of filters (at least one), read with one
+// watch: a lookup of many keys, or of one key token under every prefix ("clusters.*.<key>"),
+// costs one round of the server rather than one per key.
+func EachEntryOf(ctx context.Context, kv jetstream.KeyValue, filters []string, fn func(jetstream.KeyValueEntry) error) error {
+	what := strings.Join(filters, ",")
+	if len(filters) > 2 {
+		what = fmt.Sprintf("%s and %d more keys", filters[0], len(filters)-1)
+	}
+	w, err := kv.WatchFiltered(ctx, filters, jetstream.IgnoreDeletes())
 	if err != nil {
-		return fmt.Errorf("watch %s %s: %w", kv.Bucket(), filter, err)
+		return fmt.Errorf("watch %s %s: %w", kv.Bucket(), what, err)
 	}
 	defer func() { _ = w.Stop() }() // a failed unsubscribe of a finished watch changes nothing
 	for {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("watch %s %s: %w", kv.Bucket(), filter, ctx.Err())
+			return fmt.Errorf("watch %s %s: %w", kv.Bucket(), what, ctx.Err())
 		case entry, ok := <-w.Updates():
 			switch {
 			case !ok:
-				return fmt.Errorf("watch %s %s: watcher closed before it caught up", kv.Bucket(), filter)
+				return fmt.Errorf("watch %s %s: watcher closed before it caught up", kv.Bucket(), what)
 			case entry == nil: // every stored value has been delivered
 				return nil
 			}

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"sort"
 	"strings"
 	"testing"
 
@@ -76,5 +77,31 @@ func TestEachEntry(t *testing.T) {
 	calls := 0
 	if err := EachEntry(ctx, kv, ">", func(jetstream.KeyValueEntry) error { calls++; return stop }); !errors.Is(err, stop) || calls != 1 {
 		t.Errorf("fn's error: got %v after %d calls, want stop after 1", err, calls)
+	}
+}
+
+// EachEntryOf on a real bucket: one watch visits the current entries matching any of its
+// filters, wildcards included, and nothing else.
+func TestEachEntryOf(t *testing.T) {
+	ctx := context.Background()
+	kv, err := testenv.StartNATS(t).JetStream(t).CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "eachentryof"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"clusters.s1.a", "clusters.s2.a", "clusters.s1.b", "clusters.s1.c", "sources.s1"} {
+		if _, err := kv.Put(ctx, k, []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seen []string
+	if err := EachEntryOf(ctx, kv, []string{"clusters.*.a", "clusters.*.c"}, func(e jetstream.KeyValueEntry) error {
+		seen = append(seen, e.Key())
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(seen)
+	if got := strings.Join(seen, ","); got != "clusters.s1.a,clusters.s1.c,clusters.s2.a" {
+		t.Errorf("visited %s, want the a and c keys of every source", got)
 	}
 }
