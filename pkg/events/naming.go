@@ -44,11 +44,11 @@ func ObjectName(name string) string {
 }
 
 // LegacyObjectName is ObjectName with the 32-bit suffix (LegacySuffixDigits) of earlier
-// versions. It names nothing new in argo-syncer: it finds the objects written under those names
-// (services/argo-syncer names.go). source-scanner keeps it for the names of EKS and GKE
-// clusters, which must not change (a cluster's name is its Argo CD destination and its objects'
-// names); two clusters whose names collide there are told apart by their provider identity
-// (NameConflict).
+// versions. It names nothing new: argo-syncer finds the objects written under those names
+// (services/argo-syncer names.go), and source-scanner recognises the names those versions gave
+// EKS and GKE clusters, which keep them (a cluster's name is its Argo CD destination and its
+// objects' names), while a cluster first seen now gets ObjectName (services/source-scanner
+// internal/scanner names.go).
 func LegacyObjectName(name string) string {
 	return normalise(name, LegacySuffixDigits)
 }

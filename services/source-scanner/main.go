@@ -282,7 +282,7 @@ func (l *scanLoop) pass(ctx context.Context, only map[string]bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			src := scanner.Source{Ref: spec.Ref, Lister: ls, Releases: spec.Releases}
+			src := scanner.Source{Ref: spec.Ref, Lister: ls, Releases: spec.Releases, LegacyName: legacyNames(spec.Ref.Kind)}
 			if _, err := l.scanner.ScanOnce(ctx, src); err != nil && ctx.Err() == nil {
 				l.logger.Error("Scan failed; retrying next interval", "source", spec.Ref.ID, "kind", spec.Ref.Kind, "error", err)
 			}

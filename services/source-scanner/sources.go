@@ -206,6 +206,20 @@ func (l identified) List(ctx context.Context) ([]events.Cluster, error) {
 	return clusters, err
 }
 
+// legacyNames returns how versions before 64-bit name suffixes named the clusters of a source
+// kind, for the kinds whose names they normalised with 32 bits (eks, gke; scanner.Source's
+// LegacyName), so that a cluster keeps the name it was published under. Rancher, static and OCM
+// names were never normalised by the scanner: nil.
+func legacyNames(kind string) func(events.Cluster) string {
+	switch kind {
+	case events.SourceKindEKS:
+		return eks.LegacyName
+	case events.SourceKindGKE:
+		return gke.LegacyName
+	}
+	return nil
+}
+
 // stampIdentity sets each cluster's Identity to prefix+Key: prefix names the provider (the kind
 // and, where the key is only unique there, the Rancher server, the OCM hub or the static
 // ConfigMap), never the Secret a rule reads it with, so a cluster listed through two Secrets

@@ -4,23 +4,30 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/enforcement-io/enforcement/pkg/api/v1beta1"
+	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/eks"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/eks/eksfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/gke/gkefake"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner/scannertest"
 )
 
 // The EKS, GKE and OCM tests share one API server (TestRun starts its own).
@@ -149,12 +156,21 @@ func TestRunEKS(t *testing.T) {
 	e.rule("prod", v1beta1.Source{SecretName: "eks-keys", EKS: &v1beta1.EKSSource{Regions: []string{"eu-west-1"}, Tags: map[string]string{"env": "prod"}}})
 	e.rule("lab", v1beta1.Source{EKS: &v1beta1.EKSSource{Regions: []string{"us-east-1"}}})
 	e.rule("bad", v1beta1.Source{SecretName: "eks-bad", EKS: &v1beta1.EKSSource{Regions: []string{"eu-west-1"}}})
+	// An older version announced Old_Lab under its 32-bit name: the service keeps that name.
+	fake.Add("us-east-1", "Old_Lab", "ACTIVE", nil)
+	oldLab := events.LegacyObjectName("Old_Lab")
+	e.olderEKSScan(fake, v1beta1.Source{EKS: &v1beta1.EKSSource{Regions: []string{"us-east-1"}}}, "Old_Lab")
 	e.start()
 
-	lab := "lab-1-2b96fd57" // events.LegacyObjectName("Lab_1"): the name every version gave it
-	e.s.waitFor("appeared eks prod-a", "appeared eks prod-b", "appeared eks "+lab, "degraded eks SecretInvalid")
+	lab := events.ObjectName("Lab_1") // new: the 64-bit name
+	e.s.waitFor("appeared eks prod-a", "appeared eks prod-b", "appeared eks "+lab, "appeared eks "+oldLab, "degraded eks SecretInvalid")
 	fake.Set("us-east-1", "Lab_1", "status", "ACTIVE")
 	e.s.waitForPrefix("updated eks "+lab+" ", 1)
+	for _, ev := range e.s.poll() {
+		if strings.HasPrefix(ev, "updated eks "+oldLab+" ") || strings.Contains(ev, events.ObjectName("Old_Lab")) {
+			t.Fatalf("Old_Lab did not keep its name %s: %q", oldLab, ev)
+		}
+	}
 	if strings.Contains(strings.Join(e.s.poll(), " "), "s3cr3t-value") {
 		t.Fatal("the secret key appears in an event")
 	}
@@ -171,6 +187,33 @@ func TestRunEKS(t *testing.T) {
 	// describe each, and one per scan for Lab_1 while it was CREATING.
 	if n := fake.Count("DescribeCluster"); n > 2+fake.Count("ListClusters") {
 		t.Errorf("%d DescribeCluster calls for %d ListClusters: steady scans describe again", n, fake.Count("ListClusters"))
+	}
+}
+
+// olderEKSScan leaves the inventory of the eks rule source src as a version before 64-bit name
+// suffixes wrote it for the clusters named only that the EKS fake lists in src's regions: under
+// their 32-bit names, with their identities.
+func (e *serviceEnv) olderEKSScan(fake *eksfake.Server, src v1beta1.Source, only ...string) {
+	e.t.Helper()
+	ctx := context.Background()
+	ref, err := src.Ref(e.ns)
+	e.must(err)
+	kv, err := e.s.js.KeyValue(ctx, events.BucketInventory)
+	e.must(err)
+	l := eks.NewLister(eks.Options{Regions: src.EKS.Regions, Endpoint: fake.URL, STSEndpoint: fake.URL,
+		Credentials: func(context.Context) (eks.Credentials, error) { return eks.Credentials{}, nil }})
+	some := scanner.ListerFunc(func(ctx context.Context) ([]events.Cluster, error) {
+		clusters, err := l.List(ctx)
+		return slices.DeleteFunc(clusters, func(c events.Cluster) bool {
+			name, _ := c.Attributes[eks.AttrArgoCDClusterName].(string)
+			return !slices.Contains(only, name)
+		}), err
+	})
+	sc := scanner.New(kv, events.NewPublisher(e.s.js, "/enforcement/source-scanner"), scanner.Config{},
+		scanner.NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	res, err := sc.ScanOnce(ctx, scanner.Source{Ref: ref, Lister: scannertest.LegacyNamed(scannertest.Identified(some, "eks:"), eks.LegacyName)})
+	if err != nil || !res.Complete || res.Appeared != len(only) {
+		e.t.Fatalf("older version's scan = %+v, %v", res, err)
 	}
 }
 

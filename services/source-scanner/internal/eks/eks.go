@@ -587,16 +587,16 @@ func deepCopy(v any) any {
 }
 
 // Convert turns a described cluster into the scanner's cluster. Name is the EKS name made a
-// valid Kubernetes name by events.LegacyObjectName (unchanged when it already is one: lower-case
+// valid Kubernetes name by events.ObjectName (unchanged when it already is one: lower-case
 // letters, digits and '-', at most 63 characters; otherwise lower-cased, other characters
-// replaced by '-', and an 8-hex-digit hash suffix added). It is the 32-bit form on purpose: a
-// cluster's name must not change across upgrades (it names its Argo CD destination and
-// objects), and two clusters whose names collide are told apart by their ARN (NameConflict). Attributes are every field DescribeCluster returns,
-// under its API (lowerCamel) name, minus certificateAuthority (moved to AttrArgoCDCAData),
-// clientRequestToken and connectorConfig.activationCode, plus: name (the normalised name), url
-// (the endpoint), id (the ARN; EKS's own outpost cluster id stays under outpostId), region,
-// version, tags, status, platformVersion, arn, createdAt (RFC 3339), and the Argo CD keys.
-// roleARN is the Secret's role_arn ("" for none).
+// replaced by '-', and a 16-hex-digit (64-bit) hash suffix added, so that no EKS name can be
+// crafted to normalise to another's). A cluster that versions before named with the 8-digit
+// suffix keeps that name (LegacyName, kept by the scanner). Attributes are every field
+// DescribeCluster returns, under its API (lowerCamel) name, minus certificateAuthority (moved
+// to AttrArgoCDCAData), clientRequestToken and connectorConfig.activationCode, plus: name (the
+// normalised name), url (the endpoint), id (the ARN; EKS's own outpost cluster id stays under
+// outpostId), region, version, tags, status, platformVersion, arn, createdAt (RFC 3339), and
+// the Argo CD keys. roleARN is the Secret's role_arn ("" for none).
 func Convert(region string, c *ekstypes.Cluster, roleARN string) (events.Cluster, error) {
 	name, arn := aws.ToString(c.Name), aws.ToString(c.Arn)
 	if name == "" || arn == "" {
@@ -632,7 +632,7 @@ func Convert(region string, c *ekstypes.Cluster, roleARN string) (events.Cluster
 		tagsAttr[k] = v
 	}
 	url := aws.ToString(c.Endpoint)
-	norm := events.LegacyObjectName(name)
+	norm := events.ObjectName(name)
 	attrs["name"] = norm
 	attrs["url"] = url
 	attrs["id"] = arn
@@ -661,6 +661,18 @@ func Convert(region string, c *ekstypes.Cluster, roleARN string) (events.Cluster
 		Eligible:   Eligible(status),
 		Attributes: attrs,
 	}, nil
+}
+
+// LegacyName is the name versions before 64-bit name suffixes gave a cluster Convert made:
+// events.LegacyObjectName of its EKS name (AttrArgoCDClusterName), "" when c has none. It is the
+// scanner's Source.LegacyName for EKS sources: a cluster the inventory remembers under it keeps
+// it, because its Argo CD destination and objects are named after it.
+func LegacyName(c events.Cluster) string {
+	name, _ := c.Attributes[AttrArgoCDClusterName].(string)
+	if name == "" {
+		return ""
+	}
+	return events.LegacyObjectName(name)
 }
 
 // lowerCamel renames the keys of a JSON value from the SDK's Go field names to the API's

@@ -92,10 +92,13 @@ func TestListPagingAndShape(t *testing.T) {
 	if !ok {
 		t.Fatalf("Prod_Cluster.1 missing from %d clusters", len(clusters))
 	}
-	// The name earlier versions gave it, to the digit: a cluster's name must not change on an
-	// upgrade (its Argo CD destination and objects are named after it).
-	if prod.Name != "prod-cluster-1-e227441d" {
-		t.Errorf("Name = %q, want the normalised name prod-cluster-1-e227441d", prod.Name)
+	// Normalised with a 64-bit suffix; the name earlier versions gave it, to the digit, is
+	// LegacyName (the scanner keeps it for a cluster the inventory knows under it).
+	if want := "prod-cluster-1-e227441d411d81eb"; prod.Name != want || prod.Name != events.ObjectName("Prod_Cluster.1") {
+		t.Errorf("Name = %q, want the normalised name %s", prod.Name, want)
+	}
+	if got := LegacyName(prod); got != "prod-cluster-1-e227441d" {
+		t.Errorf("LegacyName = %q, want prod-cluster-1-e227441d", got)
 	}
 	if prod.URL != "https://PROD_CLUSTER.1.gr7.us-east-1.eks.amazonaws.com" || prod.State != "UPDATING" || !prod.Eligible {
 		t.Errorf("URL, State, Eligible = %q, %q, %t", prod.URL, prod.State, prod.Eligible)

@@ -395,8 +395,9 @@ func toMap(c *container.Cluster) (map[string]any, error) {
 
 // Convert turns a listed cluster into the scanner's cluster. Key is
 // projects/<project>/locations/<location>/clusters/<name> (project as the source names it);
-// Name is events.LegacyObjectName of the cluster name (GKE names are already valid Kubernetes
-// names, so it is unchanged in practice; the 32-bit form, as for EKS, so that it never changes); URL is https://<endpoint> ("" while the cluster has none);
+// Name is events.ObjectName of the cluster name (GKE names are already valid Kubernetes names,
+// so it is unchanged in practice; a cluster versions before named otherwise keeps that name, see
+// LegacyName); URL is https://<endpoint> ("" while the cluster has none);
 // Labels are resourceLabels. Attributes are the cluster object as the API returns it (JSON
 // field names) minus VolatileFields, plus: name, url, id (GKE's cluster id), location, project,
 // resourceLabels (always a map), currentMasterVersion, status, and the Argo CD keys.
@@ -406,6 +407,17 @@ func Convert(project string, c *container.Cluster) (events.Cluster, error) {
 		return events.Cluster{}, err
 	}
 	return convert(project, c, obj)
+}
+
+// LegacyName is the name versions before 64-bit name suffixes gave a cluster Convert made:
+// events.LegacyObjectName of its GKE name (the last segment of its Key). It is the scanner's
+// Source.LegacyName for GKE sources, so that a cluster keeps the name it was published under.
+func LegacyName(c events.Cluster) string {
+	i := strings.LastIndex(c.Key, "/clusters/")
+	if i < 0 {
+		return ""
+	}
+	return events.LegacyObjectName(c.Key[i+len("/clusters/"):])
 }
 
 func convert(project string, c *container.Cluster, obj map[string]any) (events.Cluster, error) {
@@ -425,7 +437,7 @@ func convert(project string, c *container.Cluster, obj map[string]any) (events.C
 		labels[k] = v
 		labelsAttr[k] = v
 	}
-	name := events.LegacyObjectName(c.Name)
+	name := events.ObjectName(c.Name)
 	obj["name"] = name
 	obj["url"] = url
 	obj["id"] = c.Id

@@ -51,3 +51,45 @@ func TestScannerDegradedRemovesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestUpgradeKeepsLegacyClusterNames: GKE names are valid object names, so they stay as they
+// are; were one not (the fake serves "Old_Name"), a cluster an older version announced under its
+// 32-bit name keeps it after the upgrade, in its source and in another source listing the same
+// cluster, and a cluster first seen after the upgrade gets the 64-bit name.
+func TestUpgradeKeepsLegacyClusterNames(t *testing.T) {
+	bus := scannertest.NewBus(t)
+	clk := scannertest.NewClock()
+	f := gkefake.New(t)
+	f.Add("proj-a", "europe-west1", "Old_Name", "RUNNING", nil)
+	f.Add("proj-a", "europe-west1", "valid-name", "RUNNING", nil)
+	l, _ := newTestLister(t, f, func(o *Options) { o.Projects = []string{"proj-a"} })
+	source := func(secret string) events.SourceRef {
+		ref := events.SourceRef{Kind: events.SourceKindGKE, SecretNamespace: "enforcement", SecretName: secret}
+		ref.ID = events.SourceID(ref.Kind, ref.SecretNamespace, ref.SecretName, events.GKESourceFilters([]string{"proj-a"}, nil))
+		return ref
+	}
+	scan := func(ref events.SourceRef) scanner.Source {
+		return scanner.Source{Ref: ref, Lister: scannertest.Identified(l, "gke:"), LegacyName: LegacyName}
+	}
+	key := func(name string) string { return "projects/proj-a/locations/europe-west1/clusters/" + name }
+	oldName := events.LegacyObjectName("Old_Name")
+
+	older := scanner.Source{Ref: source("gke"), Lister: scannertest.LegacyNamed(scannertest.Identified(l, "gke:"), LegacyName)}
+	scannertest.ScanOK(t, bus.Scanner(clk), older)
+	if got := scannertest.Names(t, bus.New(t)); got[key("Old_Name")] != oldName || got[key("valid-name")] != "valid-name" {
+		t.Fatalf("the older version announced %v", got)
+	}
+
+	f.Add("proj-a", "europe-west1", "New_Name", "RUNNING", nil)
+	sc := bus.Scanner(clk)
+	res := scannertest.ScanOK(t, sc, scan(source("gke")))
+	names := scannertest.Names(t, bus.New(t))
+	if res.Appeared != 1 || res.Updated != 0 || names[key("New_Name")] != events.ObjectName("New_Name") {
+		t.Fatalf("upgrade scan: %+v, names %v; want only New_Name appeared, as %s", res, names, events.ObjectName("New_Name"))
+	}
+	scannertest.ScanOK(t, sc, scan(source("gke-other")))
+	names = scannertest.Names(t, bus.New(t))
+	if names[key("Old_Name")] != oldName || names[key("New_Name")] != events.ObjectName("New_Name") || names[key("valid-name")] != "valid-name" {
+		t.Fatalf("another source listing the same clusters announced %v", names)
+	}
+}

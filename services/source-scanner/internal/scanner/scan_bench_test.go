@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,6 +86,38 @@ func BenchmarkScanOnceFirst10k(b *testing.B) {
 	for b.Loop() {
 		i++
 		res, err := sc.ScanOnce(context.Background(), benchSource(fmt.Sprint("first", i), listing))
+		if err != nil || res.Appeared != 10000 {
+			b.Fatalf("first scan: %+v %v", res, err)
+		}
+	}
+	testenv.ReportCPU(b, start, i)
+}
+
+// BenchmarkScanOnceFirst10kLegacyNames is BenchmarkScanOnceFirst10k for a source whose 10,000
+// clusters all have normalised names (Source.LegacyName differs from the listed name) and are
+// all known to another source under their legacy names: a handover of a whole fleet named by a
+// version before 64-bit suffixes, the most the name lookup (names.go) ever reads.
+func BenchmarkScanOnceFirst10kLegacyNames(b *testing.B) {
+	sc := benchScanner(b)
+	listing := benchListing(10000)
+	legacy := func(c events.Cluster) string { return "legacy-" + c.Key }
+	older := slices.Clone(listing)
+	for i := range older {
+		older[i].Identity = "bench:" + older[i].Key
+		older[i].Name = legacy(older[i])
+		listing[i].Identity = older[i].Identity
+	}
+	if res, err := sc.ScanOnce(context.Background(), benchSource("older", older)); err != nil || res.Appeared != 10000 {
+		b.Fatalf("older source's scan: %+v %v", res, err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start, i := testenv.CPUTime(), 0
+	for b.Loop() {
+		i++
+		src := benchSource(fmt.Sprint("handover", i), slices.Clone(listing))
+		src.LegacyName = legacy
+		res, err := sc.ScanOnce(context.Background(), src)
 		if err != nil || res.Appeared != 10000 {
 			b.Fatalf("first scan: %+v %v", res, err)
 		}

@@ -59,6 +59,12 @@ type Source struct {
 	// Releases are the release annotations of the rules in the operator namespace that use the
 	// source, each naming one trip (see releasedTrips).
 	Releases []Release
+	// LegacyName, when set, returns the name versions before 64-bit name suffixes published for
+	// a listed cluster (events.LegacyObjectName of its provider name). A cluster that the
+	// inventory remembers under that name, in this source or, by identity, in another, keeps it
+	// (names.go). Set for the sources whose cluster names were normalised (eks, gke), whose
+	// cluster Key names the cluster at its provider; nil for the others.
+	LegacyName func(c events.Cluster) string
 }
 
 // Publisher is the part of events.Publisher the scanner needs.
@@ -227,6 +233,11 @@ func (s *Scanner) scan(ctx context.Context, src Source) (Result, error) {
 	listing, err := s.list(ctx, src)
 	if err == nil {
 		err = validate(src.Ref, listing)
+	}
+	if err == nil {
+		if err := s.keepNames(ctx, st, src, listing); err != nil {
+			return fail(err)
+		}
 	}
 	if err == nil && len(listing) == 0 && res.Known > 0 {
 		err = Degradedf(events.DegradedEmpty, "the source listed no clusters but the inventory holds %d; removing nothing", res.Known)
@@ -746,6 +757,9 @@ func maxRev(st *sourceState) uint64 {
 // because KV keys allow only letters, digits and "-_=./" while source keys are free text.
 func metaKVKey(id string) string { return "sources." + id }
 
+// keyToken is the last token of a cluster's KV key: the cluster key in unpadded base64url.
+func keyToken(key string) string { return base64.RawURLEncoding.EncodeToString([]byte(key)) }
+
 func clusterKVKey(id, key string) string {
-	return "clusters." + id + "." + base64.RawURLEncoding.EncodeToString([]byte(key))
+	return "clusters." + id + "." + keyToken(key)
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -139,4 +140,84 @@ func (b *Bus) CheckDegradedRemovesNothing(t *testing.T, src scanner.Source, clk 
 	if err != nil || !res.Complete || res.Gone != 0 || res.Known != 3 {
 		t.Fatalf("scan after recovery = %+v, %v", res, err)
 	}
+}
+
+// Scanner returns a new scanner over the bus's inventory (grace period one minute, clock clk),
+// as a new process starts: it knows only what the bucket holds.
+func (b *Bus) Scanner(clk *Clock) *scanner.Scanner {
+	return scanner.New(b.kv, events.NewPublisher(b.js, "/enforcement/source-scanner"), scanner.Config{
+		GracePeriod: time.Minute, Now: clk.Now,
+	}, scanner.NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// New returns the events published to the stream since the last call.
+func (b *Bus) New(t testing.TB) []events.Event {
+	t.Helper()
+	return b.stream.New(t)
+}
+
+// ScanOK scans src with sc and fails the test unless the scan is complete.
+func ScanOK(t testing.TB, sc *scanner.Scanner, src scanner.Source) scanner.Result {
+	t.Helper()
+	res, err := sc.ScanOnce(context.Background(), src)
+	if err != nil || !res.Complete {
+		t.Fatalf("scan of %s = %+v, %v; want a complete scan", src.Ref.ID, res, err)
+	}
+	return res
+}
+
+// Identified lists what l lists with each cluster's Identity set to prefix+Key, as the service
+// stamps the identity of EKS ("eks:") and GKE ("gke:") clusters.
+func Identified(l scanner.Lister, prefix string) scanner.Lister {
+	return scanner.ListerFunc(func(ctx context.Context) ([]events.Cluster, error) {
+		clusters, err := l.List(ctx)
+		for i := range clusters {
+			clusters[i].Identity = prefix + clusters[i].Key
+		}
+		return clusters, err
+	})
+}
+
+// LegacyNamed lists what l lists under the names versions before 64-bit name suffixes gave the
+// clusters (legacy, the lister's LegacyName; its `name` attribute too), so that a scan through
+// it leaves the inventory such a version wrote.
+func LegacyNamed(l scanner.Lister, legacy func(events.Cluster) string) scanner.Lister {
+	return scanner.ListerFunc(func(ctx context.Context) ([]events.Cluster, error) {
+		clusters, err := l.List(ctx)
+		for i := range clusters {
+			c := &clusters[i]
+			if name := legacy(*c); name != "" {
+				c.Name = name
+				c.Attributes = maps.Clone(c.Attributes)
+				c.Attributes["name"] = name
+			}
+		}
+		return clusters, err
+	})
+}
+
+// Names returns the names of the clusters that the appeared and updated events among evs
+// announce, by cluster key, and fails the test if one key is announced under two names.
+func Names(t testing.TB, evs []events.Event) map[string]string {
+	t.Helper()
+	names := map[string]string{}
+	for _, e := range evs {
+		var c events.Cluster
+		switch e := e.(type) {
+		case *events.ClusterAppeared:
+			c = e.Cluster
+		case *events.ClusterUpdated:
+			c = e.Cluster
+		default:
+			continue
+		}
+		if prev, ok := names[c.Key]; ok && prev != c.Name {
+			t.Fatalf("cluster %s announced as %s and as %s", c.Key, prev, c.Name)
+		}
+		names[c.Key] = c.Name
+		if n, _ := c.Attributes["name"].(string); n != c.Name {
+			t.Errorf("cluster %s: name %s, attribute name %q", c.Key, c.Name, n)
+		}
+	}
+	return names
 }
