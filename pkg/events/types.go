@@ -220,8 +220,14 @@ type Enforcement struct {
 
 // Trigger is one webhook of a rule (beforeInstall or afterInstall).
 type Trigger struct {
-	Endpoint       string `json:"endpoint"`
-	TimeoutSeconds int    `json:"timeoutSeconds"`
+	// Endpoint is the webhook URL as RedactURL shows it: never with its user information, query
+	// values or fragment, which may hold a token.
+	Endpoint string `json:"endpoint"`
+	// EndpointRedacted says the rule's endpoint has credentials that Endpoint hides (user
+	// information or a query): trigger-dispatcher reads the full endpoint from the rule when it
+	// delivers, so that it is stored in no event, record or dead letter.
+	EndpointRedacted bool `json:"endpointRedacted,omitempty"`
+	TimeoutSeconds   int  `json:"timeoutSeconds"`
 	// FailurePolicy is "Ignore" (default, as the original) or "Fail".
 	FailurePolicy string `json:"failurePolicy,omitempty"`
 	// SigningSecret names a Secret in the rule's namespace whose key signs deliveries.
