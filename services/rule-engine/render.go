@@ -253,7 +253,7 @@ func (r *Renderer) render(ctx context.Context, cr *compiledRule, vars map[string
 			}
 			s, err := f.render(what, data, g)
 			if err != nil {
-				errs = append(errs, err)
+				errs = append(errs, urlsRedacted{err})
 			}
 			return s
 		}
@@ -356,30 +356,31 @@ func (t *templateHTTP) get(ctx context.Context, rawURL string) (map[string]any, 
 	}
 	// The allow-list is checked on the URL's host name only (any port, either scheme), and again
 	// on every redirect (CheckRedirect), so an allowed host cannot send a template elsewhere.
+	shown := events.RedactURL(rawURL) // errors reach the rule's status: never a token of the URL
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("requests.get(%q): not an http(s) URL", rawURL)
+		return nil, fmt.Errorf("requests.get(%s): not an http(s) URL", shown)
 	}
 	if !t.allowed[strings.ToLower(u.Hostname())] {
-		return nil, fmt.Errorf("requests.get(%q): host %q is not in TEMPLATE_HTTP_ALLOW", rawURL, u.Hostname())
+		return nil, fmt.Errorf("requests.get(%s): host %q is not in TEMPLATE_HTTP_ALLOW", shown, u.Hostname())
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.client.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
-		return nil, fmt.Errorf("requests.get(%q): %w", rawURL, err)
+		return nil, fmt.Errorf("requests.get(%s): %w", shown, withoutURL(err))
 	}
 	resp, err := t.client.Do(req)
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil {
 			err = cause // the render's limit (or its caller's end) cut the call
 		}
-		return nil, fmt.Errorf("requests.get(%q): %w", rawURL, err)
+		return nil, fmt.Errorf("requests.get(%s): %w", shown, withoutURL(err))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxTemplateResponse))
 	if err != nil {
-		return nil, fmt.Errorf("requests.get(%q): read body: %w", rawURL, err)
+		return nil, fmt.Errorf("requests.get(%s): read body: %w", shown, err)
 	}
 	return map[string]any{
 		"status_code": resp.StatusCode,
@@ -387,9 +388,27 @@ func (t *templateHTTP) get(ctx context.Context, rawURL string) (map[string]any, 
 		"json": func() (any, error) {
 			var v any
 			if err := json.Unmarshal(body, &v); err != nil {
-				return nil, fmt.Errorf("requests.get(%q).json(): %w", rawURL, err)
+				return nil, fmt.Errorf("requests.get(%s).json(): %w", shown, err)
 			}
 			return v, nil
 		},
 	}, nil
+}
+
+// urlsRedacted is a render error whose message shows every URL redacted (events.RedactURLsIn):
+// the template engine repeats the expression it failed on, and a URL written in it
+// (requests.get('https://…?token=…')) must not reach the rule's status, the render cache or logs.
+type urlsRedacted struct{ err error }
+
+func (e urlsRedacted) Error() string { return events.RedactURLsIn(e.err.Error()) }
+func (e urlsRedacted) Unwrap() error { return e.err }
+
+// withoutURL drops the URL a *url.Error names (net/http hides only its password, not a token in
+// its query): the caller shows the redacted URL itself.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }

@@ -72,12 +72,15 @@ func ruleFromSpec(cr *v1beta1.ClusterRule, secretNamespace string) *ruleState {
 	return r
 }
 
-// trigger is a rule's trigger as intents carry it, with the original's defaults filled in.
+// trigger is a rule's trigger as intents carry it, with the original's defaults filled in. Its
+// endpoint is redacted (events.RedactURL): a token in the URL's user information or query never
+// enters the stream; trigger-dispatcher reads the full endpoint from the rule when it delivers.
 func trigger(t *v1beta1.Trigger) *events.Trigger {
 	if t == nil {
 		return nil
 	}
-	out := &events.Trigger{Endpoint: t.Endpoint, TimeoutSeconds: int(t.Timeout), FailurePolicy: t.FailurePolicy, SigningSecret: t.SigningSecret}
+	out := &events.Trigger{Endpoint: events.RedactURL(t.Endpoint), TimeoutSeconds: int(t.Timeout), FailurePolicy: t.FailurePolicy, SigningSecret: t.SigningSecret}
+	out.EndpointRedacted = out.Endpoint != events.InvalidURL && events.URLHasCredentials(t.Endpoint)
 	if out.TimeoutSeconds == 0 {
 		out.TimeoutSeconds = 5 // the original's default
 	}
