@@ -142,6 +142,8 @@ var rbacExpectations = map[string]struct{ allowed, denied [][]access }{
 	"trigger-dispatcher": {
 		allowed: [][]access{
 			verbs("", "secrets", "", teamNS, "get"),
+			// Webhook endpoints with credentials are read from their rule (events carry them redacted).
+			verbs(enfGroup, "clusterrules", "", teamNS, "get"),
 		},
 		denied: [][]access{
 			// argo-syncer owns the beforeInstall gate: the dispatcher reads no Application.
@@ -150,7 +152,8 @@ var rbacExpectations = map[string]struct{ allowed, denied [][]access }{
 			verbs("", "secrets", "", argoNS, "get", "list"), // Argo CD's cluster credentials
 			verbs("", "secrets", "", opsNS, "get"),          // source credentials
 			verbs("", "secrets", "", rbacNS, "get"),         // signing Secrets only where configured
-			verbs(enfGroup, "clusterrules", "", teamNS, "list"),
+			verbs(enfGroup, "clusterrules", "", teamNS, "list", "watch", "update"),
+			verbs(enfGroup, "clusterrules", "", rbacNS, "get"), // rules only where configured
 		},
 	},
 	"policy-watcher": {

@@ -29,8 +29,10 @@ type dispatcherDeps struct {
 	records   *recordStore
 	publisher *events.Publisher
 	secrets   corev1client.SecretsGetter
-	metrics   *metrics
-	logger    *slog.Logger
+	// rules reads ClusterRules, for the endpoints whose credentials intents do not carry.
+	rules   ruleGetter
+	metrics *metrics
+	logger  *slog.Logger
 }
 
 // dispatcher turns install intents, gated installs and install outcomes into webhook
@@ -202,8 +204,18 @@ func (d *dispatcher) deliverAndRecord(ctx context.Context, r *record, series str
 // unreachable API server, or an attempt event that cannot be stored, is an error, retried by the
 // consumer.
 func (d *dispatcher) deliver(ctx context.Context, r *record, series string) (webhookResult, error) {
+	endpoint, err := d.fullEndpoint(ctx, r)
+	var unresolved *endpointError
+	if errors.As(err, &unresolved) {
+		d.logger.Warn("Webhook endpoint unresolved; delivery failed", "deliveryId", r.DeliveryID,
+			"rule", r.Rule.String(), "error", err)
+		return webhookResult{Message: err.Error()}, nil
+	}
+	if err != nil {
+		return webhookResult{}, err
+	}
 	req := webhookRequest{
-		ID: r.DeliveryID, Phase: r.Phase, Endpoint: r.Trigger.Endpoint,
+		ID: r.DeliveryID, Phase: r.Phase, Endpoint: endpoint,
 		Timeout: triggerTimeout(r.Trigger, d.cfg.DefaultTimeout, d.cfg.MaxTimeout), Body: r.Body,
 		FirstAttempt: r.Attempts + 1,
 		Report: func(ctx context.Context, a attemptReport) error {

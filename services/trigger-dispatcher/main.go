@@ -17,6 +17,7 @@ import (
 	"math"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
@@ -79,6 +80,10 @@ func wireDispatcher(cfg config, svc *service.Service, m *metrics) (*dispatcher, 
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
+	dyn, err := dynamic.NewForConfig(svc.Kube)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
 	kv, err := svc.JetStream.KeyValue(svc.Context(), events.BucketTriggers)
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", events.BucketTriggers, err)
@@ -87,6 +92,7 @@ func wireDispatcher(cfg config, svc *service.Service, m *metrics) (*dispatcher, 
 		records:   &recordStore{kv: kv},
 		publisher: svc.Publisher(),
 		secrets:   cs.CoreV1(),
+		rules:     dyn.Resource(clusterRules),
 		metrics:   m,
 		logger:    svc.Logger,
 	}), nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,7 @@ func kubeWithArgoCD(t testing.TB) *testenv.Kube {
 	kube := testenv.SharedKube(t)
 	crdOnce.Do(func() {
 		kube.InstallCRDs(t, testenv.ArgoCDCRDs()...)
+		kube.InstallCRDsFromDir(t, filepath.Join("..", "..", "deploy", "k8s", "enforcement-crds", "crds"))
 		kube.Namespace(t, "argocd")
 	})
 	return kube

@@ -1,0 +1,66 @@
+package eventstest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Occurrences searches every message kept by every stream of the server (so every event, every
+// dead letter and every revision of every KV bucket, whose values are stream messages too) for
+// needle, in its subject, headers and data, and names each message that contains it
+// ("<stream> #<sequence> <subject>"). Canary tests use it to prove that a secret was stored
+// nowhere.
+func Occurrences(t testing.TB, js jetstream.JetStream, needle string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var found []string
+	names := js.StreamNames(ctx)
+	for name := range names.Name() {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatalf("stream %s: %v", name, err)
+		}
+		info := s.CachedInfo()
+		for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
+			m, err := s.GetMsg(ctx, seq)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue // deleted, or purged by a newer revision of a key
+			}
+			if err != nil {
+				t.Fatalf("stream %s message %d: %v", name, seq, err)
+			}
+			if strings.Contains(m.Subject, needle) || strings.Contains(string(m.Data), needle) ||
+				strings.Contains(fmt.Sprint(m.Header), needle) {
+				found = append(found, fmt.Sprintf("%s #%d %s", name, seq, m.Subject))
+			}
+		}
+	}
+	if err := names.Err(); err != nil {
+		t.Fatalf("list streams: %v", err)
+	}
+	return found
+}
+
+// Messages counts the messages Occurrences would search: what a canary test searched through.
+func Messages(t testing.TB, js jetstream.JetStream) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	var n uint64
+	names := js.StreamNames(ctx)
+	for name := range names.Name() {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatalf("stream %s: %v", name, err)
+		}
+		n += s.CachedInfo().State.Msgs
+	}
+	if err := names.Err(); err != nil {
+		t.Fatalf("list streams: %v", err)
+	}
+	return n
+}
