@@ -97,17 +97,25 @@ func (c RancherCredentials) Cluster() ClusterCredentials {
 }
 
 // ParseRancherSecret reads a rancher source Secret: url and token (the original operator's two
-// keys) are required, caCert and insecure optional. A url that is not absolute http(s), an
-// insecure that is not a boolean or a caCert without a PEM certificate is a *SecretKeyError.
+// keys) are required, caCert and insecure optional. A url that is not absolute http(s) or has
+// user information (refused: it would reach every cluster URL), an insecure that is not a
+// boolean or a caCert without a PEM certificate is a *SecretKeyError, which never shows the url.
+// The url's query and fragment are dropped.
 func ParseRancherSecret(data map[string][]byte) (RancherCredentials, error) {
 	var c RancherCredentials
 	raw := secretValue(data, SecretKeyURL)
 	if raw == "" {
 		return c, keyError(SecretKeyURL, "is missing or empty")
 	}
+	// The value is never shown: a malformed url may still hold a token.
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return c, keyError(SecretKeyURL, "(%q) is not an absolute http or https URL", raw)
+		return c, keyError(SecretKeyURL, "is not an absolute http or https URL")
+	}
+	if u.User != nil {
+		// The url becomes every cluster's Argo CD server URL and template variable, and the
+		// source's identity: user information in it would travel to all of them.
+		return c, keyError(SecretKeyURL, "(%s) has user information; put the API token in key %q", RedactURL(raw), SecretKeyToken)
 	}
 	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v3")
 	u.RawQuery, u.Fragment = "", ""

@@ -30,6 +30,10 @@ type config struct {
 	// RancherIgnoreFields are top-level Rancher cluster fields left out of the attributes besides
 	// the built-in volatile ones (RANCHER_IGNORE_FIELDS, comma-separated, default none).
 	RancherIgnoreFields []string
+	// RancherExtraFields are top-level Rancher cluster fields made attributes besides
+	// rancher.AttributeFields (RANCHER_EXTRA_FIELDS, comma-separated, default none); credentials
+	// in them are still dropped.
+	RancherExtraFields []string
 	// EKSRedescribeInterval is how long an ACTIVE or FAILED EKS cluster's description is trusted
 	// (EKS_REDESCRIBE_INTERVAL, default 10m).
 	EKSRedescribeInterval time.Duration
@@ -66,11 +70,8 @@ func loadConfig(getenv service.Getenv) (config, error) {
 	} else if c.ListTimeout == 0 {
 		errs = append(errs, fmt.Errorf("LIST_TIMEOUT=%q: must be greater than zero", getenv("LIST_TIMEOUT")))
 	}
-	for _, f := range strings.Split(getenv("RANCHER_IGNORE_FIELDS"), ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			c.RancherIgnoreFields = append(c.RancherIgnoreFields, f)
-		}
-	}
+	c.RancherIgnoreFields = fieldList(getenv("RANCHER_IGNORE_FIELDS"))
+	c.RancherExtraFields = fieldList(getenv("RANCHER_EXTRA_FIELDS"))
 	if c.EKSRedescribeInterval, err = service.Duration(getenv, eks.EnvRedescribeInterval, eks.DefaultRedescribeInterval); err != nil {
 		errs = append(errs, err)
 	} else if c.EKSRedescribeInterval == 0 {
@@ -96,4 +97,15 @@ func loadConfig(getenv service.Getenv) (config, error) {
 		c.GKEEndpoint += "/"
 	}
 	return c, errors.Join(errs...)
+}
+
+// fieldList splits a comma-separated list of field names, dropping blanks.
+func fieldList(v string) []string {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -153,7 +153,7 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 			if err != nil {
 				return nil, err
 			}
-			l := &rancher.Lister{Creds: creds, Filters: s.Filters, IgnoreFields: d.cfg.RancherIgnoreFields}
+			l := &rancher.Lister{Creds: creds, Filters: s.Filters, IgnoreFields: d.cfg.RancherIgnoreFields, ExtraFields: d.cfg.RancherExtraFields}
 			clusters, err := l.List(ctx)
 			stampIdentity(clusters, "rancher:"+creds.URL.String()+"/")
 			return clusters, err

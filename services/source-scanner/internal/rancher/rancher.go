@@ -40,6 +40,22 @@ var VolatileFields = []string{
 	"transitioning", "transitioningMessage",
 }
 
+// AttributeFields are the top-level fields of a Rancher cluster object that become attributes
+// (template variables), besides the ones an operator adds (Lister.ExtraFields): descriptive
+// fields that carry no credential. Everything else (the provider configurations such as
+// rancherKubernetesEngineConfig, importedConfig with its kubeConfig, appliedSpec, caCert,
+// actions, links, and any field a newer Rancher adds) is left out, so that a credential in a
+// field nobody thought of never reaches an event or a template. The original operator's
+// documented variables (name, url, id) are among them or set by rule-engine.
+var AttributeFields = []string{
+	"id", "name", "state", "labels", "annotations", "description", "driver", "provider", "version",
+	"nodeCount", "nodeVersion", "created", "createdTS", "creatorId", "uuid", "internal", "type",
+	"baseType", "dockerRootDir", "enableNetworkPolicy", "enableClusterAlerting",
+	"enableClusterMonitoring", "istioEnabled", "windowsPreferedCluster", "fleetWorkspaceName",
+	"clusterTemplateId", "clusterTemplateRevisionId", "defaultPodSecurityPolicyTemplateId",
+	"defaultClusterRoleForProjectMembers",
+}
+
 // Lister lists one Rancher source: the server of Creds, narrowed by Filters (query parameters
 // of /v3/clusters, as the original's rule filters).
 type Lister struct {
@@ -49,6 +65,10 @@ type Lister struct {
 	// IgnoreFields are further top-level fields left out of the attributes (RANCHER_IGNORE_FIELDS),
 	// for installations whose cluster objects carry other fields that change on every scan.
 	IgnoreFields []string
+	// ExtraFields are top-level fields added to AttributeFields (RANCHER_EXTRA_FIELDS), for
+	// templates that use a field outside the list; the credentials in them are still dropped at
+	// any depth (Sensitive).
+	ExtraFields []string
 }
 
 // List fetches every page of /v3/clusters. Errors are scanner.DegradedErrors: Unauthorized for
@@ -173,8 +193,10 @@ func (l *Lister) parsePage(target *url.URL, body []byte) ([]events.Cluster, stri
 	return clusters, next, "", nil
 }
 
-// cluster converts one cluster object. Its top-level fields, minus VolatileFields, become the
-// attributes (template variables); id, name, state and labels are read from them.
+// cluster converts one cluster object. Its top-level fields named in AttributeFields or
+// ExtraFields, minus VolatileFields and IgnoreFields, become the attributes (template
+// variables), with credentials dropped at any depth; id, name, state and labels are read from
+// the object.
 func (l *Lister) cluster(raw json.RawMessage) (events.Cluster, error) {
 	var obj map[string]any
 	if err := json.Unmarshal(raw, &obj); err != nil {
@@ -196,20 +218,24 @@ func (l *Lister) cluster(raw json.RawMessage) (events.Cluster, error) {
 			}
 		}
 	}
+	attrs := make(map[string]any, len(AttributeFields)+len(l.ExtraFields))
+	for _, fields := range [][]string{AttributeFields, l.ExtraFields} {
+		for _, k := range fields {
+			v, ok := obj[k]
+			switch {
+			case !ok:
+			case k == "labels" || k == "annotations" || k == "id" || k == "name":
+				attrs[k] = v
+			case !Sensitive(k):
+				attrs[k] = scrub(v)
+			}
+		}
+	}
 	for _, f := range VolatileFields {
-		delete(obj, f)
+		delete(attrs, f)
 	}
 	for _, f := range l.IgnoreFields {
-		delete(obj, f)
-	}
-	for k, v := range obj {
-		switch {
-		case k == "labels" || k == "annotations" || k == "id" || k == "name":
-		case Sensitive(k):
-			delete(obj, k)
-		default:
-			obj[k] = scrub(v)
-		}
+		delete(attrs, f)
 	}
 	return events.Cluster{
 		Key:        id,
@@ -218,7 +244,7 @@ func (l *Lister) cluster(raw json.RawMessage) (events.Cluster, error) {
 		Labels:     labels,
 		State:      state,
 		Eligible:   Eligible(state),
-		Attributes: obj,
+		Attributes: attrs,
 	}, nil
 }
 
@@ -245,10 +271,15 @@ func scrub(v any) any {
 
 // sensitiveWords are the fragments of a field name that mark a credential.
 var sensitiveWords = [][]byte{[]byte("password"), []byte("passwd"), []byte("secret"), []byte("token"),
-	[]byte("privatekey"), []byte("clientkey"), []byte("sshkey"), []byte("apikey"), []byte("credential")}
+	[]byte("privatekey"), []byte("clientkey"), []byte("sshkey"), []byte("apikey"), []byte("credential"),
+	[]byte("kubeconfig")}
+
+// sensitiveNames are field names that are a credential as a whole ("key": a TLS or SSH key),
+// compared like sensitiveWords but in full, since "keyPath" or "monkey" are not.
+var sensitiveNames = [][]byte{[]byte("key"), []byte("cert")}
 
 // Sensitive reports whether a field name names a credential ("password", "aadClientSecret",
-// "private_key", "bearerToken", ...): compared without case, "-" and "_". Such fields are dropped
+// "private_key", "bearerToken", "kubeConfig", "key", ...): compared without case, "-" and "_". Such fields are dropped
 // from attributes at any depth (labels and annotations excepted, whose keys are names, not values).
 // It runs for every field of every listed cluster, so it normalises into a stack buffer instead
 // of allocating.
@@ -267,6 +298,11 @@ func Sensitive(field string) bool {
 	}
 	for _, w := range sensitiveWords {
 		if bytes.Contains(norm, w) {
+			return true
+		}
+	}
+	for _, w := range sensitiveNames {
+		if bytes.Equal(norm, w) {
 			return true
 		}
 	}

@@ -184,7 +184,9 @@ func TestListTimeoutIsDeadline(t *testing.T) {
 }
 
 // TestAttributesNeverCarryCredentials lists a cluster object with credentials nested the way RKE
-// configurations carry them and checks none reaches the attributes.
+// and imported-cluster configurations carry them, and in fields no deny-list names: only the
+// allowed fields become attributes, and an operator's extra field still loses its credentials
+// at any depth.
 func TestAttributesNeverCarryCredentials(t *testing.T) {
 	srv := rancherfake.New(t, "tok-5e6f", 10)
 	c := rancherfake.Cluster("c-1", "a", "active", map[string]string{"team": "x"})
@@ -192,9 +194,16 @@ func TestAttributesNeverCarryCredentials(t *testing.T) {
 		"privateRegistries": []any{map[string]any{"url": "registry.example", "user": "bot", "password": "hunter2"}},
 		"cloudProvider":     map[string]any{"azureCloudProvider": map[string]any{"aadClientId": "id", "aadClientSecret": "s3cr3t-azure"}},
 		"bastionHost":       map[string]any{"ssh_key": "-----BEGIN ssh", "sshAgentAuth": false, "private-key": "-----BEGIN"},
+		"services":          map[string]any{"etcd": map[string]any{"key": "etcd-key-5a1b", "path": "/etcd"}},
 	}
+	c["importedConfig"] = map[string]any{"kubeConfig": "apiVersion: v1 # kubeconfig-9f2c", "privateRegistryURL": "registry.example"}
 	c["mgmtBearerToken"] = "bearer-xyz"
+	c["key"] = "top-level-key-77aa"
+	c["someFieldOfANewerRancher"] = map[string]any{"auth": "newer-rancher-3c4d"}
 	srv.SetClusters(c)
+	secrets := []string{"hunter2", "s3cr3t-azure", "-----BEGIN", "bearer-xyz", "tok-5e6f", "etcd-key-5a1b",
+		"kubeconfig-9f2c", "top-level-key-77aa", "newer-rancher-3c4d"}
+
 	l := lister(t, srv, nil)
 	l.IgnoreFields = []string{"uuid"}
 	got, err := l.List(context.Background())
@@ -202,25 +211,45 @@ func TestAttributesNeverCarryCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := json.Marshal(got[0])
-	for _, secret := range []string{"hunter2", "s3cr3t-azure", "-----BEGIN", "bearer-xyz", "tok-5e6f"} {
+	for _, secret := range secrets {
 		if strings.Contains(string(body), secret) {
 			t.Errorf("cluster carries %q: %s", secret, body)
 		}
 	}
-	for _, kept := range []string{"registry.example", "aadClientId", "sshAgentAuth"} {
-		if !strings.Contains(string(body), kept) {
-			t.Errorf("scrubbing removed %q too", kept)
+	for _, field := range []string{"rancherKubernetesEngineConfig", "importedConfig", "caCert", "actions", "links"} {
+		if _, ok := got[0].Attributes[field]; ok {
+			t.Errorf("attribute %q is not in the allow-list but was kept", field)
 		}
+	}
+	if a := got[0].Attributes; a["provider"] != "rke" || a["driver"] != "imported" || a["labels"] == nil || a["version"] == nil {
+		t.Errorf("allowed attributes missing: %v", a)
 	}
 	if _, ok := got[0].Attributes["uuid"]; ok {
 		t.Error("an ignored field is still in the attributes")
+	}
+
+	l.ExtraFields = []string{"rancherKubernetesEngineConfig", "importedConfig", "key"}
+	got, err = l.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = json.Marshal(got[0])
+	for _, secret := range secrets {
+		if strings.Contains(string(body), secret) {
+			t.Errorf("with extra fields, cluster carries %q: %s", secret, body)
+		}
+	}
+	for _, kept := range []string{"registry.example", "aadClientId", "sshAgentAuth", "/etcd"} {
+		if !strings.Contains(string(body), kept) {
+			t.Errorf("scrubbing an extra field removed %q too", kept)
+		}
 	}
 }
 
 func TestSensitive(t *testing.T) {
 	for field, want := range map[string]bool{
 		"password": true, "aadClientSecret": true, "private_key": true, "bearerToken": true, "apiKey": true,
-		"credentials": true, "caCert": false, "name": false, "sshAgentAuth": false, "keyPath": false,
+		"credentials": true, "kubeConfig": true, "key": true, "Key": true, "caCert": false, "monkey": false, "name": false, "sshAgentAuth": false, "keyPath": false,
 	} {
 		if got := rancher.Sensitive(field); got != want {
 			t.Errorf("Sensitive(%q) = %t, want %t", field, got, want)

@@ -60,8 +60,15 @@ func Parse(data []byte) ([]events.Cluster, error) {
 			continue
 		}
 		seen[e.Name] = true
+		// The url reaches events, Argo CD and template variables: neither a malformed one (which
+		// may hold a token) is echoed, nor one with credentials accepted.
 		if u, err := url.Parse(e.URL); err != nil || u.Scheme == "" || u.Host == "" {
-			errs = append(errs, fmt.Errorf("%s: cluster %q: url %q is not an absolute URL", DataKey, e.Name, e.URL))
+			errs = append(errs, fmt.Errorf("%s: cluster %q: url is not an absolute URL", DataKey, e.Name))
+			continue
+		}
+		if events.URLHasCredentials(e.URL) {
+			errs = append(errs, fmt.Errorf("%s: cluster %q: url %s has user information, a query or a fragment; the cluster's token belongs in its secretName Secret",
+				DataKey, e.Name, events.RedactURL(e.URL)))
 			continue
 		}
 		state := e.State

@@ -40,13 +40,16 @@ func TestParse(t *testing.T) {
 
 func TestParseRejects(t *testing.T) {
 	tests := map[string]string{
-		"not yaml":      "- name: [",
-		"unknown field": "- name: a\n  url: https://a\n  lables: {}",
-		"no name":       "- url: https://a",
-		"no url":        "- name: a",
-		"relative url":  "- name: a\n  url: a.example",
-		"duplicate":     "- name: a\n  url: https://a\n- name: a\n  url: https://b",
-		"not a list":    "name: a",
+		"not yaml":       "- name: [",
+		"unknown field":  "- name: a\n  url: https://a\n  lables: {}",
+		"no name":        "- url: https://a",
+		"no url":         "- name: a",
+		"relative url":   "- name: a\n  url: a.example",
+		"duplicate":      "- name: a\n  url: https://a\n- name: a\n  url: https://b",
+		"not a list":     "name: a",
+		"url with user":  "- name: a\n  url: https://bot:CANARY-static@a.example",
+		"url with query": "- name: a\n  url: https://a.example/?token=CANARY-static",
+		"malformed url":  "- name: a\n  url: \"https://a.example:CANARY-static/\"",
 	}
 	for name, doc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -56,6 +59,9 @@ func TestParseRejects(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), static.DataKey) {
 				t.Errorf("error %q does not name %s", err, static.DataKey)
+			}
+			if strings.Contains(err.Error(), "CANARY") {
+				t.Errorf("error %q echoes the url's credentials", err)
 			}
 		})
 	}
