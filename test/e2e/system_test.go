@@ -99,9 +99,10 @@ type system struct {
 }
 
 type proc struct {
-	cmd    *exec.Cmd
-	health string
-	done   chan struct{}
+	cmd     *exec.Cmd
+	health  string
+	metrics string
+	done    chan struct{}
 }
 
 // startSystem starts everything with the given overrides of the services' environment and
@@ -180,7 +181,7 @@ func (s *system) start(name string) {
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("start %s: %v", name, err)
 	}
-	p := &proc{cmd: cmd, health: health, done: make(chan struct{})}
+	p := &proc{cmd: cmd, health: health, metrics: metrics, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); logFile.Close(); close(p.done) }()
 	s.mu.Lock()
 	s.procs[name] = p
