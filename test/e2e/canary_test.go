@@ -191,8 +191,11 @@ spec:
 	}
 	testenv.Eventually(t, 30*time.Second, func() error {
 		dl, err := events.ListDeadLetters(ctx, s.js, "")
-		if err != nil || len(dl) < 2 {
-			return fmt.Errorf("%d dead letters, want 2 (%v)", len(dl), err)
+		if err != nil {
+			return fmt.Errorf("list dead letters: %w", err)
+		}
+		if len(dl) < 2 {
+			return fmt.Errorf("%d dead letters, want 2", len(dl))
 		}
 		return nil
 	})
