@@ -35,6 +35,16 @@
 // SetStandby(true), and fails again once the stop begins. All are registered before /readyz is
 // served.
 //
+// # Replicas
+//
+// A service whose work must happen in one place at a time (per-key order, one writer) runs
+// several replicas with leader election: LoadLeaderElection reads LEADER_ELECTION and its
+// namespace and timings, and Lead blocks until this replica holds the service's Lease
+// (client-go leaderelection, a coordination.k8s.io Lease). A service calls it after the steps
+// that only connect or read (caches, NATS, buckets) and before it consumes or writes, so that
+// the standby consumes and writes nothing and a takeover is quick. A leader that cannot renew
+// its Lease ends with ErrLeadershipLost.
+//
 // # Stop
 //
 // Wait returns when Start's context ends (SIGTERM) or a worker started with Go fails. The stop
@@ -47,7 +57,9 @@
 //  3. The workers' context is cancelled and the service waits for them to return.
 //  4. The NATS connection is drained and the service waits until it is closed, so that the acks
 //     and publishes of the handlers are on the server before the process exits.
-//  5. The metrics and health servers shut down; "Stopped" is logged.
+//  5. A replica that leads (Lead) releases its Lease, so that the standby takes over at once
+//     and starts from everything this one acknowledged and wrote.
+//  6. The metrics and health servers shut down; "Stopped" is logged.
 //
 // A step that does not finish in time is cut short (the connection closed, the servers
 // closed) and reported in Wait's error; messages not acknowledged are then redelivered to the

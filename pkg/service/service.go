@@ -84,6 +84,8 @@ type Service struct {
 	failure         error          // the first worker error; it ended the service
 	stopOnce        sync.Once
 	stopErr         error
+	// releaseLease ends the leader election Lead started and releases its Lease (nil without).
+	releaseLease func(context.Context) error
 }
 
 // Start reads the common configuration, creates the logger and the registry, registers the
@@ -291,17 +293,21 @@ func (s *Service) Go(name string, run func(ctx context.Context) error) {
 		switch {
 		case err == nil:
 		case s.workCtx.Err() == nil:
-			err = fmt.Errorf("%s: %w", name, err)
-			s.mu.Lock()
-			if s.failure == nil {
-				s.failure = err
-			}
-			s.mu.Unlock()
-			s.fail(err)
+			s.failWith(fmt.Errorf("%s: %w", name, err))
 		default:
 			s.Logger.Warn("Worker stopped with an error", "worker", name, "error", err)
 		}
 	}()
+}
+
+// failWith ends the service with err, the error Wait returns (the first one wins).
+func (s *Service) failWith(err error) {
+	s.mu.Lock()
+	if s.failure == nil {
+		s.failure = err
+	}
+	s.mu.Unlock()
+	s.fail(err)
 }
 
 // OnStop registers fn to run at the very beginning of the stop, before the consumers stop: to
@@ -350,7 +356,7 @@ func (s *Service) stop() error {
 		}
 		sctx, cancel := context.WithTimeout(context.Background(), s.Common.ShutdownTimeout)
 		defer cancel()
-		steps := []error{s.stopConsumers(sctx), s.finishWorkers(sctx), s.drainNATS(sctx), s.stopHTTP(sctx)}
+		steps := []error{s.stopConsumers(sctx), s.finishWorkers(sctx), s.drainNATS(sctx), s.release(sctx), s.stopHTTP(sctx)}
 		for _, err := range steps {
 			if err != nil {
 				s.Logger.Warn("Stop step did not finish cleanly", "error", err)
@@ -436,6 +442,18 @@ func (s *Service) drainNATS(ctx context.Context) error {
 		nc.Close()
 		return fmt.Errorf("drain NATS: not closed within SHUTDOWN_TIMEOUT %s", s.Common.ShutdownTimeout)
 	}
+}
+
+// release releases the leader election Lease (see Lead), after the work is finished and
+// flushed, so that the next leader starts from all of it.
+func (s *Service) release(ctx context.Context) error {
+	s.mu.Lock()
+	release := s.releaseLease
+	s.mu.Unlock()
+	if release == nil {
+		return nil
+	}
+	return release(ctx)
 }
 
 // stopHTTP stops the metrics and health servers, last, so that probes and scrapes see the stop.
