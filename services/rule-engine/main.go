@@ -61,11 +61,10 @@ type config struct {
 	// the rule's installed pairs); over that they are held (RemovalsHeld). Same name and meaning
 	// as source-scanner's.
 	MaxRemovalFraction float64
-	// LeaderElection (LEADER_ELECTION, default false) runs the engine only in the replica that
-	// holds the Lease "rule-engine.enforcement.globo.com" in LeaderElectionNamespace
-	// (LEADER_ELECTION_NAMESPACE, default OPERATOR_NAMESPACE); the others wait, ready.
-	LeaderElection          bool
-	LeaderElectionNamespace string
+	// LeaderElection (LEADER_ELECTION, default false, and its namespace and timings, see
+	// pkg/service) runs the engine only in the replica that holds the Lease leaseName in
+	// LEADER_ELECTION_NAMESPACE (default OPERATOR_NAMESPACE); the others wait, ready.
+	LeaderElection service.LeaderElection
 	// StatusInterval (STATUS_INTERVAL, default 1s) is how long status notices for a rule are
 	// collected before its status is recomputed and written: it bounds status writes per rule.
 	StatusInterval time.Duration
@@ -78,15 +77,10 @@ func loadConfig(getenv service.Getenv) (config, error) {
 		TemplateHTTPAllow: commaList(getenv("TEMPLATE_HTTP_ALLOW")),
 	}
 	var errs []error
-	switch v := strings.ToLower(getenv("LEADER_ELECTION")); v {
-	case "", "false", "0":
-	case "true", "1":
-		c.LeaderElection = true
-	default:
-		errs = append(errs, fmt.Errorf("LEADER_ELECTION=%q: want true or false", v))
-	}
-	c.LeaderElectionNamespace = service.String(getenv, "LEADER_ELECTION_NAMESPACE", c.OperatorNamespace)
 	var err error
+	if c.LeaderElection, err = service.LoadLeaderElection(getenv, c.OperatorNamespace); err != nil {
+		errs = append(errs, err)
+	}
 	if c.TemplateHTTPEgress, err = egress.FromEnv(getenv, "TEMPLATE_HTTP_ALLOWED_NETWORKS", "TEMPLATE_HTTP_DENIED_NETWORKS"); err != nil {
 		errs = append(errs, err)
 	}
@@ -136,25 +130,21 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 		return err
 	}
 	ctrl.SetLogger(logr.FromSlogHandler(svc.Logger.Handler()))
-	svc.SetStandby(cfg.LeaderElection)
+	svc.SetStandby(cfg.LeaderElection.Enabled)
 	if err := svc.ConnectNATS(); err != nil {
 		return svc.Abort(err)
 	}
-	eng, mgr, err := startEngine(cfg, svc)
+	eng, mgr, startManager, err := wireEngine(cfg, svc)
 	if err != nil {
 		return svc.Abort(err)
 	}
-	// Leadership first (immediate without LEADER_ELECTION), then the state: a standby that took
-	// over must read what the previous leader wrote. Reconciles wait for the load (engine.loaded).
-	if cfg.LeaderElection {
-		svc.Logger.Info("Waiting for leadership", "lease", leaseName, "namespace", cfg.LeaderElectionNamespace)
+	// Leadership first (immediate without LEADER_ELECTION), then the controller and the state:
+	// a standby reconciles nothing, and one that took over must read what the previous leader
+	// wrote. Reconciles wait for the load (engine.loaded).
+	if err := svc.Lead(cfg.LeaderElection, leaseName); err != nil {
+		return svc.Abort(err)
 	}
-	select {
-	case <-mgr.Elected():
-	case <-svc.Context().Done():
-		return svc.Abort(svc.Context().Err())
-	}
-	svc.SetStandby(false)
+	startManager()
 	if err := eng.load(svc.Context()); err != nil {
 		return svc.Abort(err)
 	}
@@ -176,14 +166,14 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 // leaseName is the Lease the replicas compete for with LEADER_ELECTION.
 const leaseName = "rule-engine.enforcement.globo.com"
 
-// startEngine restores the engine's memory from its KV bucket (before anything can change it),
-// creates the ClusterRule controller and starts its manager as a worker of svc, which stops it
-// after the consumer.
-func startEngine(cfg config, svc *service.Service) (*engine, ctrl.Manager, error) {
+// wireEngine opens the engine's KV bucket, creates the engine and the ClusterRule controller, and
+// returns the function that starts the controller's manager as a worker of svc (which stops it
+// after the consumer); a standby replica calls it only once it leads.
+func wireEngine(cfg config, svc *service.Service) (*engine, ctrl.Manager, func(), error) {
 	m := newMetrics(svc.Registry)
 	st, err := openKVStore(svc.Context(), svc.JetStream)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	renderer := newRenderer(cfg.TemplateHTTPAllow, cfg.TemplateHTTPTimeout)
 	renderer.limit = cfg.TemplateRenderTimeout
@@ -192,7 +182,7 @@ func startEngine(cfg config, svc *service.Service) (*engine, ctrl.Manager, error
 	eng.maxRemovalFraction = cfg.MaxRemovalFraction
 	mgr, err := newManager(cfg, svc)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// The status pump and the manager share one context, ended at the worker step of the stop.
 	mgrCtx, stopMgr := context.WithCancel(context.WithoutCancel(svc.Context()))
@@ -200,19 +190,25 @@ func startEngine(cfg config, svc *service.Service) (*engine, ctrl.Manager, error
 		secretNamespace: cfg.OperatorNamespace, metrics: m, log: svc.Logger}, cfg.StatusInterval)
 	if err != nil {
 		stopMgr()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	eng.mu.Lock()
 	eng.notify = notify
 	eng.mu.Unlock()
+	start := make(chan struct{})
 	svc.Go("controller manager", func(ctx context.Context) error {
 		context.AfterFunc(ctx, stopMgr)
+		select {
+		case <-start:
+		case <-ctx.Done(): // stopped while standby
+			return nil
+		}
 		if err := mgr.Start(mgrCtx); err != nil {
 			return fmt.Errorf("controller manager: %w", err)
 		}
 		return nil
 	})
-	return eng, mgr, nil
+	return eng, mgr, func() { close(start) }, nil
 }
 
 // newManager creates the controller-runtime manager. It only serves the ClusterRule controller:
@@ -235,15 +231,12 @@ func newManager(cfg config, svc *service.Service) (ctrl.Manager, error) {
 	}
 	grace := svc.Common.ShutdownTimeout
 	mgr, err := ctrl.NewManager(svc.Kube, ctrl.Options{
-		Scheme:                        scheme,
-		Cache:                         cacheOpts,
-		Metrics:                       metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:        "0",
-		LeaderElection:                cfg.LeaderElection,
-		LeaderElectionID:              leaseName,
-		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
-		LeaderElectionReleaseOnCancel: true, // a replica stopping hands over at once
-		GracefulShutdownTimeout:       &grace,
+		Scheme:                 scheme,
+		Cache:                  cacheOpts,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		// Leader election is the service's (service.Lead), before the manager starts.
+		GracefulShutdownTimeout: &grace,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("controller manager: %w", err)
