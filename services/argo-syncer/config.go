@@ -38,7 +38,13 @@ type Config struct {
 	// decisions is re-asserted: owned objects deleted or edited by hand, or lost to an outage
 	// longer than the retries, are put back (resync.go).
 	ResyncInterval time.Duration
+	// LeaderElection (LEADER_ELECTION and its namespace and timings, pkg/service) lets two
+	// replicas run: only the one holding the Lease LeaseName consumes intents and writes.
+	LeaderElection service.LeaderElection
 }
+
+// LeaseName is the Lease the syncer's replicas compete for with LEADER_ELECTION.
+const LeaseName = "argo-syncer.enforcement.globo.com"
 
 // Values of PROJECT_SOURCE_REPOS and PROJECT_CLUSTER_RESOURCES.
 const (
@@ -87,6 +93,9 @@ func LoadConfig(getenv service.Getenv) (Config, error) {
 		errs = append(errs, err)
 	} else if c.ResyncInterval == 0 {
 		errs = append(errs, errors.New(`RESYNC_INTERVAL="0s": must be greater than 0`))
+	}
+	if c.LeaderElection, err = service.LoadLeaderElection(getenv, c.OperatorNamespace); err != nil {
+		errs = append(errs, err)
 	}
 	if c.ProjectSourceRepos != SourceReposRules && c.ProjectSourceRepos != SourceReposAny {
 		errs = append(errs, fmt.Errorf("PROJECT_SOURCE_REPOS=%q: want %q or %q", c.ProjectSourceRepos, SourceReposRules, SourceReposAny))

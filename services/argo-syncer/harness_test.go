@@ -151,7 +151,7 @@ func newHarness(t testing.TB, opts ...harnessOption) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan struct{})
-	go func() { _ = h.syncer.Run(ctx, ready); close(done) }()
+	go func() { _ = h.syncer.Run(ctx, ready, nil); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	select {
 	case <-ready:

@@ -23,7 +23,8 @@ func main() { service.Main(serviceName, run) }
 
 // run starts the service and blocks until ctx ends; it returns nil after a clean shutdown.
 // Start-up order: probes first (so that a failing start is visible), then the Argo CD caches
-// (intents are only useful once argo-syncer can read what exists), then NATS and the consumer.
+// (intents are only useful once argo-syncer can read what exists), then NATS, then (with
+// LEADER_ELECTION) the Lease, then the consumer and the workers that write.
 // /readyz turns green when the consumer is bound. At the stop the consumer finishes its
 // in-flight intents before the informers stop (see pkg/service for the whole order).
 func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error {
@@ -42,8 +43,8 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 		return svc.Abort(err)
 	}
 	// A failure to sync the caches ends the service, since every decision reads them.
-	cachesReady := make(chan struct{})
-	svc.Go("Argo CD caches", func(ctx context.Context) error { return syncer.Run(ctx, cachesReady) })
+	cachesReady, leading := make(chan struct{}), make(chan struct{})
+	svc.Go("Argo CD caches", func(ctx context.Context) error { return syncer.Run(ctx, cachesReady, leading) })
 	select {
 	case <-cachesReady:
 	case <-svc.Context().Done():
@@ -58,6 +59,14 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 	if err != nil {
 		return svc.Abort(err)
 	}
+	// A standby replica stops here, its caches warm, connected and ready: it consumes and writes
+	// nothing until it holds the Lease. The new leader resumes from the durable consumer (what
+	// the previous one did not acknowledge is redelivered) and from the gates and decisions
+	// buckets, which make a repeated intent a no-op.
+	if err := svc.Lead(cfg.LeaderElection, LeaseName); err != nil {
+		return svc.Abort(err)
+	}
+	close(leading)
 	// Installs that waited for their beforeInstall trigger under a legacy key must be found by
 	// the trigger's outcome, which the consumer may bring at once.
 	moved, err := h.gates.moveLegacyKeys(svc.Context())

@@ -165,22 +165,31 @@ func secretDataIndex(key string) cache.IndexFunc {
 	}
 }
 
-// Run starts the informers, waits for their caches, queues the clusters whose unregistration
-// was pending when the service last stopped, and then works the unregistration queue until ctx
-// ends. ready is closed once the caches are synced.
-func (s *Syncer) Run(ctx context.Context, ready chan<- struct{}) error {
+// Run starts the informers, waits for their caches and closes ready; then, once leading is
+// closed (at once when it is nil), it queues the clusters whose unregistration was pending when
+// the service last stopped and works the unregistration queue until ctx ends. A standby replica
+// keeps its caches warm and writes nothing: deletions seen meanwhile wait in the queue.
+func (s *Syncer) Run(ctx context.Context, ready chan<- struct{}, leading <-chan struct{}) error {
 	go s.apps.informer.Run(ctx.Done())
 	go s.projects.informer.Run(ctx.Done())
 	go s.secrets.informer.Run(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
 		return fmt.Errorf("sync Argo CD caches: %w", ctx.Err())
 	}
+	close(ready)
+	if leading != nil {
+		select {
+		case <-leading:
+		case <-ctx.Done():
+			s.pending.ShutDown()
+			return nil
+		}
+	}
 	for _, obj := range s.projects.informer.GetIndexer().List() {
 		if p, ok := obj.(*argov1.AppProject); ok && owned(p) && p.Annotations[AnnotationUnregister] != "" {
 			s.pending.Add(p.Annotations[AnnotationCluster])
 		}
 	}
-	close(ready)
 	go func() { <-ctx.Done(); s.pending.ShutDown() }()
 	for {
 		cluster, quit := s.pending.Get()

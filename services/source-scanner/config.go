@@ -45,7 +45,14 @@ type config struct {
 	// GKEEndpoint overrides the Google container API endpoint (GKE_ENDPOINT; default the
 	// library's). For Private Service Connect, compatible APIs and tests.
 	GKEEndpoint string
+	// LeaderElection (LEADER_ELECTION and its namespace and timings, pkg/service) lets two
+	// replicas run: only the one holding the Lease LeaseName scans, consumes and writes the
+	// inventory.
+	LeaderElection service.LeaderElection
 }
+
+// LeaseName is the Lease the scanner's replicas compete for with LEADER_ELECTION.
+const LeaseName = "source-scanner.enforcement.globo.com"
 
 // loadConfig reads and validates the configuration; errors name the variable.
 func loadConfig(getenv service.Getenv) (config, error) {
@@ -90,6 +97,9 @@ func loadConfig(getenv service.Getenv) (config, error) {
 			continue
 		}
 		*e.dst = v
+	}
+	if c.LeaderElection, err = service.LoadLeaderElection(getenv, c.OperatorNamespace); err != nil {
+		errs = append(errs, err)
 	}
 	// The container client resolves its paths ("v1/projects/...") against the endpoint, which
 	// must therefore end with a slash.

@@ -39,10 +39,11 @@ const serviceName = "source-scanner"
 
 func main() { service.Main(serviceName, run) }
 
-// run starts the scanner and blocks until ctx ends, then shuts down in order (pkg/service): the
-// scan loop starts no new pass and the current one finishes (within SHUTDOWN_TIMEOUT; a scan cut
-// short is safe, the next start republishes what it left unannounced), NATS is drained until
-// closed, the HTTP servers stop. Logs go to stdout.
+// run starts the scanner (with LEADER_ELECTION, once this replica leads) and blocks until ctx
+// ends, then shuts down in order (pkg/service): the scan loop starts no new pass and the current
+// one finishes (within SHUTDOWN_TIMEOUT; a scan cut short is safe, the next start republishes
+// what it left unannounced), NATS is drained until closed, the Lease is released, the HTTP
+// servers stop. Logs go to stdout.
 func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error {
 	cfg, err := loadConfig(getenv)
 	if err != nil {
@@ -64,6 +65,12 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 	kv, err := svc.JetStream.KeyValue(svc.Context(), events.BucketInventory)
 	if err != nil {
 		return svc.Abort(fmt.Errorf("open bucket %s: %w", events.BucketInventory, err))
+	}
+	// A standby replica stops here, connected and ready: it scans, consumes and writes nothing
+	// until it holds the Lease. The new leader's scanner then loads the inventory the previous
+	// one wrote (the bucket's compare-and-set fails a writer with a stale memory).
+	if err := svc.Lead(cfg.LeaderElection, LeaseName); err != nil {
+		return svc.Abort(err)
 	}
 	sc := scanner.New(kv, svc.Publisher(), scanner.Config{
 		GracePeriod:        cfg.GracePeriod,

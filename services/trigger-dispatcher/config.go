@@ -38,7 +38,16 @@ type config struct {
 	// fails for a reason other than the webhook, such as NATS or Kubernetes being unreachable
 	// (CONSUMER_BACKOFF_BASE, default 1s, doubling up to 30s).
 	ConsumerBackoffBase time.Duration
+
+	// LeaderElection (LEADER_ELECTION and its namespace and timings, pkg/service; the
+	// namespace defaults to OPERATOR_NAMESPACE) lets two replicas run: only the one holding
+	// the Lease leaseName consumes and calls webhooks, which keeps an intent and its outcomes in
+	// order in one process.
+	LeaderElection service.LeaderElection
 }
+
+// leaseName is the Lease the dispatcher's replicas compete for with LEADER_ELECTION.
+const leaseName = "trigger-dispatcher.enforcement.globo.com"
 
 // loadConfig reads and validates the configuration. Errors name the variable.
 func loadConfig(getenv service.Getenv) (config, error) {
@@ -81,6 +90,10 @@ func loadConfig(getenv service.Getenv) (config, error) {
 		return c, fmt.Errorf("CONSUMER_BACKOFF_BASE: must be greater than 0")
 	}
 	if c.Egress, err = egress.FromEnv(getenv, "TRIGGER_ALLOWED_NETWORKS", "TRIGGER_DENIED_NETWORKS"); err != nil {
+		return c, err
+	}
+	operatorNamespace := service.String(getenv, "OPERATOR_NAMESPACE", service.DefaultOperatorNamespace)
+	if c.LeaderElection, err = service.LoadLeaderElection(getenv, operatorNamespace); err != nil {
 		return c, err
 	}
 	return c, nil

@@ -59,6 +59,12 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 		return svc.Abort(err)
 	}
 	svc.OnStop(d.shutdown) // waiting retries give up at once; their messages go back to the server
+	// A standby replica stops here, connected and ready: it consumes and calls nothing until it
+	// holds the Lease. Delivery records make a redelivered intent's webhook call repeat with the
+	// same delivery id, never as a second delivery.
+	if err := svc.Lead(cfg.LeaderElection, leaseName); err != nil {
+		return svc.Abort(err)
+	}
 	if err := svc.Consume(consumerOptions(cfg, d), d.handle); err != nil {
 		return svc.Abort(err)
 	}
