@@ -269,9 +269,39 @@ func TestRBAC(t *testing.T) {
 					}
 				}
 			}
+			checkLeaseAccess(t, cs, name)
 		})
 	}
 }
+
+// leaseNamespaces is where each hub chart's Lease lives with rbacValues: OPERATOR_NAMESPACE,
+// or the release namespace for trigger-dispatcher (which has no operator namespace value).
+var leaseNamespaces = map[string]string{"source-scanner": opsNS, "rule-engine": rbacNS, "argo-syncer": opsNS, "trigger-dispatcher": rbacNS}
+
+// checkLeaseAccess: a hub service may take and renew Leases in its Lease namespace only, and
+// may not delete them; policy-watcher has no Lease access at all.
+func checkLeaseAccess(t *testing.T, cs kubernetes.Interface, name string) {
+	t.Helper()
+	ns, hub := leaseNamespaces[name]
+	if hub {
+		for _, a := range verbs(coordinationGroup, "leases", "", ns, "get", "create", "update") {
+			if !allowed(t, cs, a) {
+				t.Errorf("%s may not %s, which leader election needs", name, a)
+			}
+		}
+	}
+	denied := append(verbs(coordinationGroup, "leases", "", "kube-system", "get", "update"), verbs(coordinationGroup, "leases", "", teamNS, "create")...)
+	if hub {
+		denied = append(denied, verbs(coordinationGroup, "leases", "", ns, "delete")...)
+	}
+	for _, a := range denied {
+		if allowed(t, cs, a) {
+			t.Errorf("%s may %s, which it must not", name, a)
+		}
+	}
+}
+
+const coordinationGroup = "coordination.k8s.io"
 
 // TestRBACOptionalGrants: the grants behind values appear only when asked for, in the
 // namespaces named: source-scanner's ManagedCluster read, rule-engine limited to

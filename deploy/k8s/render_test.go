@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -61,12 +62,17 @@ func customValues(chartName string) map[string]any {
 			"templateHTTPAllowedNetworks": []any{"10.20.0.0/16", "fd12::/16"}, "templateHTTPDeniedNetworks": []any{"203.0.113.0/24"}, "sourceDegradedTTL": "5m", "statusInterval": "2s", "maxRemovalFraction": "0.2"}
 		vals["replicaCount"] = 2
 		vals["strategy"] = map[string]any{"type": "RollingUpdate"}
-		vals["leaderElection"] = map[string]any{"enabled": true, "namespace": "enf-leases"}
+		vals["leaderElection"] = map[string]any{"enabled": true, "namespace": "enf-leases",
+			"leaseDuration": "20s", "renewDeadline": "15s", "retryPeriod": "3s"}
+		vals["podDisruptionBudget"] = map[string]any{"minAvailable": "50%"}
 	case "argo-syncer":
 		vals["config"] = map[string]any{"operatorNamespace": "enf-system", "argocdNamespace": "gitops", "syncConcurrency": 4,
 			"kubeQPS": 50, "kubeBurst": 80, "projectSourceRepos": "*", "projectClusterResources": "none",
 			"sourceSecretTTL": "1m", "resyncInterval": "5m", "shutdownTimeout": "20s"}
 		vals["rbac"] = map[string]any{"sourceSecretNamespaces": []any{"enf-system", "team-a"}}
+		vals["replicaCount"] = 1
+		vals["strategy"] = map[string]any{"type": "Recreate"}
+		vals["leaderElection"] = map[string]any{"enabled": false}
 	case "trigger-dispatcher":
 		vals["replicaCount"] = 3
 		vals["config"] = map[string]any{"defaultTimeout": "10s", "maxAttempts": 7,
@@ -84,26 +90,29 @@ func customValues(chartName string) map[string]any {
 // customValues, on top of the common METRICS_ADDR / HEALTH_ADDR / NATS ones.
 var wantEnv = map[string]struct{ defaults, custom map[string]string }{
 	"source-scanner": {
-		defaults: map[string]string{"OPERATOR_NAMESPACE": "enforcement", "SCAN_INTERVAL": "30s", "GONE_GRACE_PERIOD": "10m", "MAX_REMOVAL_FRACTION": "0.1"},
+		defaults: map[string]string{"OPERATOR_NAMESPACE": "enforcement", "SCAN_INTERVAL": "30s", "GONE_GRACE_PERIOD": "10m", "MAX_REMOVAL_FRACTION": "0.1",
+			"LEADER_ELECTION": "true", "LEADER_ELECTION_NAMESPACE": "enforcement"},
 		custom: map[string]string{"OPERATOR_NAMESPACE": "enf-system", "SCAN_INTERVAL": "1m", "GONE_GRACE_PERIOD": "30m",
-			"MAX_REMOVAL_FRACTION": "0.25", "LIST_TIMEOUT": "2m"},
+			"MAX_REMOVAL_FRACTION": "0.25", "LIST_TIMEOUT": "2m", "LEADER_ELECTION": "true", "LEADER_ELECTION_NAMESPACE": "enf-system"},
 	},
 	"rule-engine": {
-		defaults: map[string]string{"OPERATOR_NAMESPACE": "enforcement"},
+		defaults: map[string]string{"OPERATOR_NAMESPACE": "enforcement", "LEADER_ELECTION": "true", "LEADER_ELECTION_NAMESPACE": "enforcement"},
 		custom: map[string]string{"OPERATOR_NAMESPACE": "enf-system", "WATCH_NAMESPACES": "team-a,team-b",
 			"TEMPLATE_HTTP_ALLOW": "api.example.com,cmdb.example.com", "TEMPLATE_HTTP_TIMEOUT": "3s",
 			"TEMPLATE_HTTP_ALLOWED_NETWORKS": "10.20.0.0/16,fd12::/16", "TEMPLATE_HTTP_DENIED_NETWORKS": "203.0.113.0/24", "SOURCE_DEGRADED_TTL": "5m",
-			"STATUS_INTERVAL": "2s", "MAX_REMOVAL_FRACTION": "0.2", "LEADER_ELECTION": "true", "LEADER_ELECTION_NAMESPACE": "enf-leases"},
+			"STATUS_INTERVAL": "2s", "MAX_REMOVAL_FRACTION": "0.2", "LEADER_ELECTION": "true", "LEADER_ELECTION_NAMESPACE": "enf-leases",
+			"LEADER_ELECTION_LEASE_DURATION": "20s", "LEADER_ELECTION_RENEW_DEADLINE": "15s", "LEADER_ELECTION_RETRY_PERIOD": "3s"},
 	},
 	"argo-syncer": {
-		defaults: map[string]string{"OPERATOR_NAMESPACE": "enforcement", "ARGOCD_NAMESPACE": "argocd"},
+		defaults: map[string]string{"OPERATOR_NAMESPACE": "enforcement", "ARGOCD_NAMESPACE": "argocd",
+			"LEADER_ELECTION": "true", "LEADER_ELECTION_NAMESPACE": "enforcement"},
 		custom: map[string]string{"OPERATOR_NAMESPACE": "enf-system", "ARGOCD_NAMESPACE": "gitops", "SYNC_CONCURRENCY": "4",
 			"KUBE_QPS": "50", "KUBE_BURST": "80", "PROJECT_SOURCE_REPOS": "*", "PROJECT_CLUSTER_RESOURCES": "none",
 			"SOURCE_SECRET_TTL": "1m", "RESYNC_INTERVAL": "5m", "SHUTDOWN_TIMEOUT": "20s"},
 	},
 	"trigger-dispatcher": {
-		defaults: map[string]string{},
-		custom: map[string]string{"TRIGGER_DEFAULT_TIMEOUT": "10s", "TRIGGER_MAX_ATTEMPTS": "7",
+		defaults: map[string]string{"LEADER_ELECTION": "true", "LEADER_ELECTION_NAMESPACE": "enforcement"},
+		custom: map[string]string{"LEADER_ELECTION": "true", "LEADER_ELECTION_NAMESPACE": "enf-system", "TRIGGER_DEFAULT_TIMEOUT": "10s", "TRIGGER_MAX_ATTEMPTS": "7",
 			"TRIGGER_BACKOFF_BASE": "1s", "TRIGGER_BACKOFF_MAX": "1m", "TRIGGER_BLOCKED_RETRY_INTERVAL": "0",
 			"TRIGGER_DENIED_NETWORKS": "203.0.113.0/24", "TRIGGER_MAX_TIMEOUT": "1m", "TRIGGER_ALLOWED_NETWORKS": "10.0.0.0/8", "CONSUMER_BACKOFF_BASE": "2s"},
 	},
@@ -153,8 +162,12 @@ func TestRenderDefaults(t *testing.T) {
 			if got, want := c.Image, "enforcement/"+name+":"+ch.Metadata.AppVersion; got != want {
 				t.Errorf("image %q, want %q", got, want)
 			}
-			if got := *dep.Spec.Replicas; got != 1 {
-				t.Errorf("replicas %d, want 1", got)
+			wantReplicas := int32(2) // the hub services: two, with leader election
+			if name == "policy-watcher" {
+				wantReplicas = 1
+			}
+			if got := *dep.Spec.Replicas; got != wantReplicas {
+				t.Errorf("replicas %d, want %d", got, wantReplicas)
 			}
 			env := envMap(t, c)
 			want := map[string]string{"METRICS_ADDR": ":8080", "HEALTH_ADDR": ":8081"}
@@ -354,42 +367,89 @@ func TestNATSUserFromValues(t *testing.T) {
 	}
 }
 
-// TestSingleReplicaServices: source-scanner and argo-syncer have no leader election yet, so
-// their charts refuse more than one replica and replace pods with Recreate (a rolling update
-// would run two at once). rule-engine does the same unless leaderElection.enabled, which lets
-// it scale and sets LEADER_ELECTION; the other two charts scale freely.
-func TestSingleReplicaServices(t *testing.T) {
-	for _, name := range serviceCharts {
+// hubCharts are the charts of the hub services: two replicas with leader election by default.
+var hubCharts = []string{"source-scanner", "rule-engine", "argo-syncer", "trigger-dispatcher"}
+
+// TestReplicasWithLeaderElection: the hub charts run two replicas with leader election by
+// default (LEADER_ELECTION, the Lease Role in the Lease namespace, RollingUpdate) and a
+// PodDisruptionBudget that keeps one; they refuse more than one replica, or a rolling update,
+// without leader election, and render no PDB for a single replica (it would block drains).
+func TestReplicasWithLeaderElection(t *testing.T) {
+	for _, name := range hubCharts {
 		t.Run(name, func(t *testing.T) {
-			singleton := name == "source-scanner" || name == "rule-engine" || name == "argo-syncer"
-			_, err := render(loadChart(t, name), defaultRelease, map[string]any{"replicaCount": 2})
-			refused := err != nil && (strings.Contains(err.Error(), "must run 1 replica") || strings.Contains(err.Error(), "needs leaderElection.enabled"))
-			switch {
-			case singleton && !refused:
-				t.Errorf("replicaCount 2: err %v, want a refusal", err)
-			case !singleton && err != nil:
-				t.Errorf("replicaCount 2: %v", err)
+			objs := mustRender(t, name, defaultRelease, nil)
+			dep := deployment(t, objs)
+			env := envMap(t, dep.Spec.Template.Spec.Containers[0])
+			if *dep.Spec.Replicas != 2 || dep.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType ||
+				env["LEADER_ELECTION"] != "true" || env["LEADER_ELECTION_NAMESPACE"] != defaultRelease.namespace {
+				t.Errorf("defaults: replicas %d, strategy %q, LEADER_ELECTION=%q, LEADER_ELECTION_NAMESPACE=%q",
+					*dep.Spec.Replicas, dep.Spec.Strategy.Type, env["LEADER_ELECTION"], env["LEADER_ELECTION_NAMESPACE"])
 			}
-			dep := deployment(t, mustRender(t, name, defaultRelease, nil))
-			if recreate := dep.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType; recreate != singleton {
-				t.Errorf("strategy %q", dep.Spec.Strategy.Type)
+			checkPDB(t, objs, dep, "1")
+			if role := leaseRole(objs); role == nil || role.GetNamespace() != defaultRelease.namespace {
+				t.Errorf("want the Lease Role in %s, have %v", defaultRelease.namespace, role)
 			}
-			if env := envMap(t, dep.Spec.Template.Spec.Containers[0]); env["LEADER_ELECTION"] != "" {
-				t.Errorf("LEADER_ELECTION=%q by default", env["LEADER_ELECTION"])
+
+			off := map[string]any{"enabled": false}
+			_, err := render(loadChart(t, name), defaultRelease, map[string]any{"leaderElection": off, "strategy": map[string]any{"type": "Recreate"}})
+			if err == nil || !strings.Contains(err.Error(), "needs leaderElection.enabled") {
+				t.Errorf("two replicas without leader election: err %v, want a refusal", err)
+			}
+			_, err = render(loadChart(t, name), defaultRelease, map[string]any{"leaderElection": off, "replicaCount": 1})
+			if err == nil || !strings.Contains(err.Error(), "use {type: Recreate}") {
+				t.Errorf("a rolling update without leader election: err %v, want a refusal", err)
+			}
+			single := mustRender(t, name, defaultRelease, map[string]any{"leaderElection": off, "replicaCount": 1, "strategy": map[string]any{"type": "Recreate"}})
+			if env := envMap(t, deployment(t, single).Spec.Template.Spec.Containers[0]); env["LEADER_ELECTION"] != "" || env["LEADER_ELECTION_NAMESPACE"] != "" {
+				t.Errorf("leader election off: LEADER_ELECTION=%q LEADER_ELECTION_NAMESPACE=%q", env["LEADER_ELECTION"], env["LEADER_ELECTION_NAMESPACE"])
+			}
+			if len(find(single, "PodDisruptionBudget", "")) != 0 || leaseRole(single) != nil {
+				t.Error("one replica without leader election: want no PodDisruptionBudget and no Lease Role")
 			}
 		})
 	}
-	t.Run("rule-engine with leader election", func(t *testing.T) {
-		objs := mustRender(t, "rule-engine", defaultRelease, map[string]any{"replicaCount": 3, "leaderElection": map[string]any{"enabled": true}})
-		dep := deployment(t, objs)
-		env := envMap(t, dep.Spec.Template.Spec.Containers[0])
-		if *dep.Spec.Replicas != 3 || env["LEADER_ELECTION"] != "true" || env["LEADER_ELECTION_NAMESPACE"] != defaultRelease.namespace {
-			t.Errorf("replicas %d, LEADER_ELECTION=%q, LEADER_ELECTION_NAMESPACE=%q", *dep.Spec.Replicas, env["LEADER_ELECTION"], env["LEADER_ELECTION_NAMESPACE"])
+	t.Run("policy-watcher", func(t *testing.T) {
+		if objs := mustRender(t, "policy-watcher", defaultRelease, nil); len(find(objs, "PodDisruptionBudget", "")) != 0 {
+			t.Error("one replica per managed cluster: want no PodDisruptionBudget")
 		}
-		if roles := find(objs, "Role", ""); len(roles) != 1 || roles[0].GetNamespace() != defaultRelease.namespace {
-			t.Errorf("want one Lease Role in %s, have %d", defaultRelease.namespace, len(roles))
+		objs := mustRender(t, "policy-watcher", defaultRelease, map[string]any{"replicaCount": 2})
+		checkPDB(t, objs, deployment(t, objs), "1")
+	})
+	t.Run("custom Lease namespace and PDB", func(t *testing.T) {
+		objs := mustRender(t, "rule-engine", defaultRelease, customValues("rule-engine"))
+		checkPDB(t, objs, deployment(t, objs), "50%")
+		if role := leaseRole(objs); role == nil || role.GetNamespace() != "enf-leases" {
+			t.Errorf("want the Lease Role in enf-leases, have %v", role)
 		}
 	})
+}
+
+// checkPDB checks the release has one PodDisruptionBudget selecting exactly the Deployment's
+// pods with minAvailable want.
+func checkPDB(t *testing.T, objs []*unstructured.Unstructured, dep *appsv1.Deployment, want string) {
+	t.Helper()
+	pdbs := find(objs, "PodDisruptionBudget", "")
+	if len(pdbs) != 1 {
+		t.Fatalf("%d PodDisruptionBudgets, want 1", len(pdbs))
+	}
+	var pdb policyv1.PodDisruptionBudget
+	fromUnstructured(t, pdbs[0], &pdb)
+	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.String() != want {
+		t.Errorf("PodDisruptionBudget minAvailable %v, want %s", pdb.Spec.MinAvailable, want)
+	}
+	if pdb.Spec.Selector == nil || !maps.Equal(pdb.Spec.Selector.MatchLabels, dep.Spec.Selector.MatchLabels) {
+		t.Errorf("PodDisruptionBudget selects %v, the Deployment %v", pdb.Spec.Selector, dep.Spec.Selector.MatchLabels)
+	}
+}
+
+// leaseRole is the release's Role granting the Lease verbs, or nil.
+func leaseRole(objs []*unstructured.Unstructured) *unstructured.Unstructured {
+	for _, r := range find(objs, "Role", "") {
+		if strings.HasSuffix(r.GetName(), "-leader-election") {
+			return r
+		}
+	}
+	return nil
 }
 
 // TestChartEnvIsReadByService guards against typos and renamed variables: every variable a
@@ -398,11 +458,19 @@ func TestSingleReplicaServices(t *testing.T) {
 // only logged: extraEnv covers it, and services add variables while the charts follow.
 func TestChartEnvIsReadByService(t *testing.T) {
 	common := []string{"NATS_URL", "NATS_CREDS", "NATS_USER", "NATS_PASSWORD", "METRICS_ADDR", "HEALTH_ADDR", "LOG_LEVEL", "SHUTDOWN_TIMEOUT", "KUBECONFIG"}
+	// pkg/service reads these for the services that call service.LoadLeaderElection.
+	leaderElection := []string{"LEADER_ELECTION", "LEADER_ELECTION_NAMESPACE", "LEADER_ELECTION_LEASE_DURATION",
+		"LEADER_ELECTION_RENEW_DEADLINE", "LEADER_ELECTION_RETRY_PERIOD"}
 	for _, name := range serviceCharts {
 		t.Run(name, func(t *testing.T) {
 			named, read := serviceEnv(t, filepath.Join("..", "..", "services", name))
 			if len(named) == 0 {
 				t.Skipf("no Go source of %s found", name)
+			}
+			if named[loadLeaderElection] {
+				for _, v := range leaderElection {
+					named[v] = true
+				}
 			}
 			set := envMap(t, deployment(t, mustRender(t, name, defaultRelease, customValues(name))).Spec.Template.Spec.Containers[0])
 			delete(set, "GOMEMLIMIT") // extraEnv of the custom values
@@ -419,6 +487,10 @@ func TestChartEnvIsReadByService(t *testing.T) {
 		})
 	}
 }
+
+// loadLeaderElection marks, in serviceEnv's named, a service that calls
+// service.LoadLeaderElection.
+const loadLeaderElection = "service.LoadLeaderElection"
 
 var (
 	// upperLiteralRE matches a Go string literal that could be a variable name.
@@ -444,6 +516,9 @@ func serviceEnv(t *testing.T, dir string) (named, read map[string]bool) {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if strings.Contains(string(data), "service.LoadLeaderElection(") {
+			named[loadLeaderElection] = true
 		}
 		for _, m := range upperLiteralRE.FindAllStringSubmatch(string(data), -1) {
 			named[m[1]] = true

@@ -19,6 +19,7 @@ var skeletonFiles = []string{
 	"templates/serviceaccount.yaml",
 	"templates/servicemonitor.yaml",
 	"templates/nats-secret.yaml",
+	"templates/poddisruptionbudget.yaml",
 	"templates/NOTES.txt",
 }
 

@@ -15,13 +15,26 @@
   "PROJECT_CLUSTER_RESOURCES" .Values.config.projectClusterResources
   "SOURCE_SECRET_TTL" .Values.config.sourceSecretTTL
   "RESYNC_INTERVAL" .Values.config.resyncInterval
-  "SHUTDOWN_TIMEOUT" .Values.config.shutdownTimeout) }}
+  "SHUTDOWN_TIMEOUT" .Values.config.shutdownTimeout
+  "LEADER_ELECTION" (ternary "true" "" .Values.leaderElection.enabled)
+  "LEADER_ELECTION_NAMESPACE" (ternary (include "argo-syncer.leaseNamespace" .) "" .Values.leaderElection.enabled)
+  "LEADER_ELECTION_LEASE_DURATION" .Values.leaderElection.leaseDuration
+  "LEADER_ELECTION_RENEW_DEADLINE" .Values.leaderElection.renewDeadline
+  "LEADER_ELECTION_RETRY_PERIOD" .Values.leaderElection.retryPeriod) }}
+{{- end }}
+
+{{/* The namespace of the leader election Lease (LEADER_ELECTION_NAMESPACE). */}}
+{{- define "argo-syncer.leaseNamespace" -}}
+{{- .Values.leaderElection.namespace | default (include "argo-syncer.operatorNamespace" .) }}
 {{- end }}
 
 {{/* Refuses values the syncer cannot run with. */}}
 {{- define "argo-syncer.validate" -}}
-{{- if gt (int .Values.replicaCount) 1 }}
-{{- fail "replicaCount: argo-syncer must run 1 replica (no leader election yet; two could write one cluster's objects at once)" }}
+{{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicaCount) 1) }}
+{{- fail "replicaCount: more than one argo-syncer replica needs leaderElection.enabled=true (without it every replica would write one cluster's objects at once)" }}
+{{- end }}
+{{- if and (not .Values.leaderElection.enabled) (ne (toString (dig "type" "" .Values.strategy)) "Recreate") }}
+{{- fail "strategy: without leaderElection.enabled use {type: Recreate} (a rolling update would run the old and the new pod side by side)" }}
 {{- end }}
 {{- if not .Values.config.argocdNamespace }}
 {{- fail "config.argocdNamespace: must not be empty" }}

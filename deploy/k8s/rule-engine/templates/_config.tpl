@@ -16,7 +16,10 @@
   "MAX_REMOVAL_FRACTION" .Values.config.maxRemovalFraction
   "STATUS_INTERVAL" .Values.config.statusInterval
   "LEADER_ELECTION" (ternary "true" "" .Values.leaderElection.enabled)
-  "LEADER_ELECTION_NAMESPACE" (ternary (include "rule-engine.leaseNamespace" .) "" .Values.leaderElection.enabled)) }}
+  "LEADER_ELECTION_NAMESPACE" (ternary (include "rule-engine.leaseNamespace" .) "" .Values.leaderElection.enabled)
+  "LEADER_ELECTION_LEASE_DURATION" .Values.leaderElection.leaseDuration
+  "LEADER_ELECTION_RENEW_DEADLINE" .Values.leaderElection.renewDeadline
+  "LEADER_ELECTION_RETRY_PERIOD" .Values.leaderElection.retryPeriod) }}
 {{- end }}
 
 {{/* The namespace of the leader election Lease (LEADER_ELECTION_NAMESPACE). */}}
@@ -26,7 +29,10 @@
 
 {{/* Refuses values the engine cannot run with. */}}
 {{- define "rule-engine.validate" -}}
-{{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}
+{{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicaCount) 1) }}
 {{- fail "replicaCount: more than one rule-engine replica needs leaderElection.enabled=true (without it every replica would publish every intent)" }}
+{{- end }}
+{{- if and (not .Values.leaderElection.enabled) (ne (toString (dig "type" "" .Values.strategy)) "Recreate") }}
+{{- fail "strategy: without leaderElection.enabled use {type: Recreate} (a rolling update would run the old and the new pod side by side)" }}
 {{- end }}
 {{- end }}

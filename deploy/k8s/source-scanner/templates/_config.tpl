@@ -10,12 +10,25 @@
   "SCAN_INTERVAL" .Values.config.scanInterval
   "GONE_GRACE_PERIOD" .Values.config.goneGracePeriod
   "MAX_REMOVAL_FRACTION" .Values.config.maxRemovalFraction
-  "LIST_TIMEOUT" .Values.config.listTimeout) }}
+  "LIST_TIMEOUT" .Values.config.listTimeout
+  "LEADER_ELECTION" (ternary "true" "" .Values.leaderElection.enabled)
+  "LEADER_ELECTION_NAMESPACE" (ternary (include "source-scanner.leaseNamespace" .) "" .Values.leaderElection.enabled)
+  "LEADER_ELECTION_LEASE_DURATION" .Values.leaderElection.leaseDuration
+  "LEADER_ELECTION_RENEW_DEADLINE" .Values.leaderElection.renewDeadline
+  "LEADER_ELECTION_RETRY_PERIOD" .Values.leaderElection.retryPeriod) }}
+{{- end }}
+
+{{/* The namespace of the leader election Lease (LEADER_ELECTION_NAMESPACE). */}}
+{{- define "source-scanner.leaseNamespace" -}}
+{{- .Values.leaderElection.namespace | default (include "source-scanner.operatorNamespace" .) }}
 {{- end }}
 
 {{/* Refuses values the scanner cannot run with. */}}
 {{- define "source-scanner.validate" -}}
-{{- if gt (int .Values.replicaCount) 1 }}
-{{- fail "replicaCount: source-scanner must run 1 replica (no leader election yet; a second one would scan and publish twice)" }}
+{{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicaCount) 1) }}
+{{- fail "replicaCount: more than one source-scanner replica needs leaderElection.enabled=true (without it every replica would scan and publish every change)" }}
+{{- end }}
+{{- if and (not .Values.leaderElection.enabled) (ne (toString (dig "type" "" .Values.strategy)) "Recreate") }}
+{{- fail "strategy: without leaderElection.enabled use {type: Recreate} (a rolling update would run the old and the new pod side by side)" }}
 {{- end }}
 {{- end }}
