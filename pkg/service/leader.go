@@ -16,11 +16,14 @@ import (
 )
 
 // Defaults of the leader election timings. A replica killed without a goodbye is replaced
-// after at most LeaseDuration + RetryPeriod (17 s) plus the new leader's start-up; a replica
-// that stops on SIGTERM releases the Lease and the other takes it within RetryPeriod.
+// after at most LeaseDuration + 2.2 × RetryPeriod (client-go jitters the attempts to take the
+// Lease by up to 1.2 × RetryPeriod): 14.4 s, plus the new leader's start-up, within the
+// 20 s a handover may take. client-go's customary 15 s lease would allow 19.4 s. A replica
+// that stops on SIGTERM releases the Lease and the other takes it within that retry.
+// RenewDeadline leaves 3 s between a leader giving up and another one taking over.
 const (
-	DefaultLeaseDuration = 15 * time.Second
-	DefaultRenewDeadline = 10 * time.Second
+	DefaultLeaseDuration = 10 * time.Second
+	DefaultRenewDeadline = 7 * time.Second
 	DefaultRetryPeriod   = 2 * time.Second
 )
 
@@ -37,10 +40,10 @@ type LeaderElection struct {
 	Enabled bool
 	// Namespace (LEADER_ELECTION_NAMESPACE, default OPERATOR_NAMESPACE) holds the Lease.
 	Namespace string
-	// LeaseDuration (LEADER_ELECTION_LEASE_DURATION, default 15s) is how long the others wait
+	// LeaseDuration (LEADER_ELECTION_LEASE_DURATION, default 10s) is how long the others wait
 	// after the last renewal before they take the Lease.
 	LeaseDuration time.Duration
-	// RenewDeadline (LEADER_ELECTION_RENEW_DEADLINE, default 10s) is how long the leader keeps
+	// RenewDeadline (LEADER_ELECTION_RENEW_DEADLINE, default 7s) is how long the leader keeps
 	// trying to renew before it gives up and stops; shorter than LeaseDuration, so that it
 	// stops before another replica may take over.
 	RenewDeadline time.Duration
