@@ -122,6 +122,13 @@ func startSystemWithUsers(t *testing.T, env map[string]string) *system {
 
 func newSystem(t *testing.T, env map[string]string, withUsers bool) *system {
 	t.Helper()
+	return newSystemWith(t, env, withUsers, nil)
+}
+
+// newSystemWith is newSystem that calls before, when not nil, once the servers run and before
+// the services start.
+func newSystemWith(t *testing.T, env map[string]string, withUsers bool, before func(*system)) *system {
+	t.Helper()
 	s := &system{t: t, procs: map[string]*proc{}, logs: t.TempDir(), withUsers: withUsers}
 	if withUsers {
 		s.nats = testenv.StartNATS(t, testenv.WithAuthorization(t, testenv.ShippedAuthorization(t)))
@@ -154,6 +161,9 @@ func newSystem(t *testing.T, env map[string]string, withUsers bool) *system {
 	for k, v := range env {
 		s.env[k] = v
 	}
+	if before != nil {
+		before(s)
+	}
 	for _, name := range hubServices {
 		s.start(name)
 	}
@@ -164,6 +174,13 @@ func newSystem(t *testing.T, env map[string]string, withUsers bool) *system {
 // start runs one service binary and waits until its /readyz answers 200.
 func (s *system) start(name string) {
 	s.t.Helper()
+	s.startAs(name, name)
+}
+
+// startAs runs a further replica of the service binary, as instance (its name for kill and
+// logTail, and its log file), and waits until its /readyz answers 200.
+func (s *system) startAs(instance, name string) {
+	s.t.Helper()
 	metrics, health := testenv.FreeAddr(s.t), testenv.FreeAddr(s.t)
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "METRICS_ADDR=" + metrics, "HEALTH_ADDR=" + health}
 	for k, v := range s.env {
@@ -172,7 +189,7 @@ func (s *system) start(name string) {
 	if s.withUsers {
 		env = append(env, "NATS_USER="+name, "NATS_PASSWORD="+testenv.NATSPassword(name))
 	}
-	logFile, err := os.OpenFile(filepath.Join(s.logs, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	logFile, err := os.OpenFile(filepath.Join(s.logs, instance+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -184,23 +201,23 @@ func (s *system) start(name string) {
 	p := &proc{cmd: cmd, health: health, metrics: metrics, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); logFile.Close(); close(p.done) }()
 	s.mu.Lock()
-	s.procs[name] = p
+	s.procs[instance] = p
 	s.mu.Unlock()
 
 	// On a timeout stopAll logs the tail of the service's log.
 	testenv.Eventually(s.t, 60*time.Second, func() error {
 		select {
 		case <-p.done:
-			s.t.Fatalf("%s exited during start-up:\n%s", name, s.logTail(name))
+			s.t.Fatalf("%s exited during start-up:\n%s", instance, s.logTail(instance))
 		default:
 		}
 		resp, err := http.Get("http://" + health + "/readyz")
 		if err != nil {
-			return fmt.Errorf("%s not ready: %w", name, err)
+			return fmt.Errorf("%s not ready: %w", instance, err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s not ready: /readyz answers %s", name, resp.Status)
+			return fmt.Errorf("%s not ready: /readyz answers %s", instance, resp.Status)
 		}
 		return nil
 	})
