@@ -338,7 +338,8 @@ func TestRBACOptionalGrants(t *testing.T) {
 		t.Errorf("source-scanner may %s", a)
 	}
 
-	engine := install("rule-engine", map[string]any{"config": map[string]any{"watchNamespaces": []any{"opt-a"}}})
+	engine := install("rule-engine", map[string]any{"config": map[string]any{"watchNamespaces": []any{"opt-a"}},
+		"replicaCount": 1, "strategy": map[string]any{"type": "Recreate"}, "leaderElection": map[string]any{"enabled": false}})
 	for _, a := range verbs(enfGroup, "clusterrules", "", "opt-a", "list", "watch", "patch") {
 		if !allowed(t, engine, a) {
 			t.Errorf("rule-engine watching opt-a may not %s", a)
