@@ -34,16 +34,16 @@ var leaderElectionEnv = map[string]string{
 	"TRIGGER_ALLOWED_NETWORKS": "127.0.0.0/8",
 }
 
-// hookReceiver counts webhook calls per cluster and phase, and the distinct delivery ids.
-type hookReceiver struct {
+// deliveryCounter counts webhook calls per cluster and phase, and the distinct delivery ids.
+type deliveryCounter struct {
 	*httptest.Server
 	mu         sync.Mutex
 	calls      map[string]int             // "<cluster>/<phase>" → calls
 	deliveries map[string]map[string]bool // "<cluster>/<phase>" → delivery ids
 }
 
-func newHookReceiver(t *testing.T) *hookReceiver {
-	h := &hookReceiver{calls: map[string]int{}, deliveries: map[string]map[string]bool{}}
+func newDeliveryCounter(t *testing.T) *deliveryCounter {
+	h := &deliveryCounter{calls: map[string]int{}, deliveries: map[string]map[string]bool{}}
 	h.Server = httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		var body struct {
 			Cluster struct {
@@ -144,7 +144,7 @@ func TestKillingTheLeaderHandsOver(t *testing.T) {
 	for _, name := range hubServices {
 		s.startAs(name+"-standby", name) // ready, but standby: the first instance leads
 	}
-	hooks := newHookReceiver(t)
+	hooks := newDeliveryCounter(t)
 	s.createSecret("static", map[string][]byte{"token": []byte("static-token")})
 	clusters := 5
 	s.staticRule(staticClusters(clusters), fmt.Sprintf(`  triggers:
