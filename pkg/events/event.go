@@ -266,9 +266,18 @@ func (e *InstallIntent) subjectKeys() []string {
 // UninstallIntent
 
 func (*UninstallIntent) Type() string { return "io.enforcement.intent.uninstall.v1" }
+
+// ID ends in the target's identity when it has one: a rule may uninstall one enforcement from
+// two clusters of the same name at the same revision (a pair of its old source whose takeover
+// argo-syncer refused next to its successor, or two clusters of one name), and neither uninstall
+// may be deduplicated away.
 func (e *UninstallIntent) ID() string {
-	return id("uninstall", e.Rule.Namespace, e.Rule.Name, i64(e.Rule.Generation), e.Cluster.Name,
-		u64(e.Cluster.Revision), e.Enforcement)
+	parts := []string{e.Rule.Namespace, e.Rule.Name, i64(e.Rule.Generation), e.Cluster.Name,
+		u64(e.Cluster.Revision), e.Enforcement}
+	if e.Cluster.Identity != "" {
+		parts = append(parts, e.Cluster.Identity)
+	}
+	return id("uninstall", parts...)
 }
 func (e *UninstallIntent) OrderingKey() string { return pairKey(e.Rule, e.Cluster.Name) }
 func (e *UninstallIntent) Validate() error {

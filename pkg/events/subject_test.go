@@ -86,6 +86,18 @@ func TestSubjectsAreFilterableByKindSourceAndCluster(t *testing.T) {
 	}
 }
 
+// TestUninstallIDsOfTwoIdentitiesDiffer: uninstalls of one enforcement from two clusters of the
+// same name and revision (a refused handover's old pair and its successor) are two events.
+func TestUninstallIDsOfTwoIdentitiesDiffer(t *testing.T) {
+	old := &UninstallIntent{Rule: testRule, Cluster: Target{Name: "a", Revision: 1, Identity: "static:enforcement/cm1/a"},
+		Enforcement: "guestbook", Reason: UninstallRuleDeleted}
+	successor := *old
+	successor.Cluster.Identity = "static:enforcement/cm2/a"
+	if old.ID() == successor.ID() {
+		t.Fatalf("uninstalls for two identities share id %q: the second would be deduplicated away", old.ID())
+	}
+}
+
 func TestEventIDsIncludeTheirSequence(t *testing.T) {
 	a := &ClusterAppeared{Cluster: sampleEvents()[0].(*ClusterAppeared).Cluster, Revision: 1}
 	b := *a
