@@ -82,7 +82,7 @@ func (e *engine) releasing(r *ruleState) bool {
 // and the result is nil; over the cap the selection removals are taken out of ch and the hold
 // is returned.
 func (e *engine) breakRemovals(r *ruleState, ch *change, prev *heldRemovals) *heldRemovals {
-	installed := len(e.pairs[r.key])
+	installed := e.livePairs(r.key)
 	limit := removalCap(installed, e.maxRemovalFraction)
 	if len(ch.unselected) <= limit {
 		return nil

@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -68,7 +69,7 @@ type engine struct {
 	rules         map[string]*ruleState            // by namespace/name
 	rulesBySource map[string]map[string]*ruleState // source id -> rules
 	pairs         map[string]map[string]*pairState // rule -> cluster id -> pair
-	pairByName    map[string]string                // rule + "\x00" + cluster name -> cluster id
+	pairByName    map[string]map[string]struct{}   // rule + "\x00" + cluster name -> cluster ids (pairsNamed)
 	degraded      map[string]*degradation          // by source id
 	held          map[string]*heldRemovals         // by rule: selection removals a rule edit held
 	listed        map[string]*listing              // by source id: its last complete listing (handover.go)
@@ -85,7 +86,7 @@ func newEngine(log *slog.Logger, st store, pub intentPublisher, r *Renderer, m *
 		rules:         map[string]*ruleState{},
 		rulesBySource: map[string]map[string]*ruleState{},
 		pairs:         map[string]map[string]*pairState{},
-		pairByName:    map[string]string{},
+		pairByName:    map[string]map[string]struct{}{},
 		degraded:      map[string]*degradation{},
 		held:          map[string]*heldRemovals{},
 		listed:        map[string]*listing{},
@@ -148,15 +149,18 @@ func (e *engine) removeCluster(cid string) {
 	e.metrics.clusters.Set(float64(len(e.clusters)))
 }
 
-// setPair records (nil: forgets) a pair, in pairs and in the by-name index outcomes are found by.
+// setPair records (nil: forgets) a pair, in pairs and in the by-name index outcomes and
+// handovers find pairs by. A rule may hold several pairs of one name: clusters of its old
+// sources (a handover waiting for argo-syncer's confirmation, or two old sources listing the
+// name) next to its current source's, or two clusters of one name (another identity each).
 func (e *engine) setPair(rule, cid string, p *pairState) {
 	old := e.pairs[rule][cid]
+	if old != nil && (p == nil || old.Cluster.Name != p.Cluster.Name) {
+		e.unindexName(rule, old.Cluster.Name, cid)
+	}
 	if p == nil {
 		if old != nil {
 			delete(e.pairs[rule], cid)
-			if e.pairByName[rule+"\x00"+old.Cluster.Name] == cid { // a handover moved the name on
-				delete(e.pairByName, rule+"\x00"+old.Cluster.Name)
-			}
 			if len(e.pairs[rule]) == 0 {
 				delete(e.pairs, rule)
 			}
@@ -166,11 +170,26 @@ func (e *engine) setPair(rule, cid string, p *pairState) {
 	if e.pairs[rule] == nil {
 		e.pairs[rule] = map[string]*pairState{}
 	}
-	if old != nil && old.Cluster.Name != p.Cluster.Name && e.pairByName[rule+"\x00"+old.Cluster.Name] == cid {
-		delete(e.pairByName, rule+"\x00"+old.Cluster.Name)
-	}
 	e.pairs[rule][cid] = p
-	e.pairByName[rule+"\x00"+p.Cluster.Name] = cid
+	key := rule + "\x00" + p.Cluster.Name
+	if e.pairByName[key] == nil {
+		e.pairByName[key] = map[string]struct{}{}
+	}
+	e.pairByName[key][cid] = struct{}{}
+}
+
+// unindexName takes cluster id cid out of the by-name index entry of the rule's cluster name.
+func (e *engine) unindexName(rule, name, cid string) {
+	key := rule + "\x00" + name
+	delete(e.pairByName[key], cid)
+	if len(e.pairByName[key]) == 0 {
+		delete(e.pairByName, key)
+	}
+}
+
+// pairsNamed returns, sorted, the cluster ids of the rule's pairs whose cluster has the name.
+func (e *engine) pairsNamed(rule, name string) []string {
+	return slices.Sorted(maps.Keys(e.pairByName[rule+"\x00"+name]))
 }
 
 // indexRule records a rule, replacing the one of the same key, in rules and in its source's index.

@@ -11,10 +11,16 @@ package main
 //     keep what they have (the rule's Ready condition says SourceHandover), and a cluster of the
 //     new source whose name one of them holds waits too. Installs on other clusters go ahead.
 //   - After it, a cluster of the new source with the name an old-source pair holds takes that
-//     pair over: its record moves to the new cluster, and every enforcement is sent again as an
-//     install intent for the new target, with Target.Replaces naming the old identity when it
+//     pair over: the new cluster gets a record of its own, and every enforcement is sent again as
+//     an install intent for the new target, with Target.Replaces naming the old identity when it
 //     changed, so argo-syncer updates the same Applications, AppProject and cluster Secret in
-//     place (no uninstall, no delete, no beforeInstall: the Application exists).
+//     place (no uninstall, no delete, no beforeInstall: the Application exists). The old pair's
+//     record stays, marked HandedOverTo the new cluster, until argo-syncer confirms each
+//     enforcement (install.succeeded of the new pair: confirmTakeover drops it from the old
+//     record). argo-syncer may refuse the takeover (NameConflict: another rule still installs
+//     on the old identity); the old pair then stays known, so nothing is orphaned: it is
+//     uninstalled when the rule is deleted, and goes as a selection removal (the rule edit
+//     breaker) once no cluster of the new source has its name any more.
 //   - The old-source pairs the new source does not produce are selection removals like any
 //     other: they go through the rule edit breaker (breaker.go).
 //
@@ -78,17 +84,92 @@ func (e *engine) foreignPairs(r *ruleState) int {
 	return n
 }
 
-// predecessor is the pair of the rule's old source whose cluster has the name of cluster cid of
-// the new source, and its cluster id; "" when there is none.
-func (e *engine) predecessor(r *ruleState, cid, name string) (string, *pairState) {
-	pcid, ok := e.pairByName[r.key+"\x00"+name]
-	if !ok || pcid == cid {
+// predecessor is the pair of the rule's old source that cluster cid of the new source (rec)
+// takes over, because its cluster has the same name, and its cluster id; "" when there is none.
+// Old sources may hold several pairs of one name (two old sources, or two clusters of one name
+// and another identity each): the one of the same identity comes first, then one whose
+// Applications are installed (the one argo-syncer's objects record), then one not handed over
+// yet, then the lowest cluster id. A pair already handed over to another cluster that still
+// holds its pair is that cluster's, so it is not taken twice.
+func (e *engine) predecessor(r *ruleState, cid string, rec *clusterRecord) (string, *pairState) {
+	best, bestRank := "", -1
+	for _, pcid := range e.pairsNamed(r.key, rec.Cluster.Name) {
+		p := e.pairs[r.key][pcid]
+		if pcid == cid || !foreignPair(r, p) {
+			continue
+		}
+		if to := p.HandedOverTo; to != "" && to != cid && e.pairs[r.key][to] != nil {
+			continue
+		}
+		rank := 0
+		if p.Cluster.Identity != "" && p.Cluster.Identity == rec.Cluster.Identity {
+			rank += 4
+		}
+		if p.installed() {
+			rank += 2
+		}
+		if p.HandedOverTo == "" {
+			rank++
+		}
+		if rank > bestRank { // ids are sorted: the lowest wins a tie
+			best, bestRank = pcid, rank
+		}
+	}
+	if best == "" {
 		return "", nil
 	}
-	if p := e.pairs[r.key][pcid]; foreignPair(r, p) {
-		return pcid, p
+	return best, e.pairs[r.key][best]
+}
+
+// installed reports whether argo-syncer confirmed any enforcement of the pair.
+func (p *pairState) installed() bool {
+	for _, st := range p.Enforcements {
+		if st.Installed {
+			return true
+		}
 	}
-	return "", nil
+	return false
+}
+
+// confirmTakeover drops enforcement name from the pairs of the rule's old sources that were
+// handed over to cluster cid (HandedOverTo), now that argo-syncer confirmed cid's install of
+// it: the Application of that name records cid's identity, and the old pair has nothing left
+// there. A pair left with no enforcement is forgotten. Each record is stored before memory
+// changes; a redelivered confirmation finds nothing more to drop.
+func (e *engine) confirmTakeover(ctx context.Context, rule, cid, cluster, name string) error {
+	for _, pcid := range e.pairsNamed(rule, cluster) {
+		p := e.pairs[rule][pcid]
+		if pcid == cid || p.HandedOverTo != cid || p.Enforcements[name] == nil {
+			continue
+		}
+		next := p.clone()
+		delete(next.Enforcements, name)
+		var err error
+		if len(next.Enforcements) == 0 {
+			next, err = nil, e.store.deletePair(ctx, rule, pcid)
+		} else {
+			err = e.store.putPair(ctx, rule, pcid, next)
+		}
+		if err != nil {
+			return fmt.Errorf("store handed over pair: %w", err)
+		}
+		e.setPair(rule, pcid, next)
+		e.log.Info("Takeover confirmed: the old source's pair lets go of the Application", "rule", rule, "cluster", cluster,
+			"enforcement", name, "from", p.Cluster.Identity, "pairLeft", next != nil)
+	}
+	return nil
+}
+
+// livePairs counts the rule's pairs that are not handed over to a cluster of its new source
+// (those wait only for argo-syncer's confirmation and are the same clusters as their successors').
+func (e *engine) livePairs(rule string) int {
+	n := 0
+	for _, p := range e.pairs[rule] {
+		if p.HandedOverTo == "" {
+			n++
+		}
+	}
+	return n
 }
 
 // hasSuccessor reports whether the rule's new source has a cluster, selected by the rule, with

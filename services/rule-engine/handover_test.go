@@ -140,8 +140,9 @@ func TestChangedSecretNameMovesNothing(t *testing.T) {
 // TestHandoverAndRemovedEnforcementInOneEdit drives the engine directly: one edit moves a rule
 // to a static ConfigMap that has already listed (another rule reads it) and drops one of its two
 // enforcements. The pair is taken over at once: one install of the kept enforcement replacing
-// the old identity, one uninstall of the dropped one (EnforcementRemoved), nothing else, and the
-// engine keeps one pair, the new cluster's.
+// the old identity, one uninstall of the dropped one (EnforcementRemoved), nothing else; the old
+// pair keeps the kept enforcement, handed over, until argo-syncer's install.succeeded confirms
+// the takeover, and then the engine keeps one pair, the new cluster's.
 func TestHandoverAndRemovedEnforcementInOneEdit(t *testing.T) {
 	ctx := context.Background()
 	pub := &recordingPublisher{}
@@ -183,11 +184,162 @@ func TestHandoverAndRemovedEnforcementInOneEdit(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("intents of the edit:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+	// The cm1 pair stays, handed over, until argo-syncer confirms the takeover.
+	newID, oldID := clusterID(ref2.ID, "a"), clusterID(ref1.ID, "a")
 	pairs := e.pairs["ns/fleet"]
-	if p := pairs[clusterID(ref2.ID, "a")]; len(pairs) != 1 || p == nil || len(p.Enforcements) != 1 || p.Cluster.Identity != "static:enforcement/cm2/a" {
-		t.Errorf("pairs after the edit: %+v; want the cm2 cluster's only, with guestbook", pairs)
+	if p, old := pairs[newID], pairs[oldID]; len(pairs) != 2 || p == nil || len(p.Enforcements) != 1 || p.Cluster.Identity != "static:enforcement/cm2/a" ||
+		old == nil || old.HandedOverTo != newID || len(old.Enforcements) != 1 || old.Enforcements["guestbook"] == nil {
+		t.Errorf("pairs after the edit: %+v; want the cm2 cluster's with guestbook, and cm1's with guestbook handed over to it", pairs)
 	}
-	if cid := e.pairByName["ns/fleet\x00a"]; cid != clusterID(ref2.ID, "a") {
-		t.Errorf("the name a points at pair %q, want the cm2 cluster's", cid)
+	if got := e.pairsNamed("ns/fleet", "a"); !slices.Equal(got, []string{newID, oldID}) && !slices.Equal(got, []string{oldID, newID}) {
+		t.Errorf("the name a points at pairs %q, want both", got)
+	}
+	takeover := pub.evs[slices.IndexFunc(pub.evs, func(ev events.Event) bool { _, ok := ev.(*events.InstallIntent); return ok })].(*events.InstallIntent)
+	if err := e.applyOutcome(ctx, &events.InstallSucceeded{IntentID: takeover.ID(), Rule: takeover.Rule, Cluster: "a",
+		Enforcement: "guestbook", SpecHash: takeover.SpecHash}, events.Meta{}); err != nil {
+		t.Fatal(err)
+	}
+	if p := e.pairs["ns/fleet"][newID]; len(e.pairs["ns/fleet"]) != 1 || p == nil || !p.Enforcements["guestbook"].Installed {
+		t.Errorf("pairs after the takeover was confirmed: %+v; want the cm2 cluster's only, installed", e.pairs["ns/fleet"])
+	}
+	if got := e.pairsNamed("ns/fleet", "a"); !slices.Equal(got, []string{newID}) {
+		t.Errorf("the name a points at pairs %q, want the cm2 cluster's", got)
+	}
+}
+
+// installedOutcome is argo-syncer's install.succeeded for an install intent (an update: not created).
+func installedOutcome(in *events.InstallIntent) *events.InstallSucceeded {
+	return &events.InstallSucceeded{IntentID: in.ID(), Rule: in.Rule, Cluster: in.Cluster.Name, Enforcement: in.Enforcement.Name,
+		Application: in.Cluster.Name + "-" + in.Enforcement.Name, SpecHash: in.SpecHash}
+}
+
+// installsOf returns the install intents among evs.
+func installsOf(evs []events.Event) []*events.InstallIntent {
+	var out []*events.InstallIntent
+	for _, ev := range evs {
+		if in, ok := ev.(*events.InstallIntent); ok {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// TestRefusedTakeoverOrphansNothing: a rule over the static ConfigMap cm1 (clusters a and b,
+// installed) moves to cm2, which lists a and b again under new identities. argo-syncer refuses
+// a's takeover (NameConflict: another rule still installs on the old a) and confirms b's. The
+// old a pair stays known: the rule shows NameConflict, and deleting the rule uninstalls a's
+// Application on the old identity too, where argo-syncer's objects still are. b's old pair let
+// go once its takeover was confirmed: b is uninstalled once, on its new identity.
+func TestRefusedTakeoverOrphansNothing(t *testing.T) {
+	e := newEnv(t)
+	e.start()
+	src1, ref1 := staticSourceOf("cm1")
+	src2, ref2 := staticSourceOf("cm2")
+	e.publish(appeared(staticCluster(ref1, "cm1", "a"), 1), appeared(staticCluster(ref1, "cm1", "b"), 2),
+		&events.SourceListed{Source: ref1, Scan: 1, Known: 2})
+	e.createRule("fleet", v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[:1], Source: src1, DeletionPolicy: events.DeletionCascade})
+	for _, in := range installsOf(e.waitIntentSet("install a guestbook", "install b guestbook")) {
+		e.publish(installedOutcome(in))
+	}
+	e.waitReady("fleet", v1beta1.ReasonInstalled, nil)
+
+	e.updateRule("fleet", func(cr *v1beta1.ClusterRule) { cr.Spec.Source = src2 })
+	e.publish(appeared(staticCluster(ref2, "cm2", "a"), 1), appeared(staticCluster(ref2, "cm2", "b"), 2),
+		&events.SourceListed{Source: ref2, Scan: 1, Known: 2})
+	takeovers := installsOf(e.waitIntentSet("install a guestbook", "install b guestbook", "install a guestbook", "install b guestbook"))[2:]
+	for _, in := range takeovers {
+		if in.Cluster.Replaces != "static:enforcement/cm1/"+in.Cluster.Name {
+			t.Fatalf("takeover of %s replaces %q", in.Cluster.Name, in.Cluster.Replaces)
+		}
+		if in.Cluster.Name == "b" {
+			e.publish(installedOutcome(in))
+			continue
+		}
+		e.publish(&events.InstallFailed{IntentID: in.ID(), Rule: in.Rule, Cluster: "a", Enforcement: "guestbook", Application: "a-guestbook",
+			Reason: v1beta1.ReasonNameConflict, Permanent: true,
+			Message: "cluster name a: rule ns/fleet hands it over from cluster static:enforcement/cm1/a to cluster static:enforcement/cm2/a, but application a-logging of rule ns/other still installs on static:enforcement/cm1/a"})
+	}
+	e.waitReady("fleet", v1beta1.ReasonNameConflict, func(st v1beta1.ClusterRuleStatus) error {
+		if st.InstalledApplications != 1 || st.InstallErrorCount != 1 {
+			return fmt.Errorf("installed %d, errors %d; want 1 (b) and 1 (a refused)", st.InstalledApplications, st.InstallErrorCount)
+		}
+		return nil
+	})
+
+	e.deleteRule("fleet")
+	e.waitRuleGone("fleet")
+	got := e.waitIntentSet("install a guestbook", "install b guestbook", "install a guestbook", "install b guestbook",
+		"uninstall a guestbook RuleDeleted", "uninstall a guestbook RuleDeleted", "uninstall b guestbook RuleDeleted")
+	var uninstalled []string
+	for _, ev := range got {
+		if un, ok := ev.(*events.UninstallIntent); ok {
+			uninstalled = append(uninstalled, un.Cluster.Identity+" "+un.DeletionPolicy)
+		}
+	}
+	slices.Sort(uninstalled)
+	want := []string{"static:enforcement/cm1/a Cascade", "static:enforcement/cm2/a Cascade", "static:enforcement/cm2/b Cascade"}
+	if !slices.Equal(uninstalled, want) {
+		t.Errorf("uninstalls of the deleted rule:\n%s\nwant:\n%s", strings.Join(uninstalled, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestSameNamedOldPairsAreEachHandedOver: a rancher source lists two clusters named prod (two
+// ids, two identities). Both pairs are tracked: each install outcome reaches its own pair
+// (Installed, 2 Applications). The rule's secretName changes (same Rancher, same identities):
+// each new prod takes over the old pair of its own identity, and once both takeovers are
+// confirmed the old source's pairs are gone: deleting the rule uninstalls the two new pairs only.
+func TestSameNamedOldPairsAreEachHandedOver(t *testing.T) {
+	e := newEnv(t)
+	e.start()
+	ref1 := rancherSource()
+	ref2 := events.NewSourceRef("rancher", "enforcement", "rancher-ops", nil)
+	prod := func(ref events.SourceRef, id string) events.Cluster {
+		c := testCluster("prod", norman, true)
+		c.Source, c.Key, c.Identity = ref, id, "rancher:https://rancher.example/"+id
+		c.URL = "https://rancher.example/k8s/clusters/" + id
+		c.Attributes = map[string]any{"id": id}
+		return c
+	}
+	e.publish(appeared(prod(ref1, "c-1"), 1), appeared(prod(ref1, "c-2"), 2), &events.SourceListed{Source: ref1, Scan: 1, Known: 2})
+	e.createRule("fleet", v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[:1], Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{}}})
+	for _, in := range installsOf(e.waitIntentSet("install prod guestbook", "install prod guestbook")) {
+		e.publish(installedOutcome(in))
+	}
+	e.waitReady("fleet", v1beta1.ReasonInstalled, func(st v1beta1.ClusterRuleStatus) error {
+		if st.InstalledApplications != 2 {
+			return fmt.Errorf("installed %d, want 2", st.InstalledApplications)
+		}
+		return nil
+	})
+
+	e.updateRule("fleet", func(cr *v1beta1.ClusterRule) { cr.Spec.Source.SecretName = "rancher-ops" })
+	e.publish(appeared(prod(ref2, "c-1"), 1), appeared(prod(ref2, "c-2"), 2), &events.SourceListed{Source: ref2, Scan: 1, Known: 2})
+	takeovers := installsOf(e.waitIntentSet("install prod guestbook", "install prod guestbook", "install prod guestbook", "install prod guestbook"))[2:]
+	identities := []string{takeovers[0].Cluster.Identity, takeovers[1].Cluster.Identity}
+	slices.Sort(identities)
+	if !slices.Equal(identities, []string{"rancher:https://rancher.example/c-1", "rancher:https://rancher.example/c-2"}) {
+		t.Fatalf("takeovers for identities %v; want one per prod", identities)
+	}
+	for _, in := range takeovers {
+		if in.Cluster.Replaces != "" || in.Cluster.Source != ref2 {
+			t.Errorf("takeover of %s: target %+v; want the new source, nothing replaced", in.Cluster.Identity, in.Cluster)
+		}
+		e.publish(installedOutcome(in))
+	}
+	e.waitReady("fleet", v1beta1.ReasonInstalled, func(st v1beta1.ClusterRuleStatus) error {
+		if st.InstalledApplications != 2 {
+			return fmt.Errorf("installed %d, want 2", st.InstalledApplications)
+		}
+		return nil
+	})
+
+	e.deleteRule("fleet")
+	e.waitRuleGone("fleet")
+	got := e.waitIntentSet("install prod guestbook", "install prod guestbook", "install prod guestbook", "install prod guestbook",
+		"uninstall prod guestbook RuleDeleted", "uninstall prod guestbook RuleDeleted")
+	for _, ev := range got {
+		if un, ok := ev.(*events.UninstallIntent); ok && un.Cluster.Source != ref2 {
+			t.Errorf("uninstall of the deleted rule on %s from source %+v; want only the new source's pairs", un.Cluster.Identity, un.Cluster.Source)
+		}
 	}
 }

@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
@@ -26,6 +27,9 @@ type degradation struct {
 type enfOutcome struct {
 	rule          events.RuleRef
 	cluster, name string
+	intentID      string
+	// confirms is set for an install that succeeded: it confirms a takeover (handover.go).
+	confirms bool
 	// fold applies the outcome to the enforcement's state; false: it does not concern that
 	// state (an outcome of another intent, or nothing to change), which stays as it is.
 	fold func(st *enfState) bool
@@ -120,29 +124,32 @@ func (e *engine) notifySource(sourceID string) {
 func enfOutcomeOf(ev events.Event) (enfOutcome, bool) {
 	switch o := ev.(type) {
 	case *events.InstallSucceeded:
-		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, func(st *enfState) bool { return st.foldInstallSucceeded(o) }}, true
+		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, o.IntentID, true, func(st *enfState) bool { return st.foldInstallSucceeded(o) }}, true
 	case *events.InstallFailed:
-		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, func(st *enfState) bool { return st.foldInstallFailed(o) }}, true
+		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, o.IntentID, false, func(st *enfState) bool { return st.foldInstallFailed(o) }}, true
 	case *events.TriggerFailed:
-		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, func(st *enfState) bool { return st.foldTriggerFailed(o) }}, true
+		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, o.IntentID, false, func(st *enfState) bool { return st.foldTriggerFailed(o) }}, true
 	case *events.TriggerDelivered:
-		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, func(st *enfState) bool { return st.foldTriggerDelivered(o) }}, true
+		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, o.IntentID, false, func(st *enfState) bool { return st.foldTriggerDelivered(o) }}, true
 	}
 	return enfOutcome{}, false
 }
 
 // foldOutcome applies the outcome with event id id to its enforcement's record: stored first,
-// then applied in memory and the rule notified.
+// then applied in memory and the rule notified. Outcomes name the cluster, not the pair, and a
+// rule may hold several pairs of one name (engine.setPair): the pair whose enforcement holds the
+// outcome's intent gets it, else the first (one not handed over before one that is) whose state
+// it concerns. An install that succeeded also confirms a takeover: the old source's pairs
+// handed over to this one let go of the enforcement first (confirmTakeover).
 func (e *engine) foldOutcome(ctx context.Context, id string, o enfOutcome) error {
 	key := o.rule.Namespace + "/" + o.rule.Name
-	cid, ok := e.pairByName[key+"\x00"+o.cluster]
-	if !ok {
+	cid, p := e.outcomePair(key, o)
+	if p == nil {
 		return nil
 	}
-	p := e.pairs[key][cid]
 	st := p.Enforcements[o.name]
-	if st == nil || st.LastOutcome == id {
-		return nil // not ours any more, or a redelivery already counted
+	if st.LastOutcome == id {
+		return nil // a redelivery already counted
 	}
 	// Copy on write: memory changes only after the record is stored.
 	next := p.clone()
@@ -151,12 +158,48 @@ func (e *engine) foldOutcome(ctx context.Context, id string, o enfOutcome) error
 		return nil
 	}
 	nst.LastOutcome = id
+	if o.confirms {
+		if err := e.confirmTakeover(ctx, key, cid, o.cluster, o.name); err != nil {
+			return err
+		}
+	}
 	if err := e.store.putPair(ctx, key, cid, next); err != nil {
 		return err
 	}
 	e.setPair(key, cid, next)
 	e.notify(key)
 	return nil
+}
+
+// outcomePair finds the pair an outcome is addressed to (see foldOutcome) and its cluster id;
+// nil when none of the rule's pairs of that name holds the enforcement.
+func (e *engine) outcomePair(rule string, o enfOutcome) (string, *pairState) {
+	cids := e.pairsNamed(rule, o.cluster)
+	for _, cid := range cids {
+		if st := e.pairs[rule][cid].Enforcements[o.name]; st != nil && st.IntentID == o.intentID {
+			return cid, e.pairs[rule][cid]
+		}
+	}
+	slices.SortStableFunc(cids, func(a, b string) int {
+		return compareBools(e.pairs[rule][a].HandedOverTo != "", e.pairs[rule][b].HandedOverTo != "")
+	})
+	for _, cid := range cids {
+		if st := e.pairs[rule][cid].Enforcements[o.name]; st != nil && o.fold(st.cloneState()) {
+			return cid, e.pairs[rule][cid]
+		}
+	}
+	return "", nil
+}
+
+// compareBools orders false before true.
+func compareBools(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
 }
 
 // foldInstallSucceeded: the Application is installed, which clears a failure and a trigger

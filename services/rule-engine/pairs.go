@@ -47,7 +47,8 @@ func (cv *clusterVars) get(c *events.Cluster) (map[string]any, string) {
 //	                                      a removal the rule edit breaker holds waits
 //	cluster present but not eligible   -> keep the pair as it is (eligibility never removes)
 //	an old-source pair has its name    -> wait while the new source has not listed; then take
-//	                                      that pair over in place (handover.go)
+//	                                      that pair over in place (handover.go); the old pair
+//	                                      stays until argo-syncer confirms the takeover
 //	same render key and URL as before  -> nothing to do
 //	render not made yet                -> nothing yet: the render is added to ch.renders.need
 //	template error                     -> keep the pair, record the error for the status
@@ -75,7 +76,7 @@ func (e *engine) evalPairVars(r *ruleState, rule, cid string, rec *clusterRecord
 	case !rec.Cluster.Eligible:
 		// Present but not eligible: keeps what it has, gets nothing new.
 	case old == nil:
-		pcid, pred := e.predecessor(r, cid, rec.Cluster.Name)
+		pcid, pred := e.predecessor(r, cid, rec)
 		switch {
 		case pred == nil:
 			e.evalSelected(r, rule, cid, rec, nil, ch, cv)
@@ -90,9 +91,12 @@ func (e *engine) evalPairVars(r *ruleState, rule, cid string, rec *clusterRecord
 }
 
 // takeOver moves the pair pred of the rule's old source (cluster id pcid) to cluster cid of its
-// new source, which has the same name: the render is diffed against pred, every enforcement is
-// sent again for the new target (Replaces names pred's identity when it changed), and pred's
-// record is dropped without an uninstall. A template error keeps pred as it is.
+// new source, which has the same name: the render is diffed against pred, and every enforcement
+// is sent again for the new target (Replaces names pred's identity when it changed). pred's
+// record is not dropped yet: it keeps the enforcements sent again, marked HandedOverTo cid,
+// until argo-syncer confirms each of them (confirmTakeover), so that a refused takeover
+// (NameConflict) leaves the old Applications with a pair that knows them. A template error keeps
+// pred as it is.
 func (e *engine) takeOver(r *ruleState, cid string, rec *clusterRecord, pcid string, pred *pairState, ch *change, cv *clusterVars) {
 	vars, renderKey := r.renderInput(&rec.Cluster, cv)
 	enfs, ok, err := r.rendered(cid, rec, renderKey, vars, ch)
@@ -113,7 +117,25 @@ func (e *engine) takeOver(r *ruleState, cid string, rec *clusterRecord, pcid str
 	e.log.Info("Took over a cluster from the rule's old source", "rule", r.key, "cluster", rec.Cluster.Name,
 		"from", pred.Cluster.Identity, "to", rec.Cluster.Identity)
 	ch.intents = append(ch.intents, intents...)
-	ch.pairs = append(ch.pairs, pairUpdate{rule: r.key, cid: pcid}, pairUpdate{rule: r.key, cid: cid, next: next})
+	ch.pairs = append(ch.pairs, pairUpdate{rule: r.key, cid: pcid, next: handedOver(pred, next, cid)},
+		pairUpdate{rule: r.key, cid: cid, next: next})
+}
+
+// handedOver is the record pred keeps once cluster cid took it over with the record next: the
+// enforcements both have (those pred lacks were never its; those next lacks were uninstalled
+// with the takeover), marked HandedOverTo cid; nil when none is left.
+func handedOver(pred, next *pairState, cid string) *pairState {
+	kept := pred.clone()
+	kept.HandedOverTo = cid
+	for name := range kept.Enforcements {
+		if next.Enforcements[name] == nil {
+			delete(kept.Enforcements, name)
+		}
+	}
+	if len(kept.Enforcements) == 0 {
+		return nil
+	}
+	return kept
 }
 
 // uninstallRemovedWhileWaiting uninstalls from a pair of the rule's old source, waiting for its
@@ -188,8 +210,9 @@ func uninstallUnselected(r *ruleState, rule, cid string, rec *clusterRecord, old
 // engine.evaluate). A template error touches only this pair: it keeps what it has.
 func (e *engine) evalSelected(r *ruleState, rule, cid string, rec *clusterRecord, old *pairState, ch *change, cv *clusterVars) {
 	vars, renderKey := r.renderInput(&rec.Cluster, cv)
-	if old != nil && old.RenderKey == renderKey && old.Cluster.URL == rec.Cluster.URL {
-		return // nothing changed since the last render
+	if old != nil && old.RenderKey == renderKey && old.Cluster.URL == rec.Cluster.URL &&
+		old.Cluster.Source == credentialsRef(r.sel.source, rec.Cluster.Source) {
+		return // nothing changed since the last render, nor the credentials' Secret
 	}
 	enfs, ok, err := r.rendered(cid, rec, renderKey, vars, ch)
 	if !ok {
@@ -267,9 +290,13 @@ func (r *ruleState) diffPairFor(rec *clusterRecord, old *pairState, renderKey st
 
 // diffPairs does the work of diffPair and diffPairFor: with handover set, the unchanged
 // enforcements get an install intent too, and the intents' target replaces the identity replaces.
+// A changed credentials reference (a static cluster's own secretName) sends them all again too:
+// the intents carry the new Secret, and argo-syncer refreshes the cluster Secret's credentials
+// from it (its Applications are unchanged, so nothing else is written and no trigger fires).
 func (r *ruleState) diffPairs(rec *clusterRecord, old *pairState, renderKey string, enfs []events.Enforcement, handover bool, replaces string) (*pairState, []events.Event) {
 	target := targetOf(rec)
 	target.Source = credentialsRef(r.sel.source, rec.Cluster.Source)
+	resend := handover || (old != nil && old.Cluster.Source != target.Source)
 	target.Replaces = replaces
 	next := &pairState{Rule: r.ref, Cluster: target, RenderKey: renderKey, DeletionPolicy: r.deletionPolicy,
 		Enforcements: make(map[string]*enfState, len(enfs))}
@@ -278,7 +305,7 @@ func (r *ruleState) diffPairs(rec *clusterRecord, old *pairState, renderKey stri
 	for i := range enfs {
 		en := &enfs[i]
 		hash := specHash(en, rec.Cluster.URL)
-		if prev := oldEnf(old, en.Name); prev != nil && prev.SpecHash == hash && !handover {
+		if prev := oldEnf(old, en.Name); prev != nil && prev.SpecHash == hash && !resend {
 			// Unchanged: keep its intent id and outcomes; the new generation needs no intent.
 			cp := *prev
 			next.Enforcements[en.Name] = &cp

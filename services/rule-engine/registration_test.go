@@ -165,3 +165,37 @@ func TestStaticClusterSecretTravelsInTheIntent(t *testing.T) {
 		t.Errorf("Secrets referenced by the install intents: %v, want %v", got, want)
 	}
 }
+
+// TestChangedClusterSecretIsSentAgain: a static cluster whose own secretName changes (the
+// scanner's cluster.updated, "secret") gets its install intents again, carrying the new Secret,
+// so that argo-syncer refreshes the cluster Secret's credentials; the rendered enforcement is the
+// same (no spec change). An update that changes nothing sends nothing.
+func TestChangedClusterSecretIsSentAgain(t *testing.T) {
+	e := newEnv(t)
+	e.start()
+	src, ref := staticSourceOf("edge")
+	edge := staticCluster(ref, "edge", "edge-1")
+	edge.Source.SecretName = "edge-1-credentials"
+	e.publish(appeared(edge, 1))
+	e.createRule("edge", v1beta1.ClusterRuleSpec{Source: src, Enforcements: []v1beta1.Enforcement{
+		{Name: "agent", Repo: "https://git.example/agent", Path: "chart"}}})
+	first := installsOf(e.waitIntentSet("install edge-1 agent"))[0]
+
+	edge.Source.SecretName = "edge-1-rotated"
+	e.publish(&events.ClusterUpdated{Cluster: edge, Revision: 2, Changed: []string{"secret"}})
+	again := installsOf(e.waitIntentSet("install edge-1 agent", "install edge-1 agent"))[1]
+	if again.Cluster.Source.SecretName != "edge-1-rotated" || again.Cluster.Source.ID != ref.ID || again.SpecHash != first.SpecHash ||
+		again.Cluster.Replaces != "" || again.Cluster.Identity != first.Cluster.Identity {
+		t.Errorf("intent after the Secret changed: target %+v, spec %s; want Secret edge-1-rotated, the same source, identity and spec %s",
+			again.Cluster, again.SpecHash, first.SpecHash)
+	}
+	// Nothing changed at revision 3; the moved URL at revision 4 (handled after it: one cluster's
+	// events are in order) is the only intent after the Secret's.
+	e.publish(&events.ClusterUpdated{Cluster: edge, Revision: 3, Changed: []string{"state"}})
+	edge.URL = "https://edge-1.moved.example:6443"
+	e.publish(&events.ClusterUpdated{Cluster: edge, Revision: 4, Changed: []string{"url"}})
+	moved := installsOf(e.waitIntentSet("install edge-1 agent", "install edge-1 agent", "install edge-1 agent"))[2]
+	if moved.Cluster.Revision != 4 || moved.Cluster.Source.SecretName != "edge-1-rotated" {
+		t.Errorf("third intent: revision %d, Secret %s; want the moved URL's (4), still edge-1-rotated", moved.Cluster.Revision, moved.Cluster.Source.SecretName)
+	}
+}

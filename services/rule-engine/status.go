@@ -91,6 +91,9 @@ type enfTally struct {
 func tallyEnforcements(pairs map[string]*pairState) enfTally {
 	var t enfTally
 	for _, p := range pairs {
+		if p.HandedOverTo != "" {
+			continue // the successor's pair reports these Applications
+		}
 		for name, es := range p.Enforcements {
 			t.add(p.Cluster.Name, name, es)
 		}

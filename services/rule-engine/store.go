@@ -45,6 +45,10 @@ type pairState struct {
 	RenderKey      string               `json:"renderKey"`
 	DeletionPolicy string               `json:"deletionPolicy,omitempty"`
 	Enforcements   map[string]*enfState `json:"enforcements"`
+	// HandedOverTo is set on a pair of the rule's old source that a cluster of its new source
+	// (this cluster id) took over (handover.go): the record keeps the enforcements argo-syncer
+	// has not confirmed for the new cluster yet, so a refused takeover orphans nothing.
+	HandedOverTo string `json:"handedOverTo,omitempty"`
 }
 
 // enfState is one installed enforcement (by rendered name) of a pair.
@@ -74,14 +78,19 @@ func (p *pairState) clone() *pairState {
 	c := *p
 	c.Enforcements = make(map[string]*enfState, len(p.Enforcements))
 	for k, v := range p.Enforcements {
-		e := *v
-		if v.Failure != nil {
-			f := *v.Failure
-			e.Failure = &f
-		}
-		c.Enforcements[k] = &e
+		c.Enforcements[k] = v.cloneState()
 	}
 	return &c
+}
+
+// cloneState is a deep copy of the enforcement's state.
+func (st *enfState) cloneState() *enfState {
+	e := *st
+	if st.Failure != nil {
+		f := *st.Failure
+		e.Failure = &f
+	}
+	return &e
 }
 
 // store persists the engine's memory. kvStore is the real one; memStore serves unit tests and
