@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 )
@@ -84,4 +88,63 @@ func TestSourceHandoverUpdatesInPlace(t *testing.T) {
 	h.publish(clash)
 	h.nameConflict(clash, newID)
 	h.checkOwner(newID, newURL, "prod-agent", "prod-monitoring")
+}
+
+// TestChangedSecretNameRefreshesCredentialsInPlace: a rule whose secretName changes (same
+// Rancher, so the same cluster identity: rule-engine sends the pair's intents again, referencing
+// the new Secret) gets the cluster Secret's credentials refreshed in place: same Secret (UID),
+// same server, the new token and the new reference recorded; the Application is not recreated
+// and no trigger waits. The same intent again writes nothing, and neither does the resync.
+func TestChangedSecretNameRefreshesCredentialsInPlace(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	if _, err := h.kube.CoreV1().Secrets(h.opNS).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "rancher-ops", Namespace: h.opNS},
+		Data:       map[string][]byte{"url": []byte("https://rancher.example"), "token": []byte("token-0ps")},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.consume()
+	first := h.installIntent("baseline", "prod", "agent")
+	first.Cluster.Identity = "rancher:https://rancher.example/c-prod"
+	h.publish(first)
+	h.outcome(succeeded(first.ID()))
+	sec, app := h.secret(ClusterSecretName("prod")), h.app("prod-agent")
+	if got := h.clusterConfigJSON("prod")["bearerToken"]; got != "token-s3cr3t" || sec.Annotations[AnnotationCredentials] != h.opNS+"/rancher" {
+		t.Fatalf("registered with token %v, credentials from %q; want the rancher Secret's", got, sec.Annotations[AnnotationCredentials])
+	}
+
+	moved := h.installIntent("baseline", "prod", "agent")
+	moved.Cluster.Identity, moved.Rule.Generation = first.Cluster.Identity, first.Rule.Generation+1
+	moved.Cluster.Source.ID, moved.Cluster.Source.SecretName = "src2", "rancher-ops"
+	moved.Triggers = &events.Triggers{BeforeInstall: &events.Trigger{Endpoint: "http://hooks.example/before", TimeoutSeconds: 5}}
+	h.publish(moved)
+	if s := h.outcome(succeeded(moved.ID())).(*events.InstallSucceeded); s.Created {
+		t.Errorf("install with the new Secret created the Application; want an update")
+	}
+	after := h.secret(ClusterSecretName("prod"))
+	if got := h.clusterConfigJSON("prod")["bearerToken"]; got != "token-0ps" {
+		t.Errorf("cluster Secret's token after the secretName change: %v, want token-0ps", got)
+	}
+	if after.UID != sec.UID || string(after.Data["server"]) != string(sec.Data["server"]) ||
+		after.Annotations[AnnotationCredentials] != h.opNS+"/rancher-ops" || after.Annotations[AnnotationIdentity] != first.Cluster.Identity {
+		t.Errorf("cluster Secret after the change: uid %s (was %s), server %s (was %s), annotations %v",
+			after.UID, sec.UID, after.Data["server"], sec.Data["server"], after.Annotations)
+	}
+	if got := h.app("prod-agent"); got.UID != app.UID {
+		t.Errorf("Application recreated: uid %s, was %s", got.UID, app.UID)
+	}
+	h.noOutcome(300*time.Millisecond, func(e events.Event) bool { _, ok := e.(*events.InstallGated); return ok })
+
+	mark := h.log.mark()
+	h.handle(moved)
+	if _, err := h.syncer.Restore(ctx, first, true, func(context.Context) (bool, error) { return true, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if w := writes(h.log.since(mark)); len(w) != 0 {
+		t.Errorf("the same intent again, then the resync of the older one: %d writes (%v); want none", len(w), w)
+	}
+	if got := h.clusterConfigJSON("prod")["bearerToken"]; got != "token-0ps" {
+		t.Errorf("token after the resync: %v, want token-0ps (the resync leaves credentials alone)", got)
+	}
 }

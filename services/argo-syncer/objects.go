@@ -53,6 +53,11 @@ const (
 	// writes, the provider identity (events.Target.Identity) of the cluster they were written
 	// for: another cluster of the same name never writes over them (NameConflict).
 	AnnotationIdentity = "enforcement.globo.com/cluster-identity"
+	// AnnotationCredentials records, on a cluster Secret, the Secret its credentials were read
+	// from ("<namespace>/<name>": the intent's source or static cluster Secret, or OCM's
+	// per-cluster one; none for EKS and GKE, which carry no credential). An install intent that
+	// references another Secret has the credentials refreshed in place (updateClusterSecret).
+	AnnotationCredentials = "enforcement.globo.com/credentials-from"
 
 	// FieldManager is argo-syncer's server-side apply field manager. Fields Argo CD (or anyone
 	// else) manages, such as status, operation and finalizers, are left alone.

@@ -229,11 +229,12 @@ type InstallResult struct {
 func (s *Syncer) Install(ctx context.Context, in *events.InstallIntent, gate bool) (InstallResult, error) {
 	unlock := s.clusters.lock(in.Cluster.Name)
 	defer unlock()
-	return s.install(ctx, in, gate)
+	return s.install(ctx, in, gate, true)
 }
 
-// install is Install with the cluster's lock held.
-func (s *Syncer) install(ctx context.Context, in *events.InstallIntent, gate bool) (InstallResult, error) {
+// install is Install with the cluster's lock held. With refreshCredentials set (an intent, not
+// the resync) the cluster Secret's credentials follow the Secret the intent references.
+func (s *Syncer) install(ctx context.Context, in *events.InstallIntent, gate, refreshCredentials bool) (InstallResult, error) {
 	cluster := in.Cluster.Name
 	// Decide from the cache (and argo-syncer's own recent writes) before writing anything: the
 	// common cases, a redelivery or an unchanged render, cost no request at all.
@@ -260,7 +261,7 @@ func (s *Syncer) install(ctx context.Context, in *events.InstallIntent, gate boo
 
 	// Order matters for Argo CD: the cluster must be registered and the project must allow the
 	// repository before the Application is reconciled, or its first sync fails.
-	writes, err := s.ensureCluster(ctx, in.Cluster, names.secret)
+	writes, err := s.ensureCluster(ctx, in.Cluster, names.secret, refreshCredentials)
 	res.Writes += writes
 	if err != nil {
 		return res, err
@@ -337,10 +338,11 @@ func (s *Syncer) applyApplication(ctx context.Context, o *applyObject) (*argov1.
 
 // ensureCluster registers the cluster in Argo CD unless a cluster Secret for its name or API URL
 // exists; secretName is its Secret's name (names). Credentials are read from the source Secret
-// the intent references.
-func (s *Syncer) ensureCluster(ctx context.Context, t events.Target, secretName string) (int, error) {
+// the intent references, and recorded (AnnotationCredentials); refreshCredentials: see
+// updateClusterSecret.
+func (s *Syncer) ensureCluster(ctx context.Context, t events.Target, secretName string, refreshCredentials bool) (int, error) {
 	if sec, ok, _ := s.secrets.get(secretName); ok && owned(sec) {
-		return s.updateClusterSecret(ctx, sec, t)
+		return s.updateClusterSecret(ctx, sec, t, refreshCredentials)
 	}
 	if s.registered(t, secretName) {
 		return 0, nil
@@ -352,6 +354,9 @@ func (s *Syncer) ensureCluster(ctx context.Context, t events.Target, secretName 
 	sec, err := RenderClusterSecret(s.ns, t, cfg)
 	if err != nil {
 		return 0, &failure{reason: ReasonSecretInvalid, err: err}
+	}
+	if from := s.credentialsFrom(t); from != "" {
+		sec.Annotations[AnnotationCredentials] = from
 	}
 	created, err := s.kube.CoreV1().Secrets(s.ns).Create(ctx, sec, metav1.CreateOptions{FieldManager: FieldManager})
 	s.metrics.write("Secret", "create", err)
@@ -369,21 +374,45 @@ func (s *Syncer) ensureCluster(ctx context.Context, t events.Target, secretName 
 // updateClusterSecret keeps Enforcement's cluster Secret of the target's cluster: one whose API
 // URL changed (the source moved the cluster) is pointed at the new URL, and one written without
 // an identity is claimed by the target's, as is one of the identity a source handover replaces
-// (Target.Replaces); credentials are not re-read. The server moves only for the identity the
-// Secret records or that identity's successor (install checked nameConflict; this is the last
-// guard).
-func (s *Syncer) updateClusterSecret(ctx context.Context, sec *corev1.Secret, t events.Target) (int, error) {
+// (Target.Replaces). The server moves only for the identity the Secret records or that
+// identity's successor (install checked nameConflict; this is the last guard).
+//
+// With refreshCredentials (an install intent; the resync leaves credentials alone), the
+// credentials follow the Secret the intent references: when it is not the one the cluster
+// Secret records (a changed secretName, a static cluster's own Secret changed), the config is
+// built again from it and written in place with the new reference (same Secret, same server).
+// A cluster Secret that records no reference (written by an earlier version) gets the config
+// only when it differs from what the referenced Secret gives, and the reference with it. An
+// intent that references the recorded Secret reads nothing.
+func (s *Syncer) updateClusterSecret(ctx context.Context, sec *corev1.Secret, t events.Target, refreshCredentials bool) (int, error) {
 	recorded := sec.Annotations[AnnotationIdentity]
 	handover := recorded != "" && t.Replaces != "" && recorded == t.Replaces && t.Identity != ""
 	if recorded != "" && t.Identity != "" && recorded != t.Identity && !handover {
 		return 0, conflictError("secret", sec.Name, t, recorded)
 	}
-	patch := map[string]any{}
+	data, annotations := map[string][]byte{}, map[string]string{}
 	if t.URL != "" && string(sec.Data["server"]) != t.URL {
-		patch["data"] = map[string][]byte{"server": []byte(t.URL)}
+		data["server"] = []byte(t.URL)
 	}
 	if (recorded == "" || handover) && t.Identity != "" {
-		patch["metadata"] = map[string]any{"annotations": map[string]string{AnnotationIdentity: t.Identity}}
+		annotations[AnnotationIdentity] = t.Identity
+	}
+	if refreshCredentials {
+		config, err := s.refreshedConfig(ctx, sec, t)
+		if err != nil {
+			return 0, err
+		}
+		if config != nil {
+			data["config"] = config
+			annotations[AnnotationCredentials] = s.credentialsFrom(t)
+		}
+	}
+	patch := map[string]any{}
+	if len(data) > 0 {
+		patch["data"] = data
+	}
+	if len(annotations) > 0 {
+		patch["metadata"] = map[string]any{"annotations": annotations}
 	}
 	if len(patch) == 0 {
 		return 0, nil
@@ -395,13 +424,54 @@ func (s *Syncer) updateClusterSecret(ctx context.Context, sec *corev1.Secret, t 
 		return 1, classify(err, "update cluster secret "+sec.Name)
 	}
 	s.secrets.wrote(updated)
-	if patch["data"] != nil {
+	if data["server"] != nil {
 		s.logger.Info("Updated cluster URL", "cluster", t.Name, "secret", sec.Name)
+	}
+	if data["config"] != nil {
+		s.logger.Info("Refreshed cluster credentials", "cluster", t.Name, "secret", sec.Name,
+			"from", annotations[AnnotationCredentials], "was", sec.Annotations[AnnotationCredentials])
 	}
 	if handover {
 		s.logger.Info("Handed over cluster Secret", "cluster", t.Name, "secret", sec.Name, "from", recorded, "to", t.Identity)
 	}
 	return 1, nil
+}
+
+// refreshedConfig is the cluster config to write into the cluster Secret sec because the target
+// reads its credentials from another Secret than the one sec records (see updateClusterSecret);
+// nil when there is nothing to refresh: the same Secret, or a kind without credentials.
+func (s *Syncer) refreshedConfig(ctx context.Context, sec *corev1.Secret, t events.Target) ([]byte, error) {
+	from := s.credentialsFrom(t)
+	was, recorded := sec.Annotations[AnnotationCredentials]
+	if from == "" || was == from {
+		return nil, nil
+	}
+	cfg, err := s.clusterConfig(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	config, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, &failure{reason: ReasonSecretInvalid, err: fmt.Errorf("marshal cluster config: %w", err)}
+	}
+	if !recorded && string(config) == string(sec.Data["config"]) {
+		return nil, nil // an earlier version's Secret, already with these credentials
+	}
+	return config, nil
+}
+
+// credentialsFrom is the Secret ("<namespace>/<name>") the target's credentials are read from:
+// the one the intent references (default: the source kind's in OPERATOR_NAMESPACE), OCM's
+// per-cluster Secret next to it; "" for EKS and GKE, registered from hints alone.
+func (s *Syncer) credentialsFrom(t events.Target) string {
+	ref := s.secretRef(t.Source)
+	switch t.Source.Kind {
+	case KindEKS, KindGKE:
+		return ""
+	case KindOCM:
+		ref.name = OCMCredentialsSecretName(t.Name)
+	}
+	return ref.namespace + "/" + ref.name
 }
 
 // nameConflict returns a permanent NameConflict failure when the cluster Secret, AppProject or
