@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -88,7 +87,13 @@ func (h *harness) writeLegacyObjects(in *events.InstallIntent) (secret, project,
 	if legacy.secret == ClusterSecretName(c) || legacy.application == events.ApplicationName(c, in.Enforcement.Name) {
 		h.t.Fatalf("cluster %q needs no normalising: nothing to test", c)
 	}
-	sec, err := RenderClusterSecret(h.ns, in.Cluster, argov1.ClusterConfig{BearerToken: "token-s3cr3t"})
+	// Its config as that version built it, from the Secret the intent references; it recorded no
+	// credentials reference (AnnotationCredentials) yet.
+	cfg, err := h.syncer.clusterConfig(ctx, in.Cluster)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	sec, err := RenderClusterSecret(h.ns, in.Cluster, cfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
