@@ -348,3 +348,54 @@ spec:
 		}
 	}
 }
+
+// TestRefusedTakeoverIsNotOrphaned: two rules install on edge-1 of the static ConfigMap edge-v1.
+// One of them moves to edge-v2, which lists edge-1 again (another identity): argo-syncer refuses
+// that takeover (NameConflict: the other rule still installs on the old edge-1), so the moved
+// rule's Application stays on the old identity, and the rule shows NameConflict. rule-engine
+// keeps that old pair known, so deleting the moved rule removes its Application: nothing is
+// orphaned, and the other rule's Application stays.
+func TestRefusedTakeoverIsNotOrphaned(t *testing.T) {
+	s := startSystem(t, nil)
+	s.createSecret("static", map[string][]byte{"token": []byte("static-token")})
+	edge := "- name: edge-1\n  url: https://edge-1.example:6443\n"
+	s.staticConfigMap("edge-v1", edge)
+	for _, enf := range []string{"agent", "logging"} {
+		s.applyRule(operatorNS, `apiVersion: enforcement.globo.com/v1beta1
+kind: ClusterRule
+metadata:
+  name: `+enf+`
+spec:
+  enforcements:
+    - name: `+enf+`
+      repo: https://github.com/example/`+enf+`
+      path: chart
+  source:
+    static:
+      configMap: edge-v1
+`)
+	}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		return equal("Applications", s.names(gvrApplication), []string{"edge-1-agent", "edge-1-logging"})
+	})
+
+	s.staticConfigMap("edge-v2", edge)
+	if _, err := s.dyn.Resource(gvrClusterRule).Namespace(operatorNS).Patch(context.Background(), "agent", types.MergePatchType,
+		[]byte(`{"spec":{"source":{"static":{"configMap":"edge-v2"}}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		if r := s.readyReason(operatorNS, "agent"); r != "NameConflict" {
+			return fmt.Errorf("Ready reason of the moved rule %q, want NameConflict", r)
+		}
+		return nil
+	})
+	if got := s.get(gvrApplication, "edge-1-agent").GetAnnotations()["enforcement.globo.com/cluster-identity"]; got != "static:"+operatorNS+"/edge-v1/edge-1" {
+		t.Fatalf("edge-1-agent records identity %q after the refused takeover, want the old edge-1's", got)
+	}
+
+	s.deleteRule(operatorNS, "agent")
+	testenv.Eventually(t, 60*time.Second, func() error {
+		return equal("Applications", s.names(gvrApplication), []string{"edge-1-logging"})
+	})
+}
