@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -57,7 +58,12 @@ type Topology struct {
 // TopologyOptions tune the topology for an installation. The zero value gives the defaults.
 type TopologyOptions struct {
 	// Replicas for the stream, consumers and buckets; 1 by default, 3 on a production NATS cluster.
+	// Apply never lowers the replicas of an object that exists.
 	Replicas int
+	// MaxBytes caps the size of the stream in bytes (the oldest events go first); 0 leaves it
+	// unlimited. Apply sets it on a new stream and raises a smaller cap, but never lowers or
+	// adds a cap on a stream that exists: lowering it is an operator's edit of the stream.
+	MaxBytes int64
 	// MaxAge is how long events are kept for audit and replay; 30 days by default.
 	MaxAge time.Duration
 	// DuplicateWindow is how long the server remembers event ids to drop republishes; 20 minutes
@@ -118,6 +124,7 @@ func DefaultTopology(opts TopologyOptions) Topology {
 			Retention:   jetstream.LimitsPolicy,
 			Discard:     jetstream.DiscardOld,
 			MaxAge:      o.MaxAge,
+			MaxBytes:    o.MaxBytes,
 			Duplicates:  o.DuplicateWindow,
 			Replicas:    o.Replicas,
 		},
@@ -159,22 +166,123 @@ func ClaimWriterConsumer(cluster string, opts TopologyOptions) jetstream.Consume
 }
 
 // Apply creates or updates the stream, the consumers and the buckets. It is idempotent: applying
-// the same topology twice changes nothing. Errors name the object that failed.
+// the same topology twice changes nothing. It never lowers what exists: the replicas and limits
+// of a stream or bucket (and the replicas of a consumer) that an operator made bigger are kept
+// (keepStreamLimits, keepBucketLimits), and consumers have at least the stream's replicas.
+// Errors name the object that failed.
 func (t Topology) Apply(ctx context.Context, js jetstream.JetStream) error {
-	if _, err := js.CreateOrUpdateStream(ctx, t.Stream); err != nil {
-		return fmt.Errorf("apply stream %s: %w", t.Stream.Name, err)
+	stream := t.Stream
+	have, err := existingStream(ctx, js, stream.Name)
+	if err != nil {
+		return err
+	}
+	if have != nil {
+		stream = keepStreamLimits(stream, *have)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, stream); err != nil {
+		return fmt.Errorf("apply stream %s: %w", stream.Name, err)
 	}
 	for _, c := range t.Consumers {
-		if _, err := js.CreateOrUpdateConsumer(ctx, t.Stream.Name, c); err != nil {
+		c.Replicas = max(c.Replicas, stream.Replicas)
+		if err := applyConsumer(ctx, js, stream.Name, c); err != nil {
 			return fmt.Errorf("apply consumer %s: %w", c.Durable, err)
 		}
 	}
 	for _, b := range t.Buckets {
+		have, err := existingStream(ctx, js, bucketStream(b.Bucket))
+		if err != nil {
+			return err
+		}
+		if have != nil {
+			b = keepBucketLimits(b, *have)
+		}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, b); err != nil {
 			return fmt.Errorf("apply bucket %s: %w", b.Bucket, err)
 		}
 	}
 	return nil
+}
+
+// errCodeConsumerReplicasExceedStream is JetStream's error code for a consumer with more
+// replicas than its stream has.
+const errCodeConsumerReplicasExceedStream jetstream.ErrorCode = 10126
+
+// scaleUpWait bounds how long applyConsumer waits for a stream's new replicas.
+const scaleUpWait = 30 * time.Second
+
+// applyConsumer creates or updates the consumer cfg of stream. Right after the stream was scaled
+// up the cluster may still hold the stream's old replica count for a moment and refuse the
+// consumer's new one; applyConsumer retries that refusal until the scale-up has landed.
+func applyConsumer(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) error {
+	deadline := time.Now().Add(scaleUpWait)
+	for {
+		_, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeConsumerReplicasExceedStream || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// bucketStream is the name of the stream that stores a key-value bucket.
+func bucketStream(bucket string) string { return "KV_" + bucket }
+
+// existingStream returns the configuration of the stream name as the server has it, or nil
+// when there is no such stream.
+func existingStream(ctx context.Context, js jetstream.JetStream, name string) (*jetstream.StreamConfig, error) {
+	s, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read stream %s: %w", name, err)
+	}
+	cfg := s.CachedInfo().Config
+	return &cfg, nil
+}
+
+// keepStreamLimits returns want with the replicas and limits of the existing stream have where
+// those are higher: an operator may have raised them (nats stream edit), and a service that
+// starts with the defaults must not undo that.
+func keepStreamLimits(want, have jetstream.StreamConfig) jetstream.StreamConfig {
+	want.Replicas = max(want.Replicas, have.Replicas)
+	want.MaxBytes = higherLimit(have.MaxBytes, want.MaxBytes)
+	want.MaxMsgs = higherLimit(have.MaxMsgs, want.MaxMsgs)
+	want.MaxMsgsPerSubject = higherLimit(have.MaxMsgsPerSubject, want.MaxMsgsPerSubject)
+	want.MaxMsgSize = int32(higherLimit(int64(have.MaxMsgSize), int64(want.MaxMsgSize)))
+	want.MaxConsumers = int(higherLimit(int64(have.MaxConsumers), int64(want.MaxConsumers)))
+	want.MaxAge = time.Duration(higherLimit(int64(have.MaxAge), int64(want.MaxAge)))
+	want.Duplicates = max(want.Duplicates, have.Duplicates)
+	return want
+}
+
+// keepBucketLimits is keepStreamLimits for a key-value bucket, have being its stream's
+// configuration (History is the stream's messages per subject, TTL its MaxAge).
+func keepBucketLimits(want jetstream.KeyValueConfig, have jetstream.StreamConfig) jetstream.KeyValueConfig {
+	want.Replicas = max(want.Replicas, have.Replicas)
+	want.MaxBytes = higherLimit(have.MaxBytes, want.MaxBytes)
+	want.MaxValueSize = int32(higherLimit(int64(have.MaxMsgSize), int64(want.MaxValueSize)))
+	want.TTL = time.Duration(higherLimit(int64(have.MaxAge), int64(want.TTL)))
+	if have.MaxMsgsPerSubject > int64(want.History) && have.MaxMsgsPerSubject <= jetstream.KeyValueMaxHistory {
+		want.History = uint8(have.MaxMsgsPerSubject)
+	}
+	return want
+}
+
+// higherLimit is the limit to apply to an object whose current limit is have, when the
+// configuration wants want. A limit of 0 or less is none (JetStream reports an unset limit as
+// -1, an unset age as 0): none is the highest limit there is, and a want of none has no
+// opinion, so both keep have. Otherwise the higher of the two.
+func higherLimit(have, want int64) int64 {
+	if have <= 0 || want <= 0 {
+		return have
+	}
+	return max(have, want)
 }
 
 // Consumer returns the declared config of the named durable consumer.

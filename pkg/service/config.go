@@ -2,7 +2,9 @@ package service
 
 import (
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -33,10 +35,17 @@ type Common struct {
 	HealthAddr   string // HEALTH_ADDR, default :8081
 	// ShutdownTimeout (SHUTDOWN_TIMEOUT, a Go duration, default 30s) bounds the whole stop.
 	ShutdownTimeout time.Duration
+	// StreamReplicas (STREAM_REPLICAS, default 1; the charts 3) are the replicas of the stream,
+	// its consumers and the buckets that ConnectNATS creates or raises; never lowered.
+	StreamReplicas int
+	// StreamMaxBytes (STREAM_MAX_BYTES, bytes with an optional unit such as 10GiB; unset: no
+	// cap) caps the stream's size on creation, or raises a smaller cap; never lowered or added
+	// to a stream that exists.
+	StreamMaxBytes int64
 }
 
-// LoadCommon reads NATS_URL, NATS_CREDS, NATS_USER, NATS_PASSWORD, METRICS_ADDR, HEALTH_ADDR and
-// SHUTDOWN_TIMEOUT. A SHUTDOWN_TIMEOUT that is not a duration greater than 0, a NATS_USER without
+// LoadCommon reads NATS_URL, NATS_CREDS, NATS_USER, NATS_PASSWORD, METRICS_ADDR, HEALTH_ADDR,
+// SHUTDOWN_TIMEOUT, STREAM_REPLICAS and STREAM_MAX_BYTES. A SHUTDOWN_TIMEOUT that is not a duration greater than 0, a NATS_USER without
 // NATS_PASSWORD (or the reverse) and NATS_USER together with NATS_CREDS are errors naming the
 // variables.
 func LoadCommon(getenv Getenv) (Common, error) {
@@ -57,6 +66,15 @@ func LoadCommon(getenv Getenv) (Common, error) {
 	}
 	if c.ShutdownTimeout == 0 {
 		return Common{}, fmt.Errorf("SHUTDOWN_TIMEOUT=%q: must be greater than 0", getenv("SHUTDOWN_TIMEOUT"))
+	}
+	if c.StreamReplicas, err = PositiveInt(getenv, "STREAM_REPLICAS", 1); err != nil {
+		return Common{}, err
+	}
+	if c.StreamReplicas > maxStreamReplicas {
+		return Common{}, fmt.Errorf("STREAM_REPLICAS=%q: JetStream keeps at most %d replicas", getenv("STREAM_REPLICAS"), maxStreamReplicas)
+	}
+	if c.StreamMaxBytes, err = Bytes(getenv, "STREAM_MAX_BYTES"); err != nil {
+		return Common{}, err
 	}
 	return c, nil
 }
@@ -112,6 +130,35 @@ func PositiveInt(getenv Getenv, name string, def int) (int, error) {
 		return 0, fmt.Errorf("%s=%q: want a whole number >= 1", name, v)
 	}
 	return n, nil
+}
+
+// maxStreamReplicas is the most replicas JetStream keeps of a stream.
+const maxStreamReplicas = 5
+
+// byteUnits are the units Bytes accepts after the number, by their multiple.
+var byteUnits = map[string]int64{
+	"": 1, "B": 1,
+	"K": 1 << 10, "KB": 1000, "KIB": 1 << 10,
+	"M": 1 << 20, "MB": 1000 * 1000, "MIB": 1 << 20,
+	"G": 1 << 30, "GB": 1000 * 1000 * 1000, "GIB": 1 << 30,
+	"T": 1 << 40, "TB": 1000 * 1000 * 1000 * 1000, "TIB": 1 << 40,
+}
+
+// Bytes parses a size: a whole number of bytes, optionally followed by a unit (KB, MB, GB, TB
+// are powers of 1000; K, KiB, M, MiB, G, GiB, T, TiB powers of 1024; case does not matter).
+// Unset is 0 (no size given). Anything else, or a size below 1, is an error naming the variable.
+func Bytes(getenv Getenv, name string) (int64, error) {
+	v := getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	digits := strings.TrimRight(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ")
+	unit, ok := byteUnits[strings.ToUpper(strings.TrimSpace(v[len(digits):]))]
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if !ok || err != nil || n < 1 || n > math.MaxInt64/unit {
+		return 0, fmt.Errorf("%s=%q: want a size in bytes such as 1073741824, 1GiB or 500MB", name, v)
+	}
+	return n * unit, nil
 }
 
 // Fraction parses a number in (0, 1]; def when unset.

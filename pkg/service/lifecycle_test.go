@@ -280,3 +280,32 @@ func TestStartRejectsABadShutdownTimeout(t *testing.T) {
 		}
 	}
 }
+
+// ConnectNATS applies the topology with STREAM_MAX_BYTES and STREAM_REPLICAS: the new stream
+// gets the cap, and replicas a single server cannot keep are a start-up error that says so.
+func TestConnectNATSAppliesTheStreamConfiguration(t *testing.T) {
+	n := testenv.StartNATS(t)
+	connect := func(extra map[string]string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		svc, err := Start(ctx, Options{Name: "topology-test", Getenv: lifecycleEnv(n.URL(), extra), Stdout: io.Discard, NATS: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc.Abort(svc.ConnectNATS())
+	}
+	if err := connect(map[string]string{"STREAM_MAX_BYTES": "64MiB"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := n.JetStream(t).Stream(context.Background(), events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.MaxBytes; got != 64<<20 {
+		t.Errorf("stream MaxBytes %d, want STREAM_MAX_BYTES=64MiB", got)
+	}
+	if err := connect(map[string]string{"STREAM_REPLICAS": "3"}); err == nil || !strings.Contains(err.Error(), "apply topology") ||
+		!strings.Contains(err.Error(), "replicas") {
+		t.Errorf("STREAM_REPLICAS=3 on a single server: %v, want the topology refused for its replicas", err)
+	}
+}

@@ -200,17 +200,24 @@ func (s *Service) MetricsAddr() string { return s.metricsSrv.Addr }
 
 // ConnectNATS connects to NATS_URL (as NATS_USER or with NATS_CREDS), retrying until it
 // succeeds or the service's Context ends, creates the JetStream context and applies the default
-// topology (streams, buckets, consumers). The "nats" readiness check then follows the
+// topology (streams, buckets, consumers) with STREAM_REPLICAS and STREAM_MAX_BYTES, never
+// lowering what exists (events.Topology.Apply). The "nats" readiness check then follows the
 // connection. It returns an error when the context ended first or the server refuses the
 // topology. The hub services call it; see ConnectNATSWithoutTopology for the managed clusters.
 func (s *Service) ConnectNATS() error {
 	if err := s.ConnectNATSWithoutTopology(); err != nil {
 		return err
 	}
-	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(s.ctx, s.JetStream); err != nil {
+	if err := events.DefaultTopology(s.TopologyOptions()).Apply(s.ctx, s.JetStream); err != nil {
 		return fmt.Errorf("apply topology: %w", err)
 	}
 	return nil
+}
+
+// TopologyOptions are the topology options of the service's configuration (STREAM_REPLICAS,
+// STREAM_MAX_BYTES).
+func (s *Service) TopologyOptions() events.TopologyOptions {
+	return events.TopologyOptions{Replicas: s.Common.StreamReplicas, MaxBytes: s.Common.StreamMaxBytes}
 }
 
 // ConnectNATSWithoutTopology is ConnectNATS without applying the topology: for policy-watcher,

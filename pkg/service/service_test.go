@@ -32,11 +32,23 @@ func TestConfigParsersNameTheVariableInTheirErrors(t *testing.T) {
 		{"positive int ok", func(g Getenv) error { _, err := PositiveInt(g, "SYNC_CONCURRENCY", 16); return err }, "4", ""},
 		{"positive int zero", func(g Getenv) error { _, err := PositiveInt(g, "SYNC_CONCURRENCY", 16); return err }, "0", "SYNC_CONCURRENCY=\"0\": want a whole number >= 1"},
 		{"positive int text", func(g Getenv) error { _, err := PositiveInt(g, "SYNC_CONCURRENCY", 16); return err }, "many", "SYNC_CONCURRENCY=\"many\""},
+		{"bytes plain", func(g Getenv) error { return wantBytes(g, 1073741824) }, "1073741824", ""},
+		{"bytes GiB", func(g Getenv) error { return wantBytes(g, 10<<30) }, "10GiB", ""},
+		{"bytes MB with space", func(g Getenv) error { return wantBytes(g, 500_000_000) }, "500 MB", ""},
+		{"bytes unknown unit", func(g Getenv) error { return wantBytes(g, 0) }, "10 parsecs", "STREAM_MAX_BYTES=\"10 parsecs\": want a size"},
+		{"bytes zero", func(g Getenv) error { return wantBytes(g, 0) }, "0", "STREAM_MAX_BYTES=\"0\""},
+		{"bytes overflow", func(g Getenv) error { return wantBytes(g, 0) }, "9000000000TiB", "STREAM_MAX_BYTES=\"9000000000TiB\""},
+		{"replicas ok", func(g Getenv) error { _, err := LoadCommon(g); return err }, "3", ""},
+		{"replicas zero", func(g Getenv) error { _, err := LoadCommon(g); return err }, "0", "STREAM_REPLICAS=\"0\": want a whole number >= 1"},
+		{"replicas too many", func(g Getenv) error { _, err := LoadCommon(g); return err }, "7", "STREAM_REPLICAS=\"7\": JetStream keeps at most 5"},
 		{"fraction too big", func(g Getenv) error { _, err := Fraction(g, "MAX_REMOVAL_FRACTION", 0.1); return err }, "1.5", "MAX_REMOVAL_FRACTION=\"1.5\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := strings.SplitN(tc.want, "=", 2)[0]
-			vars := map[string]string{"SCAN_INTERVAL": tc.val, "GONE_GRACE_PERIOD": tc.val, "POLL_INTERVAL_SEC": tc.val, "STABLE_DURATION_SEC": tc.val, "MAX_REMOVAL_FRACTION": tc.val, "SYNC_CONCURRENCY": tc.val}
+			vars := map[string]string{"SCAN_INTERVAL": tc.val, "GONE_GRACE_PERIOD": tc.val, "POLL_INTERVAL_SEC": tc.val, "STABLE_DURATION_SEC": tc.val, "MAX_REMOVAL_FRACTION": tc.val, "SYNC_CONCURRENCY": tc.val, "STREAM_MAX_BYTES": tc.val, "STREAM_REPLICAS": tc.val}
+			if strings.HasPrefix(tc.name, "replicas") {
+				vars["STREAM_MAX_BYTES"] = ""
+			}
 			err := tc.run(env(vars))
 			if tc.want == "" {
 				if err != nil {
@@ -51,12 +63,22 @@ func TestConfigParsersNameTheVariableInTheirErrors(t *testing.T) {
 	}
 }
 
+// wantBytes parses STREAM_MAX_BYTES and fails unless it is want.
+func wantBytes(g Getenv, want int64) error {
+	n, err := Bytes(g, "STREAM_MAX_BYTES")
+	if err == nil && n != want {
+		return fmt.Errorf("STREAM_MAX_BYTES parsed as %d, want %d", n, want)
+	}
+	return err
+}
+
 func TestDefaults(t *testing.T) {
 	c, err := LoadCommon(env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.NATSURL != DefaultNATSURL || c.MetricsAddr != ":8080" || c.HealthAddr != ":8081" || c.ShutdownTimeout != 30*time.Second {
+	if c.NATSURL != DefaultNATSURL || c.MetricsAddr != ":8080" || c.HealthAddr != ":8081" || c.ShutdownTimeout != 30*time.Second ||
+		c.StreamReplicas != 1 || c.StreamMaxBytes != 0 {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if d, err := Duration(env(nil), "SCAN_INTERVAL", 30*time.Second); err != nil || d != 30*time.Second {
