@@ -37,7 +37,7 @@ func benchEngine(b *testing.B, rules, clusters int) (*engine, *countingPublisher
 			URL: fmt.Sprintf("https://rancher.example/k8s/clusters/c-%05d", i), State: "active", Eligible: true,
 			Labels:     map[string]string{"team": fmt.Sprintf("t%d", i%10), "env": envs[i%3], "cattle.io/creator": "norman"},
 			Attributes: map[string]any{"id": fmt.Sprintf("c-%05d", i), "version": "v1.30", "driver": "gke", "region": "us-east1"}}
-		if err := e.applyCluster(ctx, cs[i], uint64(i+1)); err != nil {
+		if err := e.applyCluster(ctx, cs[i], uint64(i+1), 0); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -104,7 +104,7 @@ func BenchmarkClusterEvent(b *testing.B) {
 					c.URL = fmt.Sprintf("https://rancher-%d.example/k8s/clusters/%s", benchWorld.seq, c.Key)
 				}
 				*rev++
-				if err := e.applyCluster(ctx, c, *rev); err != nil {
+				if err := e.applyCluster(ctx, c, *rev, 0); err != nil {
 					b.Fatal(err)
 				}
 			}

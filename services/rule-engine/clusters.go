@@ -2,8 +2,10 @@ package main
 
 // Clusters. The source-scanner's cluster events keep the engine's view of the clusters: an
 // appeared or updated cluster is recorded and evaluated against the rules that can match it; a
-// gone cluster has every pair uninstalled (orphaning) and is forgotten. Inventory revisions
-// order the events: a record older than the one known is a stale redelivery and is ignored.
+// gone cluster has every pair uninstalled (orphaning) and is forgotten. The events' decision
+// sequences (or, for records stored before those were kept, their inventory revisions) order
+// them: a record older than the one known is a stale redelivery and is ignored
+// (clusterRecord.newerThan).
 
 import (
 	"context"
@@ -13,14 +15,14 @@ import (
 )
 
 // applyCluster records an appeared or updated cluster and re-evaluates the rules that can match
-// it. A record older than the one known (a stale redelivery) is ignored. Renders are made
-// outside the mutex (engine.evaluate).
-func (e *engine) applyCluster(ctx context.Context, c events.Cluster, revision uint64) error {
+// it. seq is the event's decision sequence (0 when unknown). A record older than the one known
+// (a stale redelivery) is ignored. Renders are made outside the mutex (engine.evaluate).
+func (e *engine) applyCluster(ctx context.Context, c events.Cluster, revision, seq uint64) error {
 	cid := clusterID(c.Source.ID, c.Key)
-	rec := &clusterRecord{Cluster: c, Revision: revision}
+	rec := &clusterRecord{Cluster: c, Revision: revision, Sequence: seq}
 	handover := false
 	err := e.evaluate(ctx, func(rs *renders) error {
-		if old := e.clusters[cid]; old != nil && old.Revision > revision {
+		if e.clusters[cid].newerThan(revision, seq) {
 			return nil
 		}
 		ch := e.evalCluster(cid, rec, rs)
@@ -68,11 +70,12 @@ func (e *engine) evalCluster(cid string, rec *clusterRecord, rs *renders) *chang
 
 // applyClusterGone uninstalls every pair of a cluster its source no longer lists (reason
 // ClusterGone, always orphaning: there is no cluster to delete resources from) and forgets it.
-func (e *engine) applyClusterGone(ctx context.Context, g *events.ClusterGone) error {
+// seq is the event's decision sequence (0 when unknown).
+func (e *engine) applyClusterGone(ctx context.Context, g *events.ClusterGone, seq uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	cid := clusterID(g.Source.ID, g.Key)
-	if old := e.clusters[cid]; old != nil && old.Revision > g.Revision {
+	if e.clusters[cid].newerThan(g.Revision, seq) {
 		return nil // it came back after this event was written
 	}
 	ch := &change{}

@@ -38,20 +38,20 @@ func TestClusterEventTouchesOnlyItsSourceRules(t *testing.T) {
 
 	gke := testCluster("g", nil, true)
 	gke.Source.ID = events.SourceID("rancher", "enforcement", "rancher", map[string]string{"driver": "gke"})
-	if err := e.applyCluster(ctx, gke, 1); err != nil {
+	if err := e.applyCluster(ctx, gke, 1, 0); err != nil {
 		t.Fatal(err)
 	}
 	if misses() != 2 || pub.n != 2 {
 		t.Errorf("gke cluster: %v renders, %d intents; want 2 and 2 (rules b and c only)", misses(), pub.n)
 	}
-	if err := e.applyCluster(ctx, gke, 2); err != nil {
+	if err := e.applyCluster(ctx, gke, 2, 0); err != nil {
 		t.Fatal(err)
 	}
 	if misses() != 2 || pub.n != 2 {
 		t.Errorf("same variables again: %v renders, %d intents; want no new ones", misses(), pub.n)
 	}
 	other := testCluster("o", nil, true)
-	if err := e.applyCluster(ctx, other, 3); err != nil {
+	if err := e.applyCluster(ctx, other, 3, 0); err != nil {
 		t.Fatal(err)
 	}
 	if misses() != 3 || pub.n != 3 {
@@ -80,7 +80,7 @@ func TestRuleChangeReevaluatesOnlyThatRule(t *testing.T) {
 		}
 	}
 	for i, name := range []string{"x", "y", "z"} {
-		if err := e.applyCluster(ctx, testCluster(name, nil, true), uint64(i+1)); err != nil {
+		if err := e.applyCluster(ctx, testCluster(name, nil, true), uint64(i+1), 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -103,7 +103,7 @@ func TestOldRendersArePurged(t *testing.T) {
 	st := newMemStore()
 	e := testEngine(st, &countingPublisher{}, newMetrics(nil))
 	ctx := context.Background()
-	if err := e.applyCluster(ctx, testCluster("a", nil, true), 1); err != nil {
+	if err := e.applyCluster(ctx, testCluster("a", nil, true), 1, 0); err != nil {
 		t.Fatal(err)
 	}
 	cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "u1", Generation: 1},

@@ -153,7 +153,7 @@ func TestHandoverAndRemovedEnforcementInOneEdit(t *testing.T) {
 		ref events.SourceRef
 		cm  string
 	}{{ref1, "cm1"}, {ref2, "cm2"}} {
-		if err := e.applyCluster(ctx, staticCluster(l.ref, l.cm, "a"), 1); err != nil {
+		if err := e.applyCluster(ctx, staticCluster(l.ref, l.cm, "a"), 1, 0); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.applyOutcome(ctx, &events.SourceListed{Source: l.ref, Scan: 1, Known: 1}, events.Meta{}); err != nil {

@@ -145,6 +145,11 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 		return svc.Abort(err)
 	}
 	startManager()
+	if st, ok := eng.store.(*kvStore); ok {
+		if err := restoreLostView(svc.Context(), svc.JetStream, st, svc.Logger); err != nil {
+			return svc.Abort(err)
+		}
+	}
 	if err := eng.load(svc.Context()); err != nil {
 		return svc.Abort(err)
 	}
@@ -249,14 +254,14 @@ func newManager(cfg config, svc *service.Service) (ctrl.Manager, error) {
 // consumer; a malformed event never reaches here.
 func eventRoutes(eng *engine) *events.Router {
 	return events.NewRouter(events.ConsumerRuleEngine,
-		events.On(func(ctx context.Context, e *events.ClusterAppeared, _ events.Meta) error {
-			return eng.applyCluster(ctx, e.Cluster, e.Revision)
+		events.On(func(ctx context.Context, e *events.ClusterAppeared, m events.Meta) error {
+			return eng.applyCluster(ctx, e.Cluster, e.Revision, m.DecisionSequence())
 		}),
-		events.On(func(ctx context.Context, e *events.ClusterUpdated, _ events.Meta) error {
-			return eng.applyCluster(ctx, e.Cluster, e.Revision)
+		events.On(func(ctx context.Context, e *events.ClusterUpdated, m events.Meta) error {
+			return eng.applyCluster(ctx, e.Cluster, e.Revision, m.DecisionSequence())
 		}),
-		events.On(func(ctx context.Context, e *events.ClusterGone, _ events.Meta) error {
-			return eng.applyClusterGone(ctx, e)
+		events.On(func(ctx context.Context, e *events.ClusterGone, m events.Meta) error {
+			return eng.applyClusterGone(ctx, e, m.DecisionSequence())
 		}),
 		events.On(outcome[*events.SourceDegraded](eng)),
 		events.On(outcome[*events.SourceRecovered](eng)),

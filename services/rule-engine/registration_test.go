@@ -46,7 +46,7 @@ func TestInstallIntentsCarryRegistrationHints(t *testing.T) {
 	rancher := events.Cluster{Source: source("rancher"), Key: "c-r1", Name: "r1", URL: "https://rancher.example/k8s/clusters/c-r1",
 		State: "active", Eligible: true, Attributes: attrs(`{"region": "x", "driver": "rke2"}`)}
 	for i, c := range []events.Cluster{eks, gke, rancher} {
-		if err := e.applyCluster(ctx, c, uint64(i+1)); err != nil {
+		if err := e.applyCluster(ctx, c, uint64(i+1), 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -91,7 +91,7 @@ func TestInstallIntentsCarryRegistrationHints(t *testing.T) {
 	// The EKS cluster stops matching: its uninstall intent carries no hints.
 	pub.evs = nil
 	eks.Labels = map[string]string{"env": "dev"}
-	if err := e.applyCluster(ctx, eks, 10); err != nil {
+	if err := e.applyCluster(ctx, eks, 10, 0); err != nil {
 		t.Fatal(err)
 	}
 	if len(pub.evs) != 1 {
@@ -149,7 +149,7 @@ func TestStaticClusterSecretTravelsInTheIntent(t *testing.T) {
 		{Source: own, Key: "edge-1", Name: "edge-1", URL: "https://edge-1.example:6443", Eligible: true},
 		{Source: source, Key: "edge-2", Name: "edge-2", URL: "https://edge-2.example:6443", Eligible: true},
 	} {
-		if err := e.applyCluster(ctx, c, uint64(i+1)); err != nil {
+		if err := e.applyCluster(ctx, c, uint64(i+1), 0); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -169,7 +169,7 @@ func TestEngineRendersLeaveNoGoroutines(t *testing.T) {
 	e.renderer.limit = 100 * time.Millisecond
 	ctx := context.Background()
 	for i := range 40 {
-		if err := e.applyCluster(ctx, testCluster(fmt.Sprintf("c%02d", i), nil, true), uint64(i+1)); err != nil {
+		if err := e.applyCluster(ctx, testCluster(fmt.Sprintf("c%02d", i), nil, true), uint64(i+1), 0); err != nil {
 			t.Fatal(err)
 		}
 	}

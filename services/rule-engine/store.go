@@ -34,6 +34,28 @@ import (
 type clusterRecord struct {
 	Cluster  events.Cluster `json:"cluster"`
 	Revision uint64         `json:"revision"`
+	// Sequence is the decision sequence (events.Meta.DecisionSequence) of the cluster event
+	// that wrote the record; 0 in records stored before it was kept.
+	Sequence uint64 `json:"sequence,omitempty"`
+}
+
+// newerThan reports whether the record is newer than a cluster event of inventory revision
+// revision and decision sequence seq, which is then a stale redelivery or replay to ignore.
+// The stream orders the events of one cluster as the scanner wrote them, and keeps that order
+// when its inventory bucket was lost and recreated, whereas the inventory's revisions then
+// start again at 1: by revision alone every event of the new inventory would look older than
+// the engine's record and the cluster would stay frozen. So the decision sequences decide
+// where both are known (0: a record from before they were kept, or a direct call), else the
+// revisions.
+func (r *clusterRecord) newerThan(revision, seq uint64) bool {
+	switch {
+	case r == nil:
+		return false
+	case r.Sequence != 0 && seq != 0:
+		return r.Sequence > seq
+	default:
+		return r.Revision > revision
+	}
 }
 
 // pairState is what a (rule, cluster) pair was last told to install, and what came of it.

@@ -122,13 +122,13 @@ func TestPublishThenPersistFailureIsRepublishedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := testCluster("a", nil, true)
-	if err := eng.applyCluster(ctx, c, 1); err == nil {
+	if err := eng.applyCluster(ctx, c, 1, 0); err == nil {
 		t.Fatal("persist failure not reported")
 	}
 	if n := len(e.intents()); n != 2 {
 		t.Fatalf("%d intents after the failed attempt, want 2 (published before the persist)", n)
 	}
-	if err := eng.applyCluster(ctx, c, 1); err != nil { // the redelivery
+	if err := eng.applyCluster(ctx, c, 1, 0); err != nil { // the redelivery
 		t.Fatal(err)
 	}
 	if got := e.intents(); len(got) != 2 {
@@ -142,7 +142,7 @@ func TestPublishThenPersistFailureIsRepublishedOnce(t *testing.T) {
 	if err := restarted.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
 		t.Fatal(err)
 	}
-	if err := restarted.applyCluster(ctx, c, 1); err != nil {
+	if err := restarted.applyCluster(ctx, c, 1, 0); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(e.intents()); n != 2 {

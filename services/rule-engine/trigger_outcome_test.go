@@ -30,7 +30,7 @@ func TestTriggerFailurePhases(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"a", "b"} {
-		if err := e.applyCluster(ctx, testCluster(name, nil, true), 1); err != nil {
+		if err := e.applyCluster(ctx, testCluster(name, nil, true), 1, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
