@@ -309,3 +309,40 @@ func TestConnectNATSAppliesTheStreamConfiguration(t *testing.T) {
 		t.Errorf("STREAM_REPLICAS=3 on a single server: %v, want the topology refused for its replicas", err)
 	}
 }
+
+// A bucket deleted while the services run is recreated by the topology check, and the
+// service's handle writes to it again. Before, it stayed missing until the next restart and
+// every write of its owner failed.
+func TestLostBucketIsRecreatedWhileRunning(t *testing.T) {
+	topologyCheckInterval = 100 * time.Millisecond
+	t.Cleanup(func() { topologyCheckInterval = 30 * time.Second })
+	n := testenv.StartNATS(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := Start(ctx, Options{Name: "topology-test", Getenv: lifecycleEnv(n.URL(), nil), Stdout: io.Discard, NATS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.ConnectNATS(); err != nil {
+		t.Fatal(svc.Abort(err))
+	}
+	defer func() {
+		cancel()
+		if err := svc.Wait(); err != nil {
+			t.Error(err)
+		}
+	}()
+	kv, err := svc.JetStream.KeyValue(ctx, events.BucketInventory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.JetStream(t).DeleteKeyValue(ctx, events.BucketInventory); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		_, err := kv.Put(ctx, "k", []byte("v"))
+		return err
+	})
+	if e, err := kv.Get(ctx, "k"); err != nil || e.Revision() != 1 {
+		t.Fatalf("recreated bucket: %v, revision %v; want the value at revision 1", err, e)
+	}
+}

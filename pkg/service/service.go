@@ -208,10 +208,55 @@ func (s *Service) ConnectNATS() error {
 	if err := s.ConnectNATSWithoutTopology(); err != nil {
 		return err
 	}
-	if err := events.DefaultTopology(s.TopologyOptions()).Apply(s.ctx, s.JetStream); err != nil {
+	topo := events.DefaultTopology(s.TopologyOptions())
+	if err := topo.Apply(s.ctx, s.JetStream); err != nil {
 		return fmt.Errorf("apply topology: %w", err)
 	}
+	s.Go("topology", func(ctx context.Context) error {
+		s.keepTopology(ctx, topo)
+		return nil
+	})
 	return nil
+}
+
+// topologyCheckInterval is how often a hub service checks that the stream and the buckets still
+// exist (keepTopology).
+var topologyCheckInterval = 30 * time.Second
+
+// keepTopology applies the topology again whenever the stream or a bucket is missing, until ctx
+// ends: a bucket deleted by hand, or lost with a server's store, is recreated within
+// topologyCheckInterval, and the service's writes to it work again (the key-value handles
+// address the bucket by name). What the lost bucket held is gone; each service rebuilds what it
+// needs (the scanner announces its clusters again, the rule engine rebuilds its cluster view at
+// its next start). Errors are logged and retried at the next check: NATS may be down.
+func (s *Service) keepTopology(ctx context.Context, topo events.Topology) {
+	names := []string{topo.Stream.Name}
+	for _, b := range topo.Buckets {
+		names = append(names, "KV_"+b.Bucket)
+	}
+	tick := time.NewTicker(topologyCheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		missing := ""
+		for _, name := range names {
+			if _, err := s.JetStream.Stream(ctx, name); errors.Is(err, jetstream.ErrStreamNotFound) {
+				missing = name
+				break
+			}
+		}
+		if missing == "" {
+			continue
+		}
+		s.Logger.Warn("Stream missing; applying the topology again", "stream", missing)
+		if err := topo.Apply(ctx, s.JetStream); err != nil && ctx.Err() == nil {
+			s.Logger.Warn("Could not apply the topology; retrying", "error", err)
+		}
+	}
 }
 
 // TopologyOptions are the topology options of the service's configuration (STREAM_REPLICAS,
