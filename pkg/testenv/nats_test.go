@@ -2,6 +2,7 @@ package testenv_test
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -142,4 +143,50 @@ func connect(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
 		t.Fatal(err)
 	}
 	return nc, js
+}
+
+// A 3-node cluster keeps an R3 stream writable while one node is killed, and the restarted node
+// rejoins with every message.
+func TestNATSClusterSurvivesALostNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := testenv.StartNATSCluster(t, 3)
+	js := c.JetStream(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "R3", Subjects: []string{"r3.>"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(n int) {
+		t.Helper()
+		for i := range n {
+			testenv.Eventually(t, 20*time.Second, func() error {
+				_, err := js.Publish(ctx, "r3.m", []byte{byte(i)})
+				return err
+			})
+		}
+	}
+	publish(10)
+	c.Kill(0)
+	publish(10) // the two others still make a quorum
+	c.Restart(0)
+	publish(10)
+	testenv.Eventually(t, 20*time.Second, func() error {
+		nc, err := nats.Connect(c.NodeURL(0))
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		njs, _ := jetstream.New(nc)
+		s, err := njs.Stream(ctx, "R3")
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs != 30 || info.Config.Replicas != 3 {
+			return fmt.Errorf("stream has %d messages, %d replicas; want 30, 3", info.State.Msgs, info.Config.Replicas)
+		}
+		return nil
+	})
 }
