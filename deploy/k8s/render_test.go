@@ -173,6 +173,7 @@ func TestRenderDefaults(t *testing.T) {
 			want := map[string]string{"METRICS_ADDR": ":8080", "HEALTH_ADDR": ":8081"}
 			if name != "policy-watcher" { // policy-watcher without NATS writes the claim itself
 				want["NATS_URL"] = "nats://nats:4222"
+				want["STREAM_REPLICAS"] = "3" // the 3-node NATS cluster production runs
 			}
 			maps.Copy(want, wantEnv[name].defaults)
 			if !maps.Equal(env, want) {
@@ -215,6 +216,9 @@ func TestRenderCustomValues(t *testing.T) {
 			env := envMap(t, c)
 			want := map[string]string{"METRICS_ADDR": ":9090", "HEALTH_ADDR": ":9091", "LOG_LEVEL": "debug",
 				"NATS_URL": "nats://nats.messaging:4222", "NATS_CREDS": "/etc/enforcement/nats/user.creds", "GOMEMLIMIT": "400MiB"}
+			if name != "policy-watcher" {
+				want["STREAM_REPLICAS"] = "3"
+			}
 			maps.Copy(want, wantEnv[name].custom)
 			if !maps.Equal(env, want) {
 				t.Errorf("env\n got %v\nwant %v", env, want)
@@ -457,7 +461,8 @@ func leaseRole(objs []*unstructured.Unstructured) *unstructured.Unstructured {
 // every service. The reverse (a variable the service reads but the chart has no value for) is
 // only logged: extraEnv covers it, and services add variables while the charts follow.
 func TestChartEnvIsReadByService(t *testing.T) {
-	common := []string{"NATS_URL", "NATS_CREDS", "NATS_USER", "NATS_PASSWORD", "METRICS_ADDR", "HEALTH_ADDR", "LOG_LEVEL", "SHUTDOWN_TIMEOUT", "KUBECONFIG"}
+	common := []string{"NATS_URL", "NATS_CREDS", "NATS_USER", "NATS_PASSWORD", "METRICS_ADDR", "HEALTH_ADDR", "LOG_LEVEL", "SHUTDOWN_TIMEOUT",
+		"STREAM_REPLICAS", "STREAM_MAX_BYTES", "KUBECONFIG"}
 	// pkg/service reads these for the services that call service.LoadLeaderElection.
 	leaderElection := []string{"LEADER_ELECTION", "LEADER_ELECTION_NAMESPACE", "LEADER_ELECTION_LEASE_DURATION",
 		"LEADER_ELECTION_RENEW_DEADLINE", "LEADER_ELECTION_RETRY_PERIOD"}

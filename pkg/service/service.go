@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -209,14 +210,56 @@ func (s *Service) ConnectNATS() error {
 		return err
 	}
 	topo := events.DefaultTopology(s.TopologyOptions())
-	if err := topo.Apply(s.ctx, s.JetStream); err != nil {
-		return fmt.Errorf("apply topology: %w", err)
+	if err := s.applyTopology(topo); err != nil {
+		return err
 	}
 	s.Go("topology", func(ctx context.Context) error {
 		s.keepTopology(ctx, topo)
 		return nil
 	})
 	return nil
+}
+
+// applyTopology applies topo, retrying with backoff while JetStream cannot answer yet (a NATS
+// cluster electing its leaders after losing a node, a server starting), until the service's
+// Context ends. An answer that refuses the topology (replicas a single server cannot keep, a
+// permission) is returned at once.
+func (s *Service) applyTopology(topo events.Topology) error {
+	wait := 200 * time.Millisecond
+	for {
+		err := topo.Apply(s.ctx, s.JetStream)
+		if err == nil {
+			return nil
+		}
+		if !jetStreamUnavailable(err) {
+			return fmt.Errorf("apply topology: %w", err)
+		}
+		s.Logger.Warn("JetStream cannot take the topology yet; retrying", "wait", wait.String(), "error", err)
+		select {
+		case <-s.ctx.Done():
+			return fmt.Errorf("apply topology: %w", errors.Join(s.ctx.Err(), err))
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+// Error codes of JetStream answers that say "not now" rather than "no": the cluster has no
+// meta leader, a stream has no leader or no quorum yet, a peer for a replica is down.
+var unavailableErrorCodes = []jetstream.ErrorCode{10005, 10006, 10008, 10009, 10023, 10118}
+
+// jetStreamUnavailable reports whether err means JetStream could not answer now: no answer at
+// all (a timeout, no responders, a connection being re-established) or an answer of
+// unavailableErrorCodes.
+func jetStreamUnavailable(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return slices.Contains(unavailableErrorCodes, apiErr.ErrorCode) || apiErr.Code == 503
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) ||
+		errors.Is(err, nats.ErrDisconnected)
 }
 
 // topologyCheckInterval is how often a hub service checks that the stream and the buckets still

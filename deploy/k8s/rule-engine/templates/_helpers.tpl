@@ -87,8 +87,8 @@ from nats.password (the same Secret as for nats.credentials). Empty when neither
 {{- end }}
 
 {{/*
-Environment variables every service reads (pkg/service): NATS, the two listen addresses and the
-log level. NATS_CREDS points at the mounted credentials file; NATS_USER and NATS_PASSWORD (from a
+Environment variables every service reads (pkg/service): NATS, the stream's replicas and size
+cap, the two listen addresses and the log level. NATS_CREDS points at the mounted credentials file; NATS_USER and NATS_PASSWORD (from a
 Secret) are the service's user in the server's authorization configuration.
 */}}
 {{- define "rule-engine.commonEnv" -}}
@@ -118,6 +118,14 @@ Secret) are the service's user in the server's authorization configuration.
     secretKeyRef:
       name: {{ $passwordSecret }}
       key: {{ if .Values.nats.passwordSecret }}{{ .Values.nats.passwordSecretKey }}{{ else }}password{{ end }}
+{{- end }}
+{{- if .Values.nats.streamReplicas }}
+- name: STREAM_REPLICAS
+  value: {{ .Values.nats.streamReplicas | quote }}
+{{- end }}
+{{- if .Values.nats.streamMaxBytes }}
+- name: STREAM_MAX_BYTES
+  value: {{ .Values.nats.streamMaxBytes | quote }}
 {{- end }}
 - name: METRICS_ADDR
   value: {{ printf ":%v" .Values.ports.metrics | quote }}
