@@ -21,7 +21,12 @@ func runClaimWriter(ctx context.Context, args []string, getenv func(string) stri
 		return err
 	}
 	defer nc.Close()
-	cfg := events.ClaimWriterConsumer(args[0], events.TopologyOptions{})
+	stream, err := js.Stream(ctx, events.StreamName)
+	if err != nil {
+		return fmt.Errorf("read stream %s (the hub services create it): %w", events.StreamName, err)
+	}
+	// As replicated as the stream it reads (3 on a production NATS cluster).
+	cfg := events.ClaimWriterConsumer(args[0], events.TopologyOptions{Replicas: stream.CachedInfo().Config.Replicas})
 	if _, err := js.CreateOrUpdateConsumer(ctx, events.StreamName, cfg); err != nil {
 		return fmt.Errorf("create consumer %s on stream %s: %w", cfg.Durable, events.StreamName, err)
 	}
