@@ -113,7 +113,9 @@ func ExponentialBackoff(base, limit time.Duration) func(int) time.Duration {
 type Consumer struct {
 	opts       ConsumerOptions
 	js         jetstream.JetStream
-	cc         jetstream.ConsumeContext
+	cons       jetstream.Consumer
+	cc         jetstream.ConsumeContext // the current pull; replaced by repull, guarded by mu
+	pulls      int                      // how many pulls were started; guarded by mu
 	ackWait    time.Duration
 	maxDeliver int
 	handler    Handler
@@ -156,17 +158,67 @@ func Consume(ctx context.Context, js jetstream.JetStream, h Handler, opts Consum
 		stopCh:     make(chan struct{}),
 		sem:        make(chan struct{}, opts.Concurrency),
 	}
+	c.cons = cons
+	if err := c.pull(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// pull starts pulling messages into enqueue.
+func (c *Consumer) pull() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopping { // repull lost the race with Stop
+		return nil
+	}
+	c.pulls++
+	this := c.pulls
 	// PullExpiry bounds how long one pull request may wait on the server. In BenchmarkConsume a
 	// burst of 20,000 events sometimes stalled until the pull expired (the client default, 30 s:
 	// 3 of 5 runs at ~640 events/s against ~12,000); with 5 s the worst run measured 2,500/s.
-	c.cc, err = cons.Consume(c.enqueue, jetstream.PullMaxMessages(256), jetstream.PullExpiry(5*time.Second),
+	cc, err := c.cons.Consume(c.enqueue, jetstream.PullMaxMessages(256), jetstream.PullExpiry(5*time.Second),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			opts.Logger.Warn("Consumer pull error", "consumer", opts.Name, "error", err)
+			c.opts.Logger.Warn("Consumer pull error", "consumer", c.opts.Name, "error", err)
+			if errors.Is(err, jetstream.ErrConsumerLeadershipChanged) {
+				go c.repull(this)
+			}
 		}))
 	if err != nil {
-		return nil, fmt.Errorf("consume %s: %w", opts.Name, err)
+		return fmt.Errorf("consume %s: %w", c.opts.Name, err)
 	}
-	return c, nil
+	c.cc = cc
+	return nil
+}
+
+// repull replaces the pull number this with a new one, unless the consumer is stopping or that
+// pull was replaced already. After a consumer leadership change (a NATS node lost, a leader stepping
+// down) the client resets its pending counts but sends no new pull request, so the consumer
+// would receive nothing more until restarted (nats-io/nats.go#2063, seen in
+// TestNATSClusterFailoverUnderLoad). Messages handed out by the old pull and not finished stay
+// queued and are acknowledged as usual.
+func (c *Consumer) repull(this int) {
+	c.mu.Lock()
+	if c.stopping || c.pulls != this {
+		c.mu.Unlock()
+		return
+	}
+	old := c.cc
+	c.mu.Unlock()
+	old.Stop()
+	for {
+		err := c.pull()
+		if err == nil {
+			c.opts.Logger.Info("Pulling again after a consumer leadership change", "consumer", c.opts.Name)
+			return
+		}
+		c.opts.Logger.Warn("Could not pull again after a leadership change; retrying", "consumer", c.opts.Name, "error", err)
+		select {
+		case <-c.stopCh:
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // enqueue puts a message behind the others of its key and starts a worker for an idle key.
@@ -414,11 +466,12 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	}
 	c.stopping = true
 	close(c.stopCh)
+	cc := c.cc
 	c.mu.Unlock()
 
-	c.cc.Drain()
+	cc.Drain()
 	select {
-	case <-c.cc.Closed():
+	case <-cc.Closed():
 	case <-ctx.Done():
 		return fmt.Errorf("stop consumer %s: %w", c.opts.Name, ctx.Err())
 	}

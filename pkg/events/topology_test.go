@@ -84,8 +84,8 @@ func TestApplyNeverLowersLimits(t *testing.T) {
 
 // startNATSCluster runs three in-process nats-servers with JetStream, routed to each other as
 // one cluster, and returns a JetStream client connected to all three once the cluster answers
-// JetStream requests (it has elected its meta leader).
-func startNATSCluster(t *testing.T) jetstream.JetStream {
+// JetStream requests (it has elected its meta leader), and the servers by name (n1, n2, n3).
+func startNATSCluster(t *testing.T) (jetstream.JetStream, map[string]*server.Server) {
 	t.Helper()
 	const size = 3
 	routePorts := make([]int, size)
@@ -95,6 +95,7 @@ func startNATSCluster(t *testing.T) jetstream.JetStream {
 		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", routePorts[i])})
 	}
 	var urls []string
+	servers := map[string]*server.Server{}
 	for i := range size {
 		s, err := server.NewServer(&server.Options{
 			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1,
@@ -107,12 +108,13 @@ func startNATSCluster(t *testing.T) jetstream.JetStream {
 		}
 		s.Start()
 		t.Cleanup(s.Shutdown)
+		servers[fmt.Sprintf("n%d", i+1)] = s
 		if !s.ReadyForConnections(10 * time.Second) {
 			t.Fatal("nats-server did not start")
 		}
 		urls = append(urls, s.ClientURL())
 	}
-	nc, err := nats.Connect(strings.Join(urls, ","))
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +129,7 @@ func startNATSCluster(t *testing.T) jetstream.JetStream {
 		_, err := js.AccountInfo(ctx)
 		cancel()
 		if err == nil {
-			return js
+			return js, servers
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the NATS cluster does not answer JetStream requests: %v", err)
@@ -154,7 +156,7 @@ func freePort(t *testing.T) int {
 func TestApplyNeverLowersReplicas(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	js := startNATSCluster(t)
+	js, _ := startNATSCluster(t)
 	if err := DefaultTopology(TopologyOptions{}).Apply(ctx, js); err != nil {
 		t.Fatal(err)
 	}
@@ -195,4 +197,45 @@ func checkReplicas(t *testing.T, js jetstream.JetStream, want int) {
 			t.Errorf("consumer %s has %d replicas, want %d", c.Durable, got, want)
 		}
 	}
+}
+
+// TestConsumerKeepsReceivingAfterALeadershipChange: on a 3-node cluster with an R3 stream, the
+// node that leads the consumer is lost while the consumer runs; events published afterwards
+// are still handled. Before, the client sent no new pull request after the leadership change
+// and the consumer stalled until the service restarted.
+func TestConsumerKeepsReceivingAfterALeadershipChange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, servers := startNATSCluster(t)
+	if err := DefaultTopology(TopologyOptions{Replicas: 3}).Apply(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder(nil)
+	consume(t, js, rec.handle, ConsumerOptions{Name: ConsumerRuleEngine})
+	pub := NewPublisher(js, "/test")
+	publishRetrying := func(prefix string) {
+		for i := range 5 {
+			for {
+				_, err := pub.Publish(ctx, appeared(fmt.Sprintf("%s-%d", prefix, i), 1))
+				if err == nil {
+					break
+				}
+				if ctx.Err() != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}
+	publishRetrying("before")
+	rec.waitFor(t, 5)
+	cons, err := js.Consumer(ctx, StreamName, ConsumerRuleEngine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := cons.CachedInfo().Cluster.Leader
+	servers[leader].Shutdown()
+	t.Logf("shut down %s, the consumer's leader", leader)
+	publishRetrying("after")
+	rec.waitFor(t, 5)
 }

@@ -262,6 +262,14 @@ func jetStreamUnavailable(err error) bool {
 		errors.Is(err, nats.ErrDisconnected)
 }
 
+// publishAckTimeout bounds the wait for the acknowledgement of an asynchronous publish (events
+// are published that way, events.Publisher). Without it a publish whose stream leader was lost
+// after it took the message (a NATS node killed) waits for an acknowledgement that never
+// comes, for as long as its handler's context lasts (2 minutes), and stalls its key and the
+// service's stop (seen in TestNATSClusterFailoverUnderLoad). With it the publish fails, and the
+// handler retries it with the same event ids, which the server deduplicates.
+const publishAckTimeout = 10 * time.Second
+
 // topologyCheckInterval is how often a hub service checks that the stream and the buckets still
 // exist (keepTopology).
 var topologyCheckInterval = 30 * time.Second
@@ -320,7 +328,7 @@ func (s *Service) ConnectNATSWithoutTopology() error {
 	}
 	s.NATS = nc
 	s.nc.Store(nc)
-	if s.JetStream, err = jetstream.New(nc); err != nil {
+	if s.JetStream, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishAckTimeout)); err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	return nil

@@ -274,7 +274,7 @@ func TestStandbyWritesNothing(t *testing.T) {
 // service's Lease for an hour: every service starts standby.
 func newSystemHeld(t *testing.T) *system {
 	t.Helper()
-	return newSystemWith(t, leaderElectionEnv, false, func(s *system) {
+	return newSystemWith(t, leaderElectionEnv, natsSingle, func(s *system) {
 		now := metav1.NewMicroTime(time.Now())
 		for _, name := range hubServices {
 			lease := &coordinationv1.Lease{

@@ -84,7 +84,8 @@ var (
 // system is one running Enforcement: NATS, an API server, a fake Rancher and the services.
 type system struct {
 	t       *testing.T
-	nats    *testenv.NATS
+	nats    *testenv.NATS        // the bus, unless cluster
+	cluster *testenv.NATSCluster // the bus of startSystemOnNATSCluster
 	kube    *testenv.Kube
 	dyn     dynamic.Interface
 	rancher *rancherfake.Server
@@ -109,7 +110,7 @@ type proc struct {
 // waits until every service is ready.
 func startSystem(t *testing.T, env map[string]string) *system {
 	t.Helper()
-	return newSystem(t, env, false)
+	return newSystem(t, env, natsSingle)
 }
 
 // startSystemWithUsers is startSystem on a NATS server with the authorization the repository
@@ -117,26 +118,50 @@ func startSystem(t *testing.T, env map[string]string) *system {
 // NATS_PASSWORD), the test as the operator.
 func startSystemWithUsers(t *testing.T, env map[string]string) *system {
 	t.Helper()
-	return newSystem(t, env, true)
+	return newSystem(t, env, natsWithUsers)
 }
 
-func newSystem(t *testing.T, env map[string]string, withUsers bool) *system {
+// startSystemOnNATSCluster is startSystem on a 3-node NATS cluster (nats-server processes with
+// routes), the services connected to all three nodes with STREAM_REPLICAS=3.
+func startSystemOnNATSCluster(t *testing.T, env map[string]string) *system {
 	t.Helper()
-	return newSystemWith(t, env, withUsers, nil)
+	return newSystem(t, env, natsCluster)
+}
+
+// natsMode is the bus a system runs on.
+type natsMode int
+
+const (
+	natsSingle    natsMode = iota // one embedded server, no authorization
+	natsWithUsers                 // one embedded server with the shipped authorization
+	natsCluster                   // three nats-server processes, streams with three replicas
+)
+
+func newSystem(t *testing.T, env map[string]string, mode natsMode) *system {
+	t.Helper()
+	return newSystemWith(t, env, mode, nil)
 }
 
 // newSystemWith is newSystem that calls before, when not nil, once the servers run and before
 // the services start.
-func newSystemWith(t *testing.T, env map[string]string, withUsers bool, before func(*system)) *system {
+func newSystemWith(t *testing.T, env map[string]string, mode natsMode, before func(*system)) *system {
 	t.Helper()
-	s := &system{t: t, procs: map[string]*proc{}, logs: t.TempDir(), withUsers: withUsers}
-	if withUsers {
+	s := &system{t: t, procs: map[string]*proc{}, logs: t.TempDir(), withUsers: mode == natsWithUsers}
+	natsURL := ""
+	switch mode {
+	case natsWithUsers:
 		s.nats = testenv.StartNATS(t, testenv.WithAuthorization(t, testenv.ShippedAuthorization(t)))
 		const operator = "enforcement-operator"
 		s.js = s.nats.JetStream(t, nats.UserInfo(operator, testenv.NATSPassword(operator)))
-	} else {
+		natsURL = s.nats.URL()
+	case natsCluster:
+		s.cluster = testenv.StartNATSCluster(t, 3)
+		s.js = s.cluster.JetStream(t)
+		natsURL = s.cluster.URL()
+	default:
 		s.nats = testenv.StartNATS(t)
 		s.js = s.nats.JetStream(t)
+		natsURL = s.nats.URL()
 	}
 	s.kube = testenv.StartKube(t, testenv.WithCRDs(append(testenv.ArgoCDCRDs(), testenv.OCMCRDs()...)...))
 	s.kube.InstallCRDsFromDir(t, filepath.Join(root, "deploy", "k8s", "enforcement-crds", "crds"))
@@ -150,13 +175,16 @@ func newSystemWith(t *testing.T, env map[string]string, withUsers bool, before f
 	s.createSecret("rancher", map[string][]byte{"url": []byte(s.rancher.URL), "token": []byte(token), "caCert": s.rancher.CACertPEM()})
 
 	s.env = map[string]string{
-		"NATS_URL":           s.nats.URL(),
+		"NATS_URL":           natsURL,
 		"KUBECONFIG":         s.kube.Kubeconfig,
 		"OPERATOR_NAMESPACE": operatorNS,
 		"ARGOCD_NAMESPACE":   argoNS,
 		"SCAN_INTERVAL":      "1s",
 		"GONE_GRACE_PERIOD":  "4s",
 		"LOG_LEVEL":          "debug",
+	}
+	if mode == natsCluster {
+		s.env["STREAM_REPLICAS"] = "3"
 	}
 	for k, v := range env {
 		s.env[k] = v
@@ -230,6 +258,22 @@ func (s *system) kill(name string) {
 	s.mu.Unlock()
 	_ = p.cmd.Process.Kill()
 	<-p.done
+}
+
+// restart stops a service with SIGTERM (its ordered stop, as a rolling update does), waits for
+// it to exit and starts it again.
+func (s *system) restart(name string) {
+	s.t.Helper()
+	s.mu.Lock()
+	p := s.procs[name]
+	s.mu.Unlock()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(40 * time.Second):
+		s.t.Fatalf("%s did not stop within 40s of SIGTERM:\n%s", name, s.logTail(name))
+	}
+	s.start(name)
 }
 
 func (s *system) stopAll() {
