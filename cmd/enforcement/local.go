@@ -225,6 +225,8 @@ func startServices(ctx context.Context, bin, logs, natsURL, kubeconfig string, g
 			"SCAN_INTERVAL="+valueOr(getenv("SCAN_INTERVAL"), "5s"),
 			"GONE_GRACE_PERIOD="+valueOr(getenv("GONE_GRACE_PERIOD"), "1m"),
 			"RESYNC_INTERVAL="+valueOr(getenv("RESYNC_INTERVAL"), "1m"),
+			// One replica on the embedded server; pass 3 with NATS_URL of a NATS cluster.
+			"STREAM_REPLICAS="+valueOr(getenv("STREAM_REPLICAS"), "1"),
 			// Webhooks and template requests.get may reach receivers on this machine (a demo
 			// receiver on 127.0.0.1): the services deny loopback unless it is opened.
 			"TRIGGER_ALLOWED_NETWORKS="+valueOr(getenv("TRIGGER_ALLOWED_NETWORKS"), localAllowedNetworks),
