@@ -83,7 +83,8 @@ func TestNATSClusterFailoverUnderLoad(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			s.explainMissing(missing(want, have))
-			t.Fatalf("after 150s: %d of %d Applications, %v", len(have), fleetSize, hooks.complete(fleetSize))
+			t.Fatalf("after 150s: %d of %d Applications, %v; webhooks never delivered: %v",
+				len(have), fleetSize, hooks.complete(fleetSize), hooks.missing(fleetSize))
 		}
 		time.Sleep(time.Second)
 	}
@@ -167,6 +168,22 @@ func (h *hookRecorder) complete(n int) error {
 		return fmt.Errorf("webhooks of %d (cluster, trigger) pairs, want %d", len(h.ids), 2*n)
 	}
 	return nil
+}
+
+// missing lists the (trigger, cluster) pairs of the first n fleet clusters that got no
+// delivery, at most ten.
+func (h *hookRecorder) missing(n int) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for i := 0; i < n && len(out) < 10; i++ {
+		for _, path := range []string{"/before", "/after"} {
+			if key := fmt.Sprintf("%s fleet-%04d", path, i); h.ids[key] == nil {
+				out = append(out, key)
+			}
+		}
+	}
+	return out
 }
 
 // figures counts the delivery ids, the repeats (deliveries beyond the first of an id) and the
