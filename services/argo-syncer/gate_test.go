@@ -342,3 +342,35 @@ func TestInstallOverTerminatingApplicationWaitsForBeforeInstall(t *testing.T) {
 		t.Error("reinstall after the deletion not reported as Created")
 	}
 }
+
+// An install that created its Application and stopped before its outcome was stored (a crash,
+// or the acknowledgement of the publish lost with a NATS node) reports the creation when the
+// intent is handled again, without writing again: its afterInstall trigger is not lost.
+func TestRepeatedInstallAfterALostReportStillReportsCreated(t *testing.T) {
+	h := newHarness(t)
+	in := h.installIntent("baseline", "lost-report", "agent")
+	if res, err := h.syncer.Install(context.Background(), in, true); err != nil || !res.Created {
+		t.Fatalf("first run: %+v, %v; want Created", res, err)
+	}
+	mark := h.log.mark()
+	h.handle(in) // the redelivered intent
+	if s := h.outcome(succeeded(in.ID())).(*events.InstallSucceeded); !s.Created {
+		t.Error("install handled again after a lost report not reported as Created (afterInstall would be skipped)")
+	}
+	if n := applicationWrites(h.log.since(mark)); n != 0 {
+		t.Errorf("the repeated install wrote the Application %d more times", n)
+	}
+
+	// An update by a later intent removes the record: the later intent is no creation, and
+	// the first one handled once more is not either.
+	next := h.installIntent("baseline", "lost-report", "agent")
+	next.Enforcement.TargetRevision = "v2"
+	next.SpecHash = "h2"
+	h.handle(next)
+	if s := h.outcome(succeeded(next.ID())).(*events.InstallSucceeded); s.Created {
+		t.Error("update reported Created")
+	}
+	if app := h.app("lost-report-agent"); app == nil || app.Annotations[AnnotationCreatedBy] != "" {
+		t.Errorf("after the update the Application still records its creating intent: %v", app)
+	}
+}

@@ -58,6 +58,12 @@ const (
 	// per-cluster one; none for EKS and GKE, which carry no credential). An install intent that
 	// references another Secret has the credentials refreshed in place (updateClusterSecret).
 	AnnotationCredentials = "enforcement.globo.com/credentials-from"
+	// AnnotationCreatedBy records, on an Application an install intent created, that intent's
+	// id. The creation and its record are one write, so an intent handled again after a crash or
+	// a lost acknowledgement between creating the Application and reporting it still reports the
+	// creation (InstallSucceeded.Created, the afterInstall moment). The next apply removes it; it
+	// is left out of the applied hash.
+	AnnotationCreatedBy = "enforcement.globo.com/created-by-intent"
 
 	// FieldManager is argo-syncer's server-side apply field manager. Fields Argo CD (or anyone
 	// else) manages, such as status, operation and finalizers, are left alone.
@@ -99,12 +105,17 @@ func (o *applyObject) seal() []byte {
 		o.Metadata.Annotations = map[string]string{}
 	}
 	delete(o.Metadata.Annotations, AnnotationAppliedHash)
+	createdBy, created := o.Metadata.Annotations[AnnotationCreatedBy]
+	delete(o.Metadata.Annotations, AnnotationCreatedBy) // an update without it is the same object
 	body, err := json.Marshal(o)
 	if err != nil {
 		panic(fmt.Sprintf("marshal %s: %v", o.Kind, err)) // plain structs of strings always marshal
 	}
 	sum := sha256.Sum256(body)
 	o.Metadata.Annotations[AnnotationAppliedHash] = hex.EncodeToString(sum[:12])
+	if created {
+		o.Metadata.Annotations[AnnotationCreatedBy] = createdBy
+	}
 	body, _ = json.Marshal(o)
 	return body
 }

@@ -233,7 +233,8 @@ func (s *Syncer) Install(ctx context.Context, in *events.InstallIntent, gate boo
 }
 
 // install is Install with the cluster's lock held. With refreshCredentials set (an intent, not
-// the resync) the cluster Secret's credentials follow the Secret the intent references.
+// the resync) the cluster Secret's credentials follow the Secret the intent references, and an
+// Application it creates records the intent (AnnotationCreatedBy).
 func (s *Syncer) install(ctx context.Context, in *events.InstallIntent, gate, refreshCredentials bool) (InstallResult, error) {
 	cluster := in.Cluster.Name
 	// Decide from the cache (and argo-syncer's own recent writes) before writing anything: the
@@ -273,7 +274,14 @@ func (s *Syncer) install(ctx context.Context, in *events.InstallIntent, gate, re
 	}
 	if exists && owned(existing) && inSync(existing.Labels, existing.Annotations, existing.Spec, desired) {
 		res.Unchanged = true
-		return res, nil // already as rendered: a redelivery or a no-op change
+		// Already as rendered: a redelivery or a no-op change. When this intent created it, the
+		// earlier run stopped before it reported the creation (a crash, a lost acknowledgement
+		// of the outcome): this run reports it.
+		res.Created = refreshCredentials && existing.Annotations[AnnotationCreatedBy] == in.ID()
+		return res, nil
+	}
+	if !exists && refreshCredentials { // an intent's creation, not the resync's restore
+		desired.Metadata.Annotations[AnnotationCreatedBy] = in.ID()
 	}
 	if exists && !owned(existing) {
 		res.Writes++
