@@ -120,6 +120,8 @@ type Consumer struct {
 	maxDeliver int
 	handler    Handler
 	handlerCtx context.Context
+	// abort cancels handlerCtx (Abort).
+	abort context.CancelFunc
 
 	mu       sync.Mutex
 	queues   map[string][]jetstream.Msg // messages not finished yet, per ordering key
@@ -146,13 +148,15 @@ func Consume(ctx context.Context, js jetstream.JetStream, h Handler, opts Consum
 		return nil, fmt.Errorf("bind consumer %s: %w", opts.Name, err)
 	}
 	info := cons.CachedInfo()
+	handlerCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
 	c := &Consumer{
 		opts:       opts,
 		js:         js,
 		ackWait:    info.Config.AckWait,
 		maxDeliver: info.Config.MaxDeliver,
 		handler:    h,
-		handlerCtx: context.WithoutCancel(ctx),
+		handlerCtx: handlerCtx,
+		abort:      abort,
 		queues:     make(map[string][]jetstream.Msg),
 		running:    make(map[string]bool),
 		stopCh:     make(chan struct{}),
@@ -231,7 +235,7 @@ func (c *Consumer) enqueue(msg jetstream.Msg) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.queues[key] = append(c.queues[key], msg)
-	if !c.running[key] && !c.stopping {
+	if !c.running[key] && !c.stopping && c.handlerCtx.Err() == nil {
 		c.running[key] = true
 		c.wg.Add(1)
 		go c.runKey(key)
@@ -245,7 +249,7 @@ func (c *Consumer) runKey(key string) {
 	for {
 		c.mu.Lock()
 		q := c.queues[key]
-		if len(q) == 0 || c.stopping {
+		if len(q) == 0 || c.stopping || c.handlerCtx.Err() != nil {
 			if len(q) == 0 {
 				delete(c.queues, key)
 			}
@@ -267,8 +271,8 @@ func (c *Consumer) runKey(key string) {
 }
 
 // process decides, in this one place, what happens to a message: ack, retry in place or dead
-// letter. It returns false when a stop interrupted a retry wait: the message is then left for
-// Stop to hand back.
+// letter. It returns false when a stop interrupted a retry wait, or an Abort the handler: the
+// message is then left for Stop to hand back.
 func (c *Consumer) process(msg jetstream.Msg) bool {
 	ev, meta, err := Decode(msg.Subject(), msg.Headers(), msg.Data())
 	if md, mdErr := msg.Metadata(); mdErr == nil {
@@ -295,6 +299,11 @@ func (c *Consumer) process(msg jetstream.Msg) bool {
 		if err == nil {
 			c.ack(msg, meta, "acked")
 			return true
+		}
+		if c.handlerCtx.Err() != nil {
+			// Aborted (Abort): the work is not this instance's any more. Whatever the handler
+			// returned, the message is left unfinished for Stop to hand back.
+			return false
 		}
 		if errors.Is(err, ErrNoHandler) {
 			// Not this consumer's to act on (see ErrNoHandler): acknowledged, kept in the stream.
@@ -459,6 +468,7 @@ func (c *Consumer) deadLetter(msg jetstream.Msg, meta Meta, attempts int, reason
 // this one stopped. It returns early with an error if ctx ends first; unfinished messages are
 // then redelivered after AckWait.
 func (c *Consumer) Stop(ctx context.Context) error {
+	defer c.abort() // the handlers have returned (or the stop gave up on them): release the context
 	c.mu.Lock()
 	if c.stopping {
 		c.mu.Unlock()
@@ -492,6 +502,13 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Abort cancels the context of every handler in flight, and no handler starts any more: for an
+// instance that must stop working at once rather than finish what it holds (it lost its
+// leadership, and another instance may already be handling the same keys). The handlers'
+// messages, and every message not handled yet, are left unfinished; Stop, still to be called,
+// hands them back for redelivery.
+func (c *Consumer) Abort() { c.abort() }
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

@@ -134,6 +134,7 @@ func (s *Service) Lead(le LeaderElection, lease string) error {
 			OnStartedLeading: func(context.Context) { close(elected) },
 			OnStoppedLeading: func() {
 				if leCtx.Err() == nil { // not the release at the stop
+					s.abortWork()
 					s.failWith(ErrLeadershipLost)
 				}
 			},

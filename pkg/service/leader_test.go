@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
+	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
@@ -101,7 +102,24 @@ func TestLeadEndsTheServiceWhenLeadershipIsLost(t *testing.T) {
 	if err := a.Lead(le, testLease); err != nil {
 		t.Fatal(err)
 	}
-	// Another holder takes the Lease (retried: the leader renews it meanwhile).
+	takeLease(t, kube, ns)
+	done := make(chan error, 1)
+	go func() { done <- a.Wait() }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrLeadershipLost) {
+			t.Fatalf("Wait returned %v, want ErrLeadershipLost", err)
+		}
+	case <-time.After(30 * time.Second):
+		_ = a.Abort(nil)
+		t.Fatal("the replica kept working 30s after another holder took its Lease")
+	}
+}
+
+// takeLease makes another holder take the test Lease for an hour (retried: the leader renews it
+// meanwhile).
+func takeLease(t *testing.T, kube *testenv.Kube, ns string) {
+	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var lease coordinationv1.Lease
 		if err := kube.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: testLease}, &lease); err != nil {
@@ -115,16 +133,73 @@ func TestLeadEndsTheServiceWhenLeadershipIsLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A replica that lost its leadership does not finish the work it holds, as a stop on a signal
+// would (TestStopFinishesInFlightWorkAndFlushesItsAck): the next leader may already be handling
+// the same keys. Its in-flight handler's context ends at once, the message goes back
+// unfinished (neither acknowledged nor dead-lettered), and Wait returns long before
+// SHUTDOWN_TIMEOUT.
+func TestLostLeadershipAbortsInFlightWork(t *testing.T) {
+	kube := testenv.StartKube(t)
+	n := testenv.StartNATS(t)
+	ns := kube.Namespace(t, "lead-abort")
+	getenv := env(map[string]string{"KUBECONFIG": kube.Kubeconfig, "NATS_URL": n.URL(),
+		"HEALTH_ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0", "SHUTDOWN_TIMEOUT": "2m",
+		"LEADER_ELECTION": "true", "LEADER_ELECTION_NAMESPACE": ns, "LEADER_ELECTION_LEASE_DURATION": "4s",
+		"LEADER_ELECTION_RENEW_DEADLINE": "2s", "LEADER_ELECTION_RETRY_PERIOD": "250ms"})
+	le, err := LoadLeaderElection(getenv, DefaultOperatorNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := Start(context.Background(), Options{Name: "lifecycle-test", Getenv: getenv, Stdout: io.Discard,
+		Kubernetes: true, NATS: true, Consumers: []string{testConsumer}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Lead(le, testLease); err != nil {
+		t.Fatal(svc.Abort(err))
+	}
+	if err := svc.ConnectNATS(); err != nil {
+		t.Fatal(svc.Abort(err))
+	}
+	started, cancelled := make(chan struct{}), make(chan struct{})
+	err = svc.Consume(events.ConsumerOptions{Name: testConsumer}, func(hctx context.Context, _ events.Event, _ events.Meta) error {
+		close(started)
+		<-hctx.Done() // a long write, cut short only by its context
+		close(cancelled)
+		return hctx.Err()
+	})
+	if err != nil {
+		t.Fatal(svc.Abort(err))
+	}
+	publishIntent(t, n)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal(svc.Abort(errors.New("handler not called")))
+	}
+
+	lost := time.Now()
+	takeLease(t, kube, ns)
 	done := make(chan error, 1)
-	go func() { done <- a.Wait() }()
+	go func() { done <- svc.Wait() }()
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrLeadershipLost) {
 			t.Fatalf("Wait returned %v, want ErrLeadershipLost", err)
 		}
 	case <-time.After(30 * time.Second):
-		_ = a.Abort(nil)
-		t.Fatal("the replica kept working 30s after another holder took its Lease")
+		t.Fatal("the replica kept its handler running 30s after another holder took its Lease (SHUTDOWN_TIMEOUT is 2m)")
+	}
+	select {
+	case <-cancelled:
+	default:
+		t.Fatal("Wait returned, but the handler's context was never cancelled")
+	}
+	t.Logf("work aborted and the service stopped %s after the Lease was taken", time.Since(lost).Round(time.Millisecond))
+	if info := consumerInfo(t, n); info.AckFloor.Stream != 0 {
+		t.Errorf("ack floor %d after the abort, want 0: the message was finished (acknowledged or dead-lettered) instead of left for the next leader", info.AckFloor.Stream)
 	}
 }
 

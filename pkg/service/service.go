@@ -413,6 +413,22 @@ func (s *Service) failWith(err error) {
 	s.fail(err)
 }
 
+// abortWork stops the work at once, for a replica that lost its leadership: another replica
+// may lead within LEADER_ELECTION_LEASE_DURATION - LEADER_ELECTION_RENEW_DEADLINE, so nothing may
+// finish what it holds (as a stop on a signal lets it). The contexts of the consumers' handlers
+// (events.Consumer.Abort) and of the workers end now: Kubernetes and NATS requests in flight
+// are cancelled, unfinished messages go back for the next leader, and the stop that follows
+// only collects what remains.
+func (s *Service) abortWork() {
+	s.mu.Lock()
+	consumers := s.consumers
+	s.mu.Unlock()
+	for _, c := range consumers {
+		c.Abort()
+	}
+	s.stopWorkers()
+}
+
 // OnStop registers fn to run at the very beginning of the stop, before the consumers stop: to
 // tell in-flight work that waits (a retry backoff) to give up and leave its message to the next
 // instance. Functions run in the order they were registered and must not block.
