@@ -147,7 +147,7 @@ func newSystem(t *testing.T, env map[string]string, mode natsMode) *system {
 func newSystemWith(t *testing.T, env map[string]string, mode natsMode, before func(*system)) *system {
 	t.Helper()
 	s := &system{t: t, procs: map[string]*proc{}, logs: t.TempDir(), withUsers: mode == natsWithUsers}
-	natsURL := ""
+	var natsURL string
 	switch mode {
 	case natsWithUsers:
 		s.nats = testenv.StartNATS(t, testenv.WithAuthorization(t, testenv.ShippedAuthorization(t)))
