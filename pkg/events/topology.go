@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -189,18 +190,65 @@ func (t Topology) Apply(ctx context.Context, js jetstream.JetStream) error {
 		}
 	}
 	for _, b := range t.Buckets {
-		have, err := existingStream(ctx, js, bucketStream(b.Bucket))
-		if err != nil {
-			return err
-		}
-		if have != nil {
-			b = keepBucketLimits(b, *have)
-		}
-		if _, err := js.CreateOrUpdateKeyValue(ctx, b); err != nil {
+		if err := applyBucket(ctx, js, b); err != nil {
 			return fmt.Errorf("apply bucket %s: %w", b.Bucket, err)
 		}
 	}
 	return nil
+}
+
+// applyBucket creates the bucket b, or brings the stream of an existing one up to b (never
+// lower: keepBucketLimits). A replicated bucket is read from its stream's leader only
+// (AllowDirect off): a direct get may be answered by any replica, and one that is behind (a
+// node just restarted, catching up) answers a key written a moment ago with "not found" or an
+// older value. That broke read-your-writes for every service on a NATS cluster: a delivery
+// record armed a moment before read as missing (an afterInstall never delivered), a view marker
+// read as missing. An existing bucket's stream is updated directly, not through
+// CreateOrUpdateKeyValue, which turns direct gets back on: a service opening the bucket at that
+// moment would read from followers for its whole life.
+func applyBucket(ctx context.Context, js jetstream.JetStream, b jetstream.KeyValueConfig) error {
+	name := bucketStream(b.Bucket)
+	have, err := existingStream(ctx, js, name)
+	if err != nil {
+		return err
+	}
+	if have == nil {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, b); err != nil {
+			return err
+		}
+		if have, err = existingStream(ctx, js, name); err != nil || have == nil {
+			return fmt.Errorf("read the stream of the new bucket: %w", err)
+		}
+		want := *have
+		want.AllowDirect = want.AllowDirect && want.Replicas <= 1
+		return updateStreamIfChanged(ctx, js, *have, want)
+	}
+	b = keepBucketLimits(b, *have)
+	want := *have
+	want.Replicas = b.Replicas
+	want.MaxBytes = higherLimit(have.MaxBytes, b.MaxBytes)
+	want.MaxMsgSize = b.MaxValueSize
+	if b.MaxValueSize == 0 {
+		want.MaxMsgSize = have.MaxMsgSize
+	}
+	if b.TTL > 0 {
+		want.MaxAge = b.TTL
+	}
+	want.MaxMsgsPerSubject = max(have.MaxMsgsPerSubject, int64(b.History))
+	want.AllowDirect = have.AllowDirect && want.Replicas <= 1
+	if b.Description != "" {
+		want.Description = b.Description
+	}
+	return updateStreamIfChanged(ctx, js, *have, want)
+}
+
+// updateStreamIfChanged updates the stream to want unless that is what it has.
+func updateStreamIfChanged(ctx context.Context, js jetstream.JetStream, have, want jetstream.StreamConfig) error {
+	if reflect.DeepEqual(have, want) {
+		return nil
+	}
+	_, err := js.UpdateStream(ctx, want)
+	return err
 }
 
 // errCodeConsumerReplicasExceedStream is JetStream's error code for a consumer with more

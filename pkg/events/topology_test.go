@@ -174,6 +174,48 @@ func TestApplyNeverLowersReplicas(t *testing.T) {
 	checkReplicas(t, js, 3)
 }
 
+// TestReplicatedBucketsAreReadFromTheirLeader: the bucket streams of a replicated topology
+// answer no direct gets (any replica may answer those, one behind with "not found" for a key
+// just written), whether Apply created them, raised them from one replica, or found them as
+// CreateOrUpdateKeyValue (an earlier version) left them; and applying again never turns direct
+// gets back on. A single-replica bucket keeps them: its one replica is its leader.
+func TestReplicatedBucketsAreReadFromTheirLeader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, _ := startNATSCluster(t)
+	topo := DefaultTopology(TopologyOptions{})
+	checkDirect := func(stage string, want bool) {
+		t.Helper()
+		for _, b := range topo.Buckets {
+			if got := streamConfig(t, js, bucketStream(b.Bucket)).AllowDirect; got != want {
+				t.Errorf("%s: bucket %s allows direct gets: %v, want %v", stage, b.Bucket, got, want)
+			}
+		}
+	}
+	if err := topo.Apply(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	checkDirect("one replica", true)
+	if err := DefaultTopology(TopologyOptions{Replicas: 3}).Apply(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	checkDirect("raised to three replicas", false)
+	for _, b := range topo.Buckets { // as an earlier version applied them
+		b.Replicas = 3
+		if _, err := js.CreateOrUpdateKeyValue(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkDirect("applied by CreateOrUpdateKeyValue", true)
+	for range 2 {
+		if err := DefaultTopology(TopologyOptions{}).Apply(ctx, js); err != nil {
+			t.Fatal(err)
+		}
+		checkDirect("applied again", false)
+	}
+	checkReplicas(t, js, 3)
+}
+
 // checkReplicas fails unless the stream, every bucket and every shared consumer have want
 // replicas.
 func checkReplicas(t *testing.T, js jetstream.JetStream, want int) {

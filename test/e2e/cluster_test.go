@@ -308,5 +308,27 @@ func (s *system) explainMissing(apps []string) {
 				}
 			}
 		}
+		s.logStreamEvents(app, `"`+cluster+`"`)
+	}
+}
+
+// logStreamEvents logs every event of the stream whose data holds needle, oldest first: the
+// decisions taken for a missing Application.
+func (s *system) logStreamEvents(app, needle string) {
+	ctx := context.Background()
+	stream, err := s.js.Stream(ctx, events.StreamName)
+	if err != nil {
+		s.t.Logf("stream %s: %v", events.StreamName, err)
+		return
+	}
+	info := stream.CachedInfo()
+	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		if strings.Contains(string(m.Data), needle) {
+			s.t.Logf("%s missing; stream #%d %s %s: %.400s", app, seq, m.Time.Format("15:04:05.000"), m.Subject, m.Data)
+		}
 	}
 }

@@ -13,10 +13,10 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
-// natsOutage is how long TestNATSOutageIsNotReadyAndLosesNothing keeps NATS down: a minute in
-// the issue, shortened here; nothing in the services depends on the length (their clients
-// reconnect forever, once a second).
-const natsOutage = 15 * time.Second
+// natsOutage is how long TestNATSOutageIsNotReadyAndLosesNothing keeps NATS down: a minute, long
+// enough for every timeout on the way (a publish's 10 s acknowledgement limit, handler retries,
+// the scanner's scans) to run out several times; the clients reconnect forever, once a second.
+const natsOutage = time.Minute
 
 // TestNATSOutageIsNotReadyAndLosesNothing stops NATS under the running services, changes the
 // world while it is down (two more clusters), and starts it again: during the outage every
