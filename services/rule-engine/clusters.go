@@ -29,10 +29,13 @@ func (e *engine) applyCluster(ctx context.Context, c events.Cluster, revision, s
 		if len(rs.need) > 0 {
 			return nil // rendered outside the mutex, then evaluated again
 		}
-		if err := e.commit(ctx, ch); err != nil {
+		// The cluster is recorded before the decisions taken for it: a stop in between leaves
+		// a view that the evaluation at the next start decides from again, never pairs of a
+		// cluster the view lacks.
+		if err := e.store.putCluster(ctx, cid, rec); err != nil {
 			return fmt.Errorf("cluster %s: %w", c.Name, err)
 		}
-		if err := e.store.putCluster(ctx, cid, rec); err != nil {
+		if err := e.commit(ctx, ch); err != nil {
 			return fmt.Errorf("cluster %s: %w", c.Name, err)
 		}
 		e.setCluster(cid, rec)

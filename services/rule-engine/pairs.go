@@ -38,7 +38,8 @@ func (cv *clusterVars) get(c *events.Cluster) (map[string]any, string) {
 // evalPairVars is evalPair with the cluster's variables shared across rules. The decision table,
 // in order:
 //
-//	cluster gone (or unknown)          -> uninstall all (ClusterGone, orphan) and drop the pair
+//	cluster gone                       -> uninstall all (ClusterGone, orphan) and drop the pair
+//	cluster not in the view            -> keep the pair as it is (only ClusterGone removes)
 //	rule unknown or invalid            -> keep the pair as it is
 //	pair of the rule's old source      -> keep it while the new source has not listed, or
 //	                                      while a cluster of the new source with its name
@@ -171,18 +172,19 @@ func (e *engine) uninstallRemovedWhileWaiting(r *ruleState, cid string, rec *clu
 }
 
 // uninstallMissing drops the pair of a cluster that is gone (goneRevision: ClusterGone, the
-// target marked gone) or not in the view (NoLongerMatches), orphaning what it had either way.
-// r may be nil; the pair's own rule reference is used then.
+// target marked gone), orphaning what it had. A pair whose cluster is merely not in the view
+// (goneRevision 0) keeps what it has: only the source's ClusterGone says a cluster is gone. The
+// view can lack a cluster whose pair exists when the engine stopped between deciding for the
+// cluster's event and recording the cluster, or when the state bucket was lost; the event comes
+// again (or the scanner announces the cluster again) and completes the view. r may be nil; the
+// pair's own rule reference is used then.
 func uninstallMissing(r *ruleState, rule, cid string, old *pairState, goneRevision uint64, ch *change) {
-	if old == nil {
-		return // nothing was installed here
+	if old == nil || goneRevision == 0 {
+		return // nothing was installed here, or the cluster is not known to be gone
 	}
 	target := old.Cluster
 	target.Gone, target.Revision = true, max(goneRevision, target.Revision)
 	reason := events.UninstallClusterGone
-	if goneRevision == 0 { // not gone, just not in the view: treat as no longer selected
-		target.Gone, reason = false, events.UninstallNoLongerMatches
-	}
 	ref := old.Rule
 	if r != nil {
 		ref = r.ref

@@ -120,3 +120,43 @@ func TestNATSRestart(t *testing.T) {
 	e.publish(&events.ClusterGone{Source: rancherSource(), Key: "c-before", Name: "before", Revision: 3, LastSeen: time.Now()})
 	e.waitIntents("install before guestbook", "install after guestbook", "uninstall before guestbook ClusterGone")
 }
+
+// A pair whose cluster the engine's view lacks keeps what it has: only ClusterGone removes.
+// The view lacked such a cluster when the engine stopped between deciding for the cluster's
+// event and recording the cluster (a SIGTERM while a NATS node was lost, in the failover test):
+// the evaluation at the next start then uninstalled the pair, and the install that followed the
+// redelivered event carried the first install's id, which NATS dropped as a duplicate, so the
+// cluster kept no Application.
+func TestPairOfAClusterMissingFromTheViewIsKept(t *testing.T) {
+	e := newEnv(t)
+	e.createRule("fleet", v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[:1],
+		Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{}}})
+	stop := e.start()
+	e.publish(appeared(testCluster("a", nil, true), 1), appeared(testCluster("b", nil, true), 2))
+	e.waitIntents("install a guestbook", "install b guestbook")
+	stop()
+
+	// The view loses cluster a; its pair stays, as a stop between the two writes left it.
+	kv, err := e.js.KeyValue(t.Context(), events.BucketRuleEngineState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(t.Context(), "cluster."+clusterID(rancherSource().ID, "c-a")); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	e.waitReady("fleet", v1beta1.ReasonProgressing, nil)
+	time.Sleep(time.Second) // an uninstall decided at the start would be on the stream now
+	e.waitIntents("install a guestbook", "install b guestbook")
+
+	// The cluster's event comes again (here as an update): its pair is as it was, nothing to send.
+	e.publish(appeared(testCluster("a", map[string]string{"env": "prod"}, true), 3))
+	e.waitReady("fleet", v1beta1.ReasonProgressing, func(st v1beta1.ClusterRuleStatus) error {
+		if st.MatchedClusters != 2 {
+			return fmt.Errorf("%d matched clusters, want 2", st.MatchedClusters)
+		}
+		return nil
+	})
+	time.Sleep(500 * time.Millisecond)
+	e.waitIntents("install a guestbook", "install b guestbook")
+}
