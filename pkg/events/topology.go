@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -242,9 +241,14 @@ func applyBucket(ctx context.Context, js jetstream.JetStream, b jetstream.KeyVal
 	return updateStreamIfChanged(ctx, js, *have, want)
 }
 
-// updateStreamIfChanged updates the stream to want unless that is what it has.
+// updateStreamIfChanged updates the stream to want unless it has every setting applyBucket
+// decides already. Only those are compared: the server fills in others (metadata, defaults)
+// that a config read back never equals, and an update on every start would have every service
+// update every bucket at once.
 func updateStreamIfChanged(ctx context.Context, js jetstream.JetStream, have, want jetstream.StreamConfig) error {
-	if reflect.DeepEqual(have, want) {
+	if have.Replicas == want.Replicas && have.MaxBytes == want.MaxBytes && have.MaxMsgSize == want.MaxMsgSize &&
+		have.MaxAge == want.MaxAge && have.MaxMsgsPerSubject == want.MaxMsgsPerSubject &&
+		have.AllowDirect == want.AllowDirect && have.Description == want.Description {
 		return nil
 	}
 	_, err := js.UpdateStream(ctx, want)

@@ -281,3 +281,29 @@ func TestConsumerKeepsReceivingAfterALeadershipChange(t *testing.T) {
 	publishRetrying("after")
 	rec.waitFor(t, 5)
 }
+
+// TestApplyAgainUpdatesNoBucket: applying the topology a bucket already has sends no update
+// request. Every service applies it at every start, and concurrent updates of one stream, even
+// to the same configuration, are what the embedded server's race detector caught.
+func TestApplyAgainUpdatesNoBucket(t *testing.T) {
+	nc, js := connect(t, startNATS(t, ""), TopologyOptions{})
+	updates, err := nc.SubscribeSync("$JS.API.STREAM.UPDATE.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := DefaultTopology(TopologyOptions{}).Apply(context.Background(), js); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := updates.NextMsg(500 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		if strings.HasPrefix(m.Subject, "$JS.API.STREAM.UPDATE.KV_") {
+			t.Errorf("applying the same topology again updated a bucket: %s", m.Subject)
+		}
+	}
+}
