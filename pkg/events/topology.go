@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -179,8 +180,10 @@ func (t Topology) Apply(ctx context.Context, js jetstream.JetStream) error {
 	if have != nil {
 		stream = keepStreamLimits(stream, *have)
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, stream); err != nil {
-		return fmt.Errorf("apply stream %s: %w", stream.Name, err)
+	if have == nil || !streamHas(*have, stream) {
+		if _, err := js.CreateOrUpdateStream(ctx, stream); err != nil {
+			return fmt.Errorf("apply stream %s: %w", stream.Name, err)
+		}
 	}
 	for _, c := range t.Consumers {
 		c.Replicas = max(c.Replicas, stream.Replicas)
@@ -194,6 +197,18 @@ func (t Topology) Apply(ctx context.Context, js jetstream.JetStream) error {
 		}
 	}
 	return nil
+}
+
+// streamHas reports whether the stream's configuration have already has every setting of want
+// that the topology decides, so that applying it again sends no update (every service applies
+// the topology at every start, and the server handles concurrent updates of one stream badly).
+func streamHas(have, want jetstream.StreamConfig) bool {
+	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
+		have.Storage == want.Storage && have.Retention == want.Retention && have.Discard == want.Discard &&
+		have.MaxAge == want.MaxAge && have.MaxBytes == want.MaxBytes && have.Duplicates == want.Duplicates &&
+		have.Replicas == want.Replicas && have.MaxMsgs == want.MaxMsgs &&
+		have.MaxMsgsPerSubject == want.MaxMsgsPerSubject && have.MaxMsgSize == want.MaxMsgSize &&
+		have.MaxConsumers == want.MaxConsumers
 }
 
 // applyBucket creates the bucket b, or brings the stream of an existing one up to b (never
