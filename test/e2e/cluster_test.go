@@ -18,7 +18,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
@@ -322,20 +325,12 @@ func (s *system) explainMissing(apps []string) {
 // logStreamEvents logs every event of the stream whose data holds needle, oldest first: the
 // decisions taken for a missing Application.
 func (s *system) logStreamEvents(app, needle string) {
-	ctx := context.Background()
-	stream, err := s.js.Stream(ctx, events.StreamName)
-	if err != nil {
-		s.t.Logf("stream %s: %v", events.StreamName, err)
-		return
-	}
-	info := stream.CachedInfo()
-	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := stream.GetMsg(ctx, seq)
-		if err != nil {
-			continue
-		}
+	err := eventstest.EachMessage(context.Background(), s.js, events.StreamName, func(m *jetstream.RawStreamMsg) {
 		if strings.Contains(string(m.Data), needle) {
-			s.t.Logf("%s missing; stream #%d %s %s: %.400s", app, seq, m.Time.Format("15:04:05.000"), m.Subject, m.Data)
+			s.t.Logf("%s missing; stream #%d %s %s: %.400s", app, m.Sequence, m.Time.Format("15:04:05.000"), m.Subject, m.Data)
 		}
+	})
+	if err != nil {
+		s.t.Log(err)
 	}
 }
