@@ -208,7 +208,7 @@ func streamHas(have, want jetstream.StreamConfig) bool {
 		have.MaxAge == want.MaxAge && have.MaxBytes == want.MaxBytes && have.Duplicates == want.Duplicates &&
 		have.Replicas == want.Replicas && have.MaxMsgs == want.MaxMsgs &&
 		have.MaxMsgsPerSubject == want.MaxMsgsPerSubject && have.MaxMsgSize == want.MaxMsgSize &&
-		have.MaxConsumers == want.MaxConsumers
+		have.MaxConsumers == want.MaxConsumers && have.AllowDirect == want.AllowDirect
 }
 
 // applyBucket creates the bucket b, or brings the stream of an existing one up to b (never
@@ -256,14 +256,12 @@ func applyBucket(ctx context.Context, js jetstream.JetStream, b jetstream.KeyVal
 	return updateStreamIfChanged(ctx, js, *have, want)
 }
 
-// updateStreamIfChanged updates the stream to want unless it has every setting applyBucket
-// decides already. Only those are compared: the server fills in others (metadata, defaults)
-// that a config read back never equals, and an update on every start would have every service
-// update every bucket at once.
+// updateStreamIfChanged updates the stream to want unless it has every setting the topology
+// decides already (streamHas): the server fills in others (metadata, defaults) that a config
+// read back never equals, and an update on every start would have every service update every
+// bucket at once.
 func updateStreamIfChanged(ctx context.Context, js jetstream.JetStream, have, want jetstream.StreamConfig) error {
-	if have.Replicas == want.Replicas && have.MaxBytes == want.MaxBytes && have.MaxMsgSize == want.MaxMsgSize &&
-		have.MaxAge == want.MaxAge && have.MaxMsgsPerSubject == want.MaxMsgsPerSubject &&
-		have.AllowDirect == want.AllowDirect && have.Description == want.Description {
+	if streamHas(have, want) {
 		return nil
 	}
 	_, err := js.UpdateStream(ctx, want)
