@@ -290,6 +290,13 @@ type InstallSucceeded struct {
 	// retries); empty for the intent's own outcome. A restore is never the afterInstall moment:
 	// Created is false.
 	Restored string `json:"restored,omitempty"`
+	// IntentSequence is the install intent's stream sequence, as argo-syncer received it; zero
+	// for a restore and in events of earlier versions.
+	IntentSequence uint64 `json:"intentSequence,omitempty"`
+	// Intent is the whole install intent, carried when Created is true and the intent has an
+	// afterInstall trigger, so that trigger-dispatcher can deliver the webhook from this event
+	// alone: after a failover or a restart, a redelivered intent can reach it after this event.
+	Intent *InstallIntent `json:"intent,omitempty"`
 }
 
 // InstallGated reports that argo-syncer holds an install intent back until its beforeInstall

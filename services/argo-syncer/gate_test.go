@@ -374,3 +374,30 @@ func TestRepeatedInstallAfterALostReportStillReportsCreated(t *testing.T) {
 		t.Errorf("after the update the Application still records its creating intent: %v", app)
 	}
 }
+
+// The InstallSucceeded of a creation carries the intent when it has an afterInstall trigger (so
+// that trigger-dispatcher can deliver from that event alone, whatever order a redelivery brings),
+// and the intent's stream sequence; an update carries no intent.
+func TestCreationOutcomeCarriesTheAfterInstallIntent(t *testing.T) {
+	h := newHarness(t)
+	h.consume()
+	afterInstall := &events.Triggers{AfterInstall: &events.Trigger{Endpoint: "https://hooks.example.com/after"}}
+
+	in := h.installIntent("baseline", "c1", "agent")
+	in.Triggers = afterInstall
+	seq := h.publish(in)[0]
+	s := h.outcome(succeeded(in.ID())).(*events.InstallSucceeded)
+	if !s.Created || s.IntentSequence != seq || s.Intent == nil || s.Intent.ID() != in.ID() ||
+		s.Intent.Triggers == nil || s.Intent.Triggers.AfterInstall == nil {
+		t.Errorf("creation outcome = %+v (intent %+v), want Created with intent %s at sequence %d", s, s.Intent, in.ID(), seq)
+	}
+
+	up := h.installIntent("baseline", "c1", "agent")
+	up.Triggers = afterInstall
+	up.SpecHash = "h2"
+	up.Enforcement.Path = "charts/v2"
+	h.publish(up)
+	if s := h.outcome(succeeded(up.ID())).(*events.InstallSucceeded); s.Created || s.Intent != nil {
+		t.Errorf("update outcome = %+v, want not Created and no intent", s)
+	}
+}

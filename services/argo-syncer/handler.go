@@ -175,10 +175,14 @@ func (h *Handler) finish(ctx context.Context, in *events.InstallIntent, seq uint
 				return err
 			}
 		}
-		if _, err := h.pub.Publish(ctx, &events.InstallSucceeded{
+		succeeded := &events.InstallSucceeded{
 			IntentID: in.ID(), Rule: in.Rule, Cluster: in.Cluster.Name, Enforcement: in.Enforcement.Name,
-			Application: res.Application, Created: res.Created, SpecHash: in.SpecHash,
-		}); err != nil {
+			Application: res.Application, Created: res.Created, SpecHash: in.SpecHash, IntentSequence: seq,
+		}
+		if res.Created && in.Triggers != nil && in.Triggers.AfterInstall != nil {
+			succeeded.Intent = in // the afterInstall moment, deliverable from this event alone
+		}
+		if _, err := h.pub.Publish(ctx, succeeded); err != nil {
 			return err
 		}
 		return h.ungate(ctx, in.Rule, events.ApplicationName(in.Cluster.Name, in.Enforcement.Name), in.ID())

@@ -116,9 +116,8 @@ func (d *dispatcher) onIntent(ctx context.Context, in *events.InstallIntent, m e
 	if in.Triggers == nil || in.Triggers.AfterInstall == nil {
 		return nil
 	}
-	// Armed before argo-syncer can create the Application (it does so only after this intent's
-	// InstallGated and beforeInstall outcome, which come later on the same key), so the
-	// InstallSucceeded that follows finds the afterInstall delivery waiting.
+	// Armed as soon as the intent is seen, so that an InstallSucceeded that carries no intent (from
+	// an argo-syncer before intentSequence and intent were added) finds the delivery waiting.
 	r, err := newRecord(in, intentID, m.Sequence, events.PhaseAfterInstall, *in.Triggers.AfterInstall)
 	if err != nil {
 		return events.Permanent(err)
@@ -150,13 +149,16 @@ func (d *dispatcher) onGated(ctx context.Context, g *events.InstallGated, m even
 	return d.deliverAndRecord(ctx, r, eventSeries(m))
 }
 
-// onSucceeded delivers the afterInstall armed by the intent when argo-syncer created the
-// Application (not when it updated one).
+// onSucceeded delivers the afterInstall of the intent when argo-syncer created the Application
+// (not when it updated one). The record is the one the intent armed or, when the intent has not
+// been seen yet, one made from the intent this event carries: the stream orders the intent
+// first, but a redelivery does not (an intent handed back by a replica that lost its leadership
+// comes again after its AckWait, while the next replica already handles what followed it).
 func (d *dispatcher) onSucceeded(ctx context.Context, s *events.InstallSucceeded, m events.Meta) error {
 	if !s.Created {
 		return nil
 	}
-	r, _, err := d.records.get(ctx, deliveryID(s.IntentID, events.PhaseAfterInstall))
+	r, err := d.afterInstallRecord(ctx, s)
 	if err != nil || r == nil { // no record: the intent had no afterInstall trigger
 		return err
 	}
@@ -164,6 +166,33 @@ func (d *dispatcher) onSucceeded(ctx context.Context, s *events.InstallSucceeded
 		return d.publish(ctx, r)
 	}
 	return d.deliverAndRecord(ctx, r, eventSeries(m))
+}
+
+// afterInstallRecord returns the afterInstall record of the intent s reports, arming it from the
+// intent s carries when onIntent has not armed it yet; nil when the intent has no afterInstall
+// trigger.
+func (d *dispatcher) afterInstallRecord(ctx context.Context, s *events.InstallSucceeded) (*record, error) {
+	id := deliveryID(s.IntentID, events.PhaseAfterInstall)
+	r, _, err := d.records.get(ctx, id)
+	if err != nil || r != nil {
+		return r, err
+	}
+	in := s.Intent
+	if in == nil || in.Triggers == nil || in.Triggers.AfterInstall == nil {
+		return nil, nil
+	}
+	r, err = newRecord(in, s.IntentID, s.IntentSequence, events.PhaseAfterInstall, *in.Triggers.AfterInstall)
+	if err != nil {
+		return nil, events.Permanent(err)
+	}
+	r.State = stateArmed
+	r.Pair = pairKey(in.Rule, events.ApplicationName(in.Cluster.Name, in.Enforcement.Name))
+	if _, err := d.records.create(ctx, r); err != nil {
+		return nil, err
+	}
+	// Read back: if onIntent armed it in the meantime, that record is the one.
+	r, _, err = d.records.get(ctx, id)
+	return r, err
 }
 
 // eventSeries names the attempts made while handling the event m: its stream sequence and

@@ -625,6 +625,34 @@ func TestAfterInstallNotOnUpdate(t *testing.T) {
 	}
 }
 
+// An InstallSucceeded that reaches the dispatcher before its intent (a redelivered intent, handed
+// back by a replica that lost its leadership, comes after what followed it) still delivers the
+// afterInstall, from the intent the event carries, once; the late intent repeats nothing.
+func TestAfterInstallWhenSucceededOvertakesIntent(t *testing.T) {
+	h := newHarness(t)
+	startService(t, h.env())
+	after := newReceiver(t)
+	in := h.intent("overtaken", "h1", &events.Triggers{AfterInstall: &events.Trigger{Endpoint: after.URL()}})
+	h.createApplication("overtaken")
+	h.publish(&events.InstallSucceeded{IntentID: in.ID(), IntentSequence: 7, Rule: in.Rule, Cluster: "overtaken",
+		Enforcement: "logging", Created: true, SpecHash: "h1", Intent: in})
+	delivered, ok := h.waitOutcome(events.PhaseAfterInstall, in.ID()).(*events.TriggerDelivered)
+	if !ok {
+		t.Fatal("afterInstall outcome is not TriggerDelivered")
+	}
+	if delivered.IntentSequence != 7 {
+		t.Errorf("TriggerDelivered.intentSequence = %d, want the intent's, 7", delivered.IntentSequence)
+	}
+	h.publish(in)
+	h.caughtUp()
+	if n := len(after.Calls()); n != 1 {
+		t.Errorf("afterInstall called %d times, want 1", n)
+	}
+	if body := bodyOf(t, after.Calls()[0]); body.Cluster.Name != "overtaken" {
+		t.Errorf("afterInstall body names cluster %q, want overtaken", body.Cluster.Name)
+	}
+}
+
 // A beforeInstall answering 400 fails at once. Under Ignore the outcome says so (argo-syncer
 // installs anyway); under Fail it blocks the install until a later retry gets a 2xx, which
 // publishes TriggerDelivered with the same delivery id.

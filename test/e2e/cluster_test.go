@@ -92,7 +92,12 @@ func TestNATSClusterFailoverUnderLoad(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			s.explainMissing(missing(want, have))
+			unexplained := missing(want, have)
+			for _, hook := range hooks.missing(fleetSize) { // "<path> <cluster>"
+				_, cluster, _ := strings.Cut(hook, " ")
+				unexplained = append(unexplained, cluster+"-agent")
+			}
+			s.explainMissing(unexplained)
 			t.Fatalf("after 150s: %d of %d Applications, %v; webhooks never delivered: %v",
 				len(have), fleetSize, hooks.complete(fleetSize), hooks.missing(fleetSize))
 		}
@@ -305,8 +310,8 @@ func missing(want, have []string) []string {
 	return out
 }
 
-// explainMissing logs, for each missing Application (at most five), every service log line
-// that names its cluster, so that a failure says where its way ended.
+// explainMissing logs, for each Application (at most five) that is missing or lacks a webhook,
+// every service log line that names its cluster, so that a failure says where its way ended.
 func (s *system) explainMissing(apps []string) {
 	for _, app := range apps[:min(len(apps), 5)] {
 		cluster := strings.TrimSuffix(app, "-agent")
