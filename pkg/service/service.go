@@ -81,12 +81,12 @@ type Service struct {
 	consumerMetrics *events.Metrics
 	// consumerLag reports the bound consumers' backlog (created with the first Consume).
 	consumerLag *events.ConsumerLag
-	onStop          []func()
-	workers         sync.WaitGroup
-	running         map[string]int // workers not returned yet, by name
-	failure         error          // the first worker error; it ended the service
-	stopOnce        sync.Once
-	stopErr         error
+	onStop      []func()
+	workers     sync.WaitGroup
+	running     map[string]int // workers not returned yet, by name
+	failure     error          // the first worker error; it ended the service
+	stopOnce    sync.Once
+	stopErr     error
 	// releaseLease ends the leader election Lead started and releases its Lease (nil without).
 	releaseLease func(context.Context) error
 }
