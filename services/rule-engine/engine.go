@@ -119,6 +119,7 @@ func (e *engine) load(ctx context.Context) error {
 	defer e.mu.Unlock()
 	maps.Copy(e.degraded, degraded)
 	maps.Copy(e.held, held)
+	e.countHeld()
 	maps.Copy(e.listed, listed)
 	for cid, rec := range clusters {
 		e.setCluster(cid, rec)
