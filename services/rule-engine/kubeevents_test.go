@@ -83,7 +83,8 @@ func appsInEvents(evs []describedEvent, reason string) (apps int, messages []str
 }
 
 // TestRuleEventsTellTheDecisions: the Events kubectl describe lists for a rule tell its story:
-// the Ready condition as it moves (NoClusters, Progressing, InstallFailed as a Warning), the
+// the Ready condition as it moves (NoClusters, InstallFailed as a Warning, Installed; a
+// Progressing in between may or may not be seen by a status pass), the
 // install intents published, the installs argo-syncer confirmed and the one it failed (with its
 // message), and the uninstalls of a cluster that stopped matching, with their reason.
 func TestRuleEventsTellTheDecisions(t *testing.T) {
@@ -133,7 +134,7 @@ func TestRuleEventsTellTheDecisions(t *testing.T) {
 		}
 		for _, want := range []string{
 			"Normal\tNoClusters\tReady is True: no cluster matches the rule yet",
-			"Normal\tProgressing\tReady is False: ",
+			"Normal\tInstalled\tReady is True: 2 application(s) installed on 1 cluster(s)",
 			"Warning\tInstallFailed\tReady is False: 1 install(s) failed",
 			"; last: helm-guestbook on b: Invalid: Application.argoproj.io is invalid",
 			"Uninstall intents (NoLongerMatches) for 2 application(s) on 1 cluster(s): b",
