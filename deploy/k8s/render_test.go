@@ -59,7 +59,7 @@ func customValues(chartName string) map[string]any {
 	case "rule-engine":
 		vals["config"] = map[string]any{"operatorNamespace": "enf-system", "watchNamespaces": []any{"team-a", "team-b"},
 			"templateHTTPAllow": []any{"api.example.com", "cmdb.example.com"}, "templateHTTPTimeout": "3s",
-			"templateHTTPAllowedNetworks": []any{"10.20.0.0/16", "fd12::/16"}, "templateHTTPDeniedNetworks": []any{"203.0.113.0/24"}, "sourceDegradedTTL": "5m", "statusInterval": "2s", "maxRemovalFraction": "0.2"}
+			"templateHTTPAllowedNetworks": []any{"10.20.0.0/16", "fd12::/16"}, "templateHTTPDeniedNetworks": []any{"203.0.113.0/24"}, "sourceDegradedTTL": "5m", "statusInterval": "2s", "ruleEventInterval": "1m", "maxRemovalFraction": "0.2"}
 		vals["replicaCount"] = 2
 		vals["strategy"] = map[string]any{"type": "RollingUpdate"}
 		vals["leaderElection"] = map[string]any{"enabled": true, "namespace": "enf-leases",
@@ -100,7 +100,7 @@ var wantEnv = map[string]struct{ defaults, custom map[string]string }{
 		custom: map[string]string{"OPERATOR_NAMESPACE": "enf-system", "WATCH_NAMESPACES": "team-a,team-b",
 			"TEMPLATE_HTTP_ALLOW": "api.example.com,cmdb.example.com", "TEMPLATE_HTTP_TIMEOUT": "3s",
 			"TEMPLATE_HTTP_ALLOWED_NETWORKS": "10.20.0.0/16,fd12::/16", "TEMPLATE_HTTP_DENIED_NETWORKS": "203.0.113.0/24", "SOURCE_DEGRADED_TTL": "5m",
-			"STATUS_INTERVAL": "2s", "MAX_REMOVAL_FRACTION": "0.2", "LEADER_ELECTION": "true", "LEADER_ELECTION_NAMESPACE": "enf-leases",
+			"STATUS_INTERVAL": "2s", "RULE_EVENT_INTERVAL": "1m", "MAX_REMOVAL_FRACTION": "0.2", "LEADER_ELECTION": "true", "LEADER_ELECTION_NAMESPACE": "enf-leases",
 			"LEADER_ELECTION_LEASE_DURATION": "20s", "LEADER_ELECTION_RENEW_DEADLINE": "15s", "LEADER_ELECTION_RETRY_PERIOD": "3s"},
 	},
 	"argo-syncer": {

@@ -79,12 +79,14 @@ type Service struct {
 	unbound         map[string]bool // declared consumers not bound yet
 	consumers       []*events.Consumer
 	consumerMetrics *events.Metrics
-	onStop          []func()
-	workers         sync.WaitGroup
-	running         map[string]int // workers not returned yet, by name
-	failure         error          // the first worker error; it ended the service
-	stopOnce        sync.Once
-	stopErr         error
+	// consumerLag reports the bound consumers' backlog (created with the first Consume).
+	consumerLag *events.ConsumerLag
+	onStop      []func()
+	workers     sync.WaitGroup
+	running     map[string]int // workers not returned yet, by name
+	failure     error          // the first worker error; it ended the service
+	stopOnce    sync.Once
+	stopErr     error
 	// releaseLease ends the leader election Lead started and releases its Lease (nil without).
 	releaseLease func(context.Context) error
 }
@@ -356,6 +358,10 @@ func (s *Service) Consume(opts events.ConsumerOptions, h events.Handler) error {
 		}
 		opts.Metrics = s.consumerMetrics
 	}
+	if s.consumerLag == nil {
+		s.consumerLag = events.NewConsumerLag(s.Registry, s.Name, s.JetStream)
+	}
+	s.consumerLag.Add(opts.Name)
 	s.mu.Unlock()
 	if opts.Logger == nil {
 		opts.Logger = s.Logger

@@ -122,7 +122,17 @@ func (e *engine) setHeld(ctx context.Context, rule string, h *heldRemovals) erro
 	} else {
 		e.held[rule] = h
 	}
+	e.countHeld()
 	return nil
+}
+
+// countHeld sets the removals_held gauge from the holds.
+func (e *engine) countHeld() {
+	n := 0
+	for _, h := range e.held {
+		n += len(h.Clusters)
+	}
+	e.metrics.removalsHeld.Set(float64(n))
 }
 
 // heldMessage is the RemovalsHeld message of a rule edit's hold: counts, a few cluster names,

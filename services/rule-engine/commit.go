@@ -92,6 +92,9 @@ func (e *engine) commit(ctx context.Context, ch *change) error {
 	for _, u := range ch.pairs {
 		e.setPair(u.rule, u.cid, u.next)
 	}
+	for _, rule := range e.kubeEvents.intents(ch.intents) {
+		e.notify(rule) // its Events are written when the controller reconciles it
+	}
 	return nil
 }
 

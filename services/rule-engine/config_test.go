@@ -14,7 +14,8 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.OperatorNamespace != "enforcement" || c.WatchNamespaces != nil || c.TemplateHTTPAllow != nil ||
-		c.TemplateHTTPTimeout != 5*time.Second || c.TemplateRenderTimeout != 10*time.Second || c.SourceDegradedTTL != 10*time.Minute || c.StatusInterval != time.Second || c.MaxRemovalFraction != 0.1 {
+		c.TemplateHTTPTimeout != 5*time.Second || c.TemplateRenderTimeout != 10*time.Second || c.SourceDegradedTTL != 10*time.Minute || c.StatusInterval != time.Second || c.MaxRemovalFraction != 0.1 ||
+		c.RuleEventInterval != 30*time.Second {
 		t.Errorf("defaults: %+v", c)
 	}
 	c, err = loadConfig(env(map[string]string{"WATCH_NAMESPACES": " team-a, ,team-b", "TEMPLATE_HTTP_ALLOW": "httpbin.org"}))
@@ -26,7 +27,7 @@ func TestLoadConfig(t *testing.T) {
 		len(c.TemplateHTTPEgress.Denied) != 1 || c.TemplateHTTPEgress.Denied[0].String() != "203.0.113.0/24" {
 		t.Errorf("networks: %+v, %v", c.TemplateHTTPEgress, err)
 	}
-	for name, value := range map[string]string{"TEMPLATE_HTTP_ALLOWED_NETWORKS": "example.com", "TEMPLATE_HTTP_DENIED_NETWORKS": "none", "LEADER_ELECTION": "maybe", "TEMPLATE_HTTP_TIMEOUT": "0s", "TEMPLATE_RENDER_TIMEOUT": "0", "SOURCE_DEGRADED_TTL": "ten minutes", "STATUS_INTERVAL": "-1s", "MAX_REMOVAL_FRACTION": "2"} {
+	for name, value := range map[string]string{"TEMPLATE_HTTP_ALLOWED_NETWORKS": "example.com", "TEMPLATE_HTTP_DENIED_NETWORKS": "none", "LEADER_ELECTION": "maybe", "TEMPLATE_HTTP_TIMEOUT": "0s", "TEMPLATE_RENDER_TIMEOUT": "0", "SOURCE_DEGRADED_TTL": "ten minutes", "STATUS_INTERVAL": "-1s", "MAX_REMOVAL_FRACTION": "2", "RULE_EVENT_INTERVAL": "half a minute"} {
 		_, err := loadConfig(env(map[string]string{name: value}))
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s=%s: error %v does not name the variable", name, value, err)

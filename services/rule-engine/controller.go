@@ -38,6 +38,8 @@ type reconciler struct {
 	secretNamespace string
 	metrics         *metrics
 	log             *slog.Logger
+	// events writes the rule's Kubernetes Events (kubeevents.go); nil writes none.
+	events *ruleEvents
 }
 
 // setupController registers the controller with mgr and returns the function the engine calls
@@ -70,6 +72,7 @@ func (rc *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 	if err := rc.client.Get(ctx, req.NamespacedName, &cr); err != nil {
 		if apierrors.IsNotFound(err) {
 			// Gone without our finalizer (removed by hand): still uninstall what it had.
+			rc.events.forget(key)
 			return ctrl.Result{}, rc.engine.deleteRule(ctx, key, events.RuleRef{}, "")
 		}
 		return ctrl.Result{}, err
@@ -83,6 +86,7 @@ func (rc *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 		if err := rc.engine.deleteRule(ctx, key, ref, policy); err != nil {
 			return ctrl.Result{}, err
 		}
+		rc.events.deleting(&cr)
 		patch := client.MergeFrom(cr.DeepCopy())
 		controllerutil.RemoveFinalizer(&cr, Finalizer)
 		if err := rc.client.Patch(ctx, &cr, patch); err != nil && !apierrors.IsNotFound(err) {
@@ -106,6 +110,7 @@ func (rc *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 	// The status is computed from the engine's state, not accumulated in the object, so any
 	// number of notices collapse into one write of the current truth.
 	status, requeue := rc.engine.status(key, cr.Generation)
+	before := readyConditionOf(&cr)
 	conds := append([]metav1.Condition(nil), cr.Status.Conditions...)
 	for _, c := range status.Conditions {
 		meta.SetStatusCondition(&conds, c) // keeps lastTransitionTime when the status is the same
@@ -122,7 +127,7 @@ func (rc *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 		}
 		rc.metrics.statusWrites.Inc()
 	}
-	return ctrl.Result{RequeueAfter: requeue}, nil
+	return ctrl.Result{RequeueAfter: rc.events.reconciled(&cr, before, requeue)}, nil
 }
 
 // metav1Condition is a Ready condition for generation, to be filled in.

@@ -60,6 +60,9 @@ type engine struct {
 	now                func() time.Time
 	// notify tells the controller that a rule's status may have changed.
 	notify func(ruleKey string)
+	// kubeEvents counts decisions and outcomes for the rules' Kubernetes Events (kubeevents.go);
+	// nil records none.
+	kubeEvents *ruleEvents
 	// loaded is closed once the state is loaded; reconciles wait for it.
 	loaded chan struct{}
 
@@ -116,6 +119,7 @@ func (e *engine) load(ctx context.Context) error {
 	defer e.mu.Unlock()
 	maps.Copy(e.degraded, degraded)
 	maps.Copy(e.held, held)
+	e.countHeld()
 	maps.Copy(e.listed, listed)
 	for cid, rec := range clusters {
 		e.setCluster(cid, rec)

@@ -68,6 +68,10 @@ type config struct {
 	// StatusInterval (STATUS_INTERVAL, default 1s) is how long status notices for a rule are
 	// collected before its status is recomputed and written: it bounds status writes per rule.
 	StatusInterval time.Duration
+	// RuleEventInterval (RULE_EVENT_INTERVAL, default 30s) is the least time between two
+	// Kubernetes Events of one kind on one ClusterRule; decisions in between are counted into the
+	// next one (kubeevents.go).
+	RuleEventInterval time.Duration
 }
 
 func loadConfig(getenv service.Getenv) (config, error) {
@@ -101,6 +105,7 @@ func loadConfig(getenv service.Getenv) (config, error) {
 	duration(&c.TemplateRenderTimeout, "TEMPLATE_RENDER_TIMEOUT", 10*time.Second, true)
 	duration(&c.SourceDegradedTTL, "SOURCE_DEGRADED_TTL", 10*time.Minute, false)
 	duration(&c.StatusInterval, "STATUS_INTERVAL", time.Second, false)
+	duration(&c.RuleEventInterval, "RULE_EVENT_INTERVAL", 30*time.Second, false)
 	return c, errors.Join(errs...)
 }
 
@@ -189,10 +194,13 @@ func wireEngine(cfg config, svc *service.Service) (*engine, ctrl.Manager, func()
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if eng.kubeEvents, err = newRuleEvents(svc, mgr.GetScheme(), cfg.RuleEventInterval); err != nil {
+		return nil, nil, nil, err
+	}
 	// The status pump and the manager share one context, ended at the worker step of the stop.
 	mgrCtx, stopMgr := context.WithCancel(context.WithoutCancel(svc.Context()))
 	notify, err := setupController(mgrCtx, mgr, &reconciler{client: mgr.GetClient(), engine: eng,
-		secretNamespace: cfg.OperatorNamespace, metrics: m, log: svc.Logger}, cfg.StatusInterval)
+		secretNamespace: cfg.OperatorNamespace, metrics: m, log: svc.Logger, events: eng.kubeEvents}, cfg.StatusInterval)
 	if err != nil {
 		stopMgr()
 		return nil, nil, nil, err

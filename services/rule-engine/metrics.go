@@ -11,6 +11,8 @@ type metrics struct {
 	statusWrites prometheus.Counter
 	clusters     prometheus.Gauge
 	rules        prometheus.Gauge
+	// removalsHeld counts the cluster removals the rule edit breaker holds, across rules.
+	removalsHeld prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -28,9 +30,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Clusters in the rule engine's view, across sources."}),
 		rules: prometheus.NewGauge(prometheus.GaugeOpts{Name: p + "rules",
 			Help: "ClusterRules the rule engine evaluates."}),
+		removalsHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: p + "removals_held",
+			Help: "Cluster removals the rule edit breaker holds until an operator releases them, across rules."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.intents, m.renders, m.renderErrors, m.statusWrites, m.clusters, m.rules)
+		reg.MustRegister(m.intents, m.renders, m.renderErrors, m.statusWrites, m.clusters, m.rules, m.removalsHeld)
 	}
 	return m
 }

@@ -33,6 +33,8 @@ type enfOutcome struct {
 	// fold applies the outcome to the enforcement's state; false: it does not concern that
 	// state (an outcome of another intent, or nothing to change), which stays as it is.
 	fold func(st *enfState) bool
+	// event is the outcome event, told in the rule's Kubernetes Events once it changed the state.
+	event events.Event
 }
 
 // applyOutcome folds an install, trigger or source outcome into the state behind the status. A
@@ -124,13 +126,13 @@ func (e *engine) notifySource(sourceID string) {
 func enfOutcomeOf(ev events.Event) (enfOutcome, bool) {
 	switch o := ev.(type) {
 	case *events.InstallSucceeded:
-		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, o.IntentID, true, func(st *enfState) bool { return st.foldInstallSucceeded(o) }}, true
+		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, o.IntentID, true, func(st *enfState) bool { return st.foldInstallSucceeded(o) }, o}, true
 	case *events.InstallFailed:
-		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, o.IntentID, false, func(st *enfState) bool { return st.foldInstallFailed(o) }}, true
+		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, o.IntentID, false, func(st *enfState) bool { return st.foldInstallFailed(o) }, o}, true
 	case *events.TriggerFailed:
-		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, o.IntentID, false, func(st *enfState) bool { return st.foldTriggerFailed(o) }}, true
+		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, o.IntentID, false, func(st *enfState) bool { return st.foldTriggerFailed(o) }, o}, true
 	case *events.TriggerDelivered:
-		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, o.IntentID, false, func(st *enfState) bool { return st.foldTriggerDelivered(o) }}, true
+		return enfOutcome{o.Rule, o.Cluster, o.Enforcement, o.IntentID, false, func(st *enfState) bool { return st.foldTriggerDelivered(o) }, o}, true
 	}
 	return enfOutcome{}, false
 }
@@ -167,6 +169,7 @@ func (e *engine) foldOutcome(ctx context.Context, id string, o enfOutcome) error
 		return err
 	}
 	e.setPair(key, cid, next)
+	e.kubeEvents.outcome(o.event)
 	e.notify(key)
 	return nil
 }

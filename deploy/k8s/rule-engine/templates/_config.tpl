@@ -15,6 +15,7 @@
   "SOURCE_DEGRADED_TTL" .Values.config.sourceDegradedTTL
   "MAX_REMOVAL_FRACTION" .Values.config.maxRemovalFraction
   "STATUS_INTERVAL" .Values.config.statusInterval
+  "RULE_EVENT_INTERVAL" .Values.config.ruleEventInterval
   "LEADER_ELECTION" (ternary "true" "" .Values.leaderElection.enabled)
   "LEADER_ELECTION_NAMESPACE" (ternary (include "rule-engine.leaseNamespace" .) "" .Values.leaderElection.enabled)
   "LEADER_ELECTION_LEASE_DURATION" .Values.leaderElection.leaseDuration
