@@ -374,8 +374,10 @@ type readOnlyStore struct{ store }
 
 var errPreviewWrite = errors.New("a preview writes nothing")
 
-func (readOnlyStore) putCluster(context.Context, string, *clusterRecord) error { return errPreviewWrite }
-func (readOnlyStore) deleteCluster(context.Context, string) error              { return errPreviewWrite }
+func (readOnlyStore) putCluster(context.Context, string, *clusterRecord) error {
+	return errPreviewWrite
+}
+func (readOnlyStore) deleteCluster(context.Context, string) error { return errPreviewWrite }
 func (readOnlyStore) putPair(context.Context, string, string, *pairState) error {
 	return errPreviewWrite
 }
