@@ -146,15 +146,23 @@ func (p *previewer) preview(ctx context.Context, manifest []byte) (*events.Previ
 	if len(p.watchNamespaces) > 0 && !slices.Contains(p.watchNamespaces, cr.Namespace) {
 		return nil, userError{fmt.Errorf("namespace %s is not one this rule engine watches (WATCH_NAMESPACES %s)", cr.Namespace, strings.Join(p.watchNamespaces, ","))}
 	}
-	res := &events.PreviewResult{}
 	var live v1beta1.ClusterRule
 	err = p.rules.Get(ctx, types.NamespacedName{Namespace: cr.Namespace, Name: cr.Name}, &live)
 	switch {
 	case apierrors.IsNotFound(err):
-		cr.UID, cr.Generation = "", 1
+		return p.previewRule(ctx, cr, nil)
 	case err != nil:
 		return nil, fmt.Errorf("read ClusterRule %s/%s: %w", cr.Namespace, cr.Name, err)
-	default:
+	}
+	return p.previewRule(ctx, cr, &live)
+}
+
+// previewRule previews the candidate cr, an edit of live (nil: a new rule).
+func (p *previewer) previewRule(ctx context.Context, cr, live *v1beta1.ClusterRule) (*events.PreviewResult, error) {
+	res := &events.PreviewResult{}
+	if live == nil {
+		cr.UID, cr.Generation = "", 1
+	} else {
 		res.Existing, res.LiveGeneration = true, live.Generation
 		cr.UID, cr.Generation = live.UID, live.Generation
 		if !apiequality.Semantic.DeepEqual(cr.Spec, live.Spec) {
@@ -171,10 +179,10 @@ func (p *previewer) preview(ctx context.Context, manifest []byte) (*events.Previ
 		return nil, err
 	}
 	var liveRule *ruleState
-	if res.Existing {
-		liveRule = ruleFromSpec(&live, p.operatorNamespace)
+	if live != nil {
+		liveRule = ruleFromSpec(live, p.operatorNamespace)
 	}
-	err = e.evaluate(ctx, func(rs *renders) error {
+	err := e.evaluate(ctx, func(rs *renders) error {
 		prev := e.held[r.key]
 		delete(e.held, r.key)
 		ch := e.evalRule(r, rs)
