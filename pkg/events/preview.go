@@ -44,7 +44,8 @@ type PreviewResult struct {
 	// Changes are the Application changes the rule would make now, by cluster and enforcement,
 	// held ones included (Held set).
 	Changes []PreviewChange `json:"changes"`
-	// Unchanged counts the Applications the rule has that stay as they are.
+	// Unchanged counts the Applications the rule has that no change touches (held ones are
+	// counted among Changes).
 	Unchanged int `json:"unchanged"`
 	// Held is set when the blast-radius guard (the rule edit breaker) would hold the edit's
 	// removals.

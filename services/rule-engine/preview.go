@@ -302,13 +302,12 @@ func (e *engine) previousRender(ctx context.Context, renderKey string, live *rul
 	return enfs, ok, nil
 }
 
-// unchanged counts the enforcements the rule's pairs hold that no change touches.
+// unchanged counts the enforcements the rule's pairs hold that no change touches (a held
+// delete is counted as held, not here).
 func (e *engine) unchanged(rule string, changes []events.PreviewChange) int {
 	touched := map[string]bool{}
 	for _, c := range changes {
-		if !c.Held {
-			touched[c.Cluster+"\x00"+c.Enforcement] = true
-		}
+		touched[c.Cluster+"\x00"+c.Enforcement] = true
 	}
 	n := 0
 	for _, p := range e.pairs[rule] {

@@ -165,7 +165,7 @@ func TestPreview(t *testing.T) {
 		"delete prod-b agent NoLongerMatches held\ndelete prod-b guestbook NoLongerMatches held"; got != want {
 		t.Errorf("held edit changes:\n%s\nwant:\n%s", got, want)
 	}
-	if res.Held == nil || strings.Join(res.Held.Clusters, ",") != "prod-a,prod-b" || res.Held.Cap != 1 || res.Held.Installed != 2 ||
+	if res.Held == nil || res.Unchanged != 0 || strings.Join(res.Held.Clusters, ",") != "prod-a,prod-b" || res.Held.Cap != 1 || res.Held.Installed != 2 ||
 		!strings.Contains(res.Held.Message, "enforcement release-removals "+e.ns+"/fleet generation/2") {
 		t.Errorf("held: %+v", res.Held)
 	}
