@@ -53,12 +53,12 @@ func lineDiff(a, b []string) []string {
 			out = append(out, "  "+a[i])
 			i++
 			j++
-		case j < len(b) && (i == len(a) || lcs[i][j+1] >= lcs[i+1][j]):
+		case i < len(a) && (j == len(b) || lcs[i+1][j] >= lcs[i][j+1]):
+			out = append(out, "- "+a[i]) // removals first, as diff -u shows them
+			i++
+		default:
 			out = append(out, "+ "+b[j])
 			j++
-		default:
-			out = append(out, "- "+a[i])
-			i++
 		}
 	}
 	return out
