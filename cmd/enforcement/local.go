@@ -106,6 +106,9 @@ func runLocal(ctx context.Context, getenv func(string) string, stdout, stderr io
 		return err
 	}
 	say("All services ready. Logs: %s. Press Ctrl-C to stop.", filepath.Join(work, "logs"))
+	if err := sayNextSteps(work, natsURL, say); err != nil {
+		return err
+	}
 
 	exited := make(chan string, len(procs))
 	for _, p := range procs {
@@ -338,6 +341,12 @@ func narrate(m *nats.Msg) string {
 	if err != nil {
 		return "Undecodable event on " + m.Subject + ": " + err.Error()
 	}
+	return narrateEvent(e)
+}
+
+// narrateEvent is narrate's line for a decoded event; "" for events not worth a line as they
+// happen (explainLine has one for every event).
+func narrateEvent(e events.Event) string {
 	switch e := e.(type) {
 	case *events.ClusterAppeared:
 		eligible := "eligible"
@@ -395,4 +404,18 @@ func narrate(m *nats.Msg) string {
 		return fmt.Sprintf("%s webhook for %s on %s failed: %s", e.Phase, e.Enforcement, e.Cluster, e.Message)
 	}
 	return ""
+}
+
+// sayNextSteps points a first user at the operator commands, with the demo rule written next to
+// the logs so that an edit of it can be previewed before it is applied.
+func sayNextSteps(work, natsURL string, say func(string, ...any)) error {
+	rule := filepath.Join(work, "demo-rule.yaml")
+	if err := os.WriteFile(rule, []byte(demoRule), 0o644); err != nil {
+		return fmt.Errorf("write the demo rule: %w", err)
+	}
+	cli := "NATS_URL=" + natsURL + " go run ./cmd/enforcement"
+	say("Before applying a rule edit, preview it: edit %s, then   %s preview -f %s", rule, cli, rule)
+	say("Why does a cluster have what it has:   %s explain cluster demo-eu-1   (or explain rule %s/demo)", cli, localOperatorNamespace)
+	say("Every decision as it happens:   %s events --follow --cluster demo-eu-1", cli)
+	return nil
 }

@@ -74,7 +74,8 @@ func TestLocalRunProducesTheDemoApplications(t *testing.T) {
 		t.Errorf("tools to build at start %v, build notice printed %v", toBuild, building)
 	}
 	for _, line := range []string{"NATS ready at nats://", "Kubernetes API ready", "Discovered cluster demo-eu-1 (static, eligible)",
-		"Discovered cluster demo-dev-1 (static, not eligible yet: provisioning)", "All services ready"} {
+		"Discovered cluster demo-dev-1 (static, not eligible yet: provisioning)", "All services ready",
+		"Before applying a rule edit, preview it: edit ", " explain cluster demo-eu-1 ", " events --follow --cluster demo-eu-1"} {
 		if !strings.Contains(out.String(), line) {
 			t.Errorf("output lacks %q", line)
 		}

@@ -4,6 +4,9 @@
 //	enforcement dead-letters [CONSUMER]  list the events a consumer gave up on, with the reason
 //	enforcement dead-letters replay SEQ  publish a dead letter's event again after fixing the cause
 //	enforcement watch                    narrate the events as they happen (see watch.go)
+//	enforcement preview -f RULE.yaml     what applying a ClusterRule would do (see preview.go)
+//	enforcement explain cluster|rule X   the history of decisions about X (see explain.go)
+//	enforcement events [--follow]        the events, one line each, filtered (see explain.go)
 //	enforcement release-removals         list the trips of the removal breaker and the rule edits that hold removals
 //	enforcement release-removals SOURCE TRIP  release the removals one trip holds
 //	enforcement release-removals NAMESPACE/RULE generation/N  release the removals a rule edit holds
@@ -38,6 +41,21 @@ const usage = `usage:
   enforcement dead-letters [CONSUMER]  list dead letters (all consumers when none is named)
   enforcement dead-letters replay SEQ  publish the event of dead letter SEQ again
   enforcement watch                    print one line per event as it happens (NATS_URL)
+  enforcement preview -f RULE.yaml [-o yaml|json]
+                                       show what applying the ClusterRule would do, against the
+                                       live inventory, without applying it: the clusters that
+                                       match, the Applications created, updated or deleted (with
+                                       a diff of each spec), the removals the guard would hold
+                                       (asks rule-engine; -f - reads standard input)
+  enforcement explain cluster NAME     the history of decisions about a cluster, oldest first:
+                                       appeared, changed, matched by rules, installs, triggers,
+                                       removals held and released (from the event stream)
+  enforcement explain rule NAMESPACE/NAME
+                                       the history of decisions of a rule, oldest first
+  enforcement events [--follow] [--since 1h] [--cluster NAME] [--rule NAMESPACE/NAME] [--type T]...
+                                       the stored events, one line each; --follow then prints new
+                                       ones as they come (alone: only new ones); --type takes
+                                       install.succeeded, intent.uninstall, ... (repeatable)
   enforcement release-removals         list the held removals: per source, each trip (the scan
                                        that held them) with its clusters (NATS_URL)
   enforcement release-removals SOURCE TRIP
@@ -65,6 +83,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runDeadLetters(ctx, args[1:], getenv, stdout)
 	case "watch":
 		return runWatch(ctx, getenv, stdout)
+	case "preview":
+		return runPreview(ctx, args[1:], getenv, os.Stdin, stdout)
+	case "explain":
+		return runExplain(ctx, args[1:], getenv, stdout)
+	case "events":
+		return runEvents(ctx, args[1:], getenv, stdout)
 	case "release-removals":
 		return runReleaseRemovals(ctx, args[1:], getenv, stdout)
 	case "claim-writer":

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,5 +52,27 @@ func TestNarrateRestored(t *testing.T) {
 		if got := narrate(m); got != tt.want {
 			t.Errorf("narrate(%s) = %q, want %q", tt.ev.Type(), got, tt.want)
 		}
+	}
+}
+
+// Once the local run is ready it points at preview, explain and events, with the NATS URL to
+// use and the demo rule written where the preview command line says.
+func TestLocalRunPointsAtPreviewAndExplain(t *testing.T) {
+	dir := t.TempDir()
+	var lines []string
+	if err := sayNextSteps(dir, "nats://127.0.0.1:4999", func(f string, a ...any) { lines = append(lines, fmt.Sprintf(f, a...)) }); err != nil {
+		t.Fatal(err)
+	}
+	rule := filepath.Join(dir, "demo-rule.yaml")
+	want := []string{
+		"Before applying a rule edit, preview it: edit " + rule + ", then   NATS_URL=nats://127.0.0.1:4999 go run ./cmd/enforcement preview -f " + rule,
+		"Why does a cluster have what it has:   NATS_URL=nats://127.0.0.1:4999 go run ./cmd/enforcement explain cluster demo-eu-1   (or explain rule enforcement/demo)",
+		"Every decision as it happens:   NATS_URL=nats://127.0.0.1:4999 go run ./cmd/enforcement events --follow --cluster demo-eu-1",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("next steps:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	if b, err := os.ReadFile(rule); err != nil || string(b) != demoRule {
+		t.Errorf("demo rule written: %v\n%s", err, b)
 	}
 }

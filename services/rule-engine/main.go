@@ -143,6 +143,10 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 	if err != nil {
 		return svc.Abort(err)
 	}
+	// Every replica answers previews, standbys too: they read the state bucket (preview.go).
+	if err := serveAPI(svc, eng, cfg); err != nil {
+		return svc.Abort(err)
+	}
 	// Leadership first (immediate without LEADER_ELECTION), then the controller and the state:
 	// a standby reconciles nothing, and one that took over must read what the previous leader
 	// wrote. Reconciles wait for the load (engine.loaded).

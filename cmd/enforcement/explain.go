@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+// Explain and events read the ENFORCEMENT stream, where every decision is an event, through an
+// ordered consumer whose subject filters keep only the cluster's or the rule's events (the
+// subjects carry both: events.SubjectFilters derives the filters from the catalog), so the
+// server, not this command, skips the rest of the fleet.
+
+// streamQuery is what to read: the subject filters, and a test on the decoded event for what a
+// subject cannot tell (a source's held removals name the cluster in the payload).
+type streamQuery struct {
+	filters []string
+	keep    func(events.Event) bool
+}
+
+// clusterQuery selects the events about one cluster: every type whose subject has the cluster
+// name, and the source and release events that name it among held removals.
+func clusterQuery(name string) (streamQuery, error) {
+	filters, err := events.SubjectFilters(nil, map[string]string{"cluster": name})
+	if err != nil {
+		return streamQuery{}, err
+	}
+	held, err := events.SubjectFilters([]string{(&events.SourceDegraded{}).Type(), (&events.RemovalsReleased{}).Type(),
+		(&events.RuleRemovalsReleased{}).Type()}, nil)
+	if err != nil {
+		return streamQuery{}, err
+	}
+	return streamQuery{filters: append(filters, held...), keep: func(e events.Event) bool {
+		switch e := e.(type) {
+		case *events.SourceDegraded:
+			return slices.Contains(e.HeldRemovals, name)
+		case *events.RemovalsReleased:
+			return slices.Contains(e.Clusters, name)
+		case *events.RuleRemovalsReleased:
+			return slices.Contains(e.Clusters, name)
+		}
+		return true
+	}}, nil
+}
+
+// ruleQuery selects the events about one rule: every type whose subject has the rule's
+// namespace and name (intents, outcomes, triggers, releases).
+func ruleQuery(key string) (streamQuery, error) {
+	ns, name, ok := strings.Cut(key, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return streamQuery{}, fmt.Errorf("rule %q: want NAMESPACE/NAME", key)
+	}
+	filters, err := events.SubjectFilters(nil, map[string]string{"ruleNamespace": ns, "rule": name})
+	return streamQuery{filters: filters}, err
+}
+
+// runExplain prints the history of decisions about a cluster or a rule, oldest first.
+func runExplain(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) != 2 || (args[0] != "cluster" && args[0] != "rule") {
+		return fmt.Errorf("explain: want cluster NAME or rule NAMESPACE/NAME\n%s", usage)
+	}
+	var q streamQuery
+	var err error
+	if args[0] == "cluster" {
+		q, err = clusterQuery(args[1])
+	} else {
+		q, err = ruleQuery(args[1])
+	}
+	if err != nil {
+		return fmt.Errorf("explain: %w", err)
+	}
+	nc, js, err := connectJetStream(getenv)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	n, err := readStream(ctx, js, q, time.Time{}, false, func(seq uint64, at time.Time, e events.Event) {
+		fmt.Fprintln(stdout, historyLine(seq, at, e))
+	})
+	if err != nil {
+		return fmt.Errorf("explain: %w", err)
+	}
+	if n == 0 {
+		fmt.Fprintf(stdout, "No event about %s %s in the stream %s (it keeps events for its max age, 30 days by default).\n", args[0], args[1], events.StreamName)
+		return nil
+	}
+	if args[0] == "rule" {
+		fmt.Fprintf(stdout, "To see which clusters the rule selects now and why: enforcement preview -f <the rule's manifest>\n")
+	}
+	return nil
+}
+
+// runEvents prints the stored events that pass the filters, then, with --follow, the new ones
+// as they come.
+func runEvents(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("events", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	follow := fs.Bool("follow", false, "keep printing new events")
+	cluster := fs.String("cluster", "", "only events about this cluster")
+	rule := fs.String("rule", "", "only events about this rule (NAMESPACE/NAME)")
+	since := fs.Duration("since", 0, "only events of this last duration")
+	var typeNames []string
+	fs.Func("type", "only events of this type (repeatable; install.succeeded or the full type name)", func(v string) error {
+		t, err := events.TypeNamed(v)
+		typeNames = append(typeNames, t)
+		return err
+	})
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("events: %w\n%s", err, usage)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("events: unexpected arguments %q\n%s", fs.Args(), usage)
+	}
+	bind := map[string]string{}
+	if *cluster != "" {
+		bind["cluster"] = *cluster
+	}
+	if *rule != "" {
+		ns, name, ok := strings.Cut(*rule, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("events: --rule %q: want NAMESPACE/NAME", *rule)
+		}
+		bind["ruleNamespace"], bind["rule"] = ns, name
+	}
+	filters, err := events.SubjectFilters(typeNames, bind)
+	if err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
+	if len(filters) == 0 {
+		return fmt.Errorf("events: no event type of %v has the keys %v in its subject", typeNames, slices.Sorted(maps.Keys(bind)))
+	}
+	nc, js, err := connectJetStream(getenv)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	// --follow alone starts at the next event, as `kubectl get events --watch-only` would: the
+	// stream keeps 30 days. --since reads back that far first.
+	var from time.Time
+	switch {
+	case *since > 0:
+		from = time.Now().Add(-*since)
+	case *follow:
+		from = time.Now()
+	}
+	_, err = readStream(ctx, js, streamQuery{filters: filters}, from, *follow, func(seq uint64, at time.Time, e events.Event) {
+		fmt.Fprintln(stdout, historyLine(seq, at, e))
+	})
+	if err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
+	return nil
+}
+
+// readStream calls show for each event of the stream that q selects, in stream order, from the
+// start (or from the time from). Without follow it returns once it has read what was stored when
+// it started; with follow it keeps reading until ctx ends. It returns how many it showed. A
+// message that does not decode is shown as such, not skipped.
+func readStream(ctx context.Context, js jetstream.JetStream, q streamQuery, from time.Time, follow bool, show func(seq uint64, at time.Time, e events.Event)) (int, error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: q.filters, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if !from.IsZero() {
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &from
+	}
+	cons, err := js.OrderedConsumer(ctx, events.StreamName, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("read stream %s: %w", events.StreamName, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read stream %s: %w", events.StreamName, err)
+	}
+	if info.NumPending == 0 && !follow {
+		return 0, nil
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return 0, fmt.Errorf("read stream %s: %w", events.StreamName, err)
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	n := 0
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return n, nil
+			}
+			return n, fmt.Errorf("read stream %s: %w", events.StreamName, err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return n, err
+		}
+		e, _, err := events.Decode(m.Subject(), m.Headers(), m.Data())
+		switch {
+		case err != nil:
+			show(meta.Sequence.Stream, meta.Timestamp, undecodable{subject: m.Subject(), err: err})
+			n++
+		case q.keep == nil || q.keep(e):
+			show(meta.Sequence.Stream, meta.Timestamp, e)
+			n++
+		}
+		if meta.NumPending == 0 && !follow {
+			return n, nil
+		}
+	}
+}
+
+// undecodable stands for a stored message that is not a valid event, so that it gets a line.
+type undecodable struct {
+	events.Event
+	subject string
+	err     error
+}
+
+// historyLine is one event as a line of a history: time, stream sequence, and what happened.
+func historyLine(seq uint64, at time.Time, e events.Event) string {
+	return fmt.Sprintf("%s  #%-6d %s", at.UTC().Format("2006-01-02 15:04:05"), seq, explainLine(e))
+}
+
+// explainLine says what an event means in one line. It is narrate's line where narrate has one,
+// with the labels of a cluster event added (what rules select on); the events narrate leaves
+// out as they happen get a line too, since a history must show every decision.
+func explainLine(e events.Event) string {
+	switch e := e.(type) {
+	case undecodable:
+		return "Undecodable event on " + e.subject + ": " + e.err.Error()
+	case *events.ClusterAppeared:
+		return narrateEvent(e) + labelList(e.Cluster.Labels)
+	case *events.ClusterUpdated:
+		return narrateEvent(e) + labelList(e.Cluster.Labels)
+	case *events.InstallIntent:
+		return fmt.Sprintf("Rule %s (generation %d) matched %s: install %s", e.Rule, e.Rule.Generation, e.Cluster.Name, e.Enforcement.Name)
+	case *events.UninstallIntent:
+		return fmt.Sprintf("Rule %s (generation %d) lets go of %s on %s: %s, deletionPolicy %s", e.Rule, e.Rule.Generation, e.Enforcement, e.Cluster.Name, e.Reason, e.DeletionPolicy)
+	case *events.UninstallDone:
+		if !e.Deleted {
+			return fmt.Sprintf("Uninstall of %s on %s done: Application %s was not there", e.Enforcement, e.Cluster, e.Application)
+		}
+	case *events.TriggerAttempted:
+		if !e.WillRetry {
+			return fmt.Sprintf("%s webhook for %s on %s: attempt %d %s", e.Phase, e.Enforcement, e.Cluster, e.Attempt, e.Result)
+		}
+	case *events.SourceDegraded:
+		line := narrateEvent(e)
+		if len(e.HeldRemovals) > 0 {
+			line += "; held removals: " + strings.Join(e.HeldRemovals, ", ")
+		}
+		return line
+	case *events.ComplianceChanged:
+		return fmt.Sprintf("Compliance of %s is now %s (was %s): %d of %d policies not compliant", e.Cluster, e.Value, valueOr(e.Previous, "-"), len(e.NonCompliantPolicies), e.Policies)
+	case *events.ClaimUpdated:
+		return fmt.Sprintf("ClusterClaim %s of %s set to %s (was %s)", e.Claim, e.Cluster, e.Value, valueOr(e.Previous, "-"))
+	}
+	if line := narrateEvent(e); line != "" {
+		return line
+	}
+	return e.Type()
+}
+
+// labelList is ", labels k=v,..." in key order; "" without labels.
+func labelList(labels map[string]string) string {
+	if len(labels) == 0 {
+		return ""
+	}
+	var kv []string
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		kv = append(kv, k+"="+labels[k])
+	}
+	return "; labels " + strings.Join(kv, ",")
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
+)
+
+// explainFleet publishes the story of two clusters and two rules, interleaved, as the services
+// would: what explain and events must pick apart.
+func explainFleet(t *testing.T, pub *events.Publisher) {
+	t.Helper()
+	src := events.SourceRef{Kind: "static", ID: "static-1"}
+	fleet := events.RuleRef{Namespace: "team-a", Name: "fleet", UID: "u1", Generation: 2}
+	other := events.RuleRef{Namespace: "team-b", Name: "other", UID: "u2", Generation: 1}
+	eu := events.Cluster{Name: "prod-eu", Key: "prod-eu", URL: "https://eu", Source: src, Eligible: true, Labels: map[string]string{"env": "prod"}}
+	us := events.Cluster{Name: "prod-us", Key: "prod-us", URL: "https://us", Source: src, Eligible: true}
+	target := func(c events.Cluster) events.Target {
+		return events.Target{Name: c.Name, Key: c.Key, URL: c.URL, Source: c.Source, Revision: 1}
+	}
+	in := &events.InstallIntent{Rule: fleet, Cluster: target(eu), Enforcement: events.Enforcement{Name: "guestbook", Repo: "https://git/x"}, SpecHash: "h1"}
+	for _, ev := range []events.Event{
+		&events.ClusterAppeared{Cluster: eu, Revision: 1},
+		&events.ClusterAppeared{Cluster: us, Revision: 1},
+		in,
+		&events.InstallIntent{Rule: other, Cluster: target(us), Enforcement: events.Enforcement{Name: "agent", Repo: "https://git/y"}, SpecHash: "h2"},
+		&events.InstallSucceeded{IntentID: in.ID(), Rule: fleet, Cluster: "prod-eu", Enforcement: "guestbook", Application: "prod-eu-guestbook", Created: true},
+		&events.SourceDegraded{Source: src, Scan: 7, Reason: events.DegradedRemovalsHeld, Message: "2 of 2 clusters absent", Known: 2, HeldRemovals: []string{"prod-eu"}},
+		&events.UninstallIntent{Rule: fleet, Cluster: target(eu), Enforcement: "guestbook", Reason: events.UninstallNoLongerMatches, DeletionPolicy: events.DeletionOrphan},
+	} {
+		if _, err := pub.Publish(context.Background(), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestExplain: explain cluster and explain rule print, oldest first and one line each, exactly
+// the decisions about the cluster or the rule (the other cluster's and rule's events left out by
+// the subject filters, the source's held removals kept because they name the cluster), and a
+// name with no events or a malformed rule name says so.
+func TestExplain(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	_, js := eventstest.Bus(t, srv.URL())
+	explainFleet(t, events.NewPublisher(js, "/test"))
+	env := map[string]string{"NATS_URL": srv.URL()}
+	cli := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(context.Background(), args, func(k string) string { return env[k] }, &out, &out)
+		return out.String(), err
+	}
+	lines := func(out string) []string {
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			// "2026-12-02 12:00:00  #3      text": drop the time and sequence
+			if f := strings.SplitN(l, "  ", 3); len(f) == 3 && strings.HasPrefix(f[1], "#") {
+				l = strings.TrimLeft(f[2], " ")
+			}
+			got = append(got, l)
+		}
+		return got
+	}
+
+	out, err := cli("explain", "cluster", "prod-eu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"Discovered cluster prod-eu (static, eligible); labels env=prod",
+		"Rule team-a/fleet (generation 2) matched prod-eu: install guestbook",
+		"Created Application argocd/prod-eu-guestbook",
+		"Source static/static-1 degraded (RemovalsHeld): 2 of 2 clusters absent; nothing removed; held removals: prod-eu",
+		"Rule team-a/fleet (generation 2) lets go of guestbook on prod-eu: NoLongerMatches, deletionPolicy Orphan",
+	}
+	if got := lines(out); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("explain cluster prod-eu:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if !regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d  #1 `).MatchString(out) {
+		t.Errorf("explain lines lack the time and stream sequence:\n%s", out)
+	}
+
+	out, err = cli("explain", "rule", "team-b/other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lines(out); len(got) != 2 || got[0] != "Rule team-b/other (generation 1) matched prod-us: install agent" ||
+		!strings.Contains(got[1], "enforcement preview -f") {
+		t.Errorf("explain rule team-b/other:\n%s", out)
+	}
+
+	out, err = cli("explain", "cluster", "nowhere")
+	if err != nil || !strings.Contains(out, "No event about cluster nowhere in the stream ENFORCEMENT") {
+		t.Errorf("explain cluster nowhere: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{{"explain"}, {"explain", "rule", "fleet"}, {"explain", "node", "x"}, {"explain", "rule", "a/b/c"}} {
+		if _, err := cli(args...); err == nil {
+			t.Errorf("%q succeeded", args)
+		}
+	}
+}
+
+// TestEventsFilters: events prints the stored events one line each, narrowed by cluster, rule and
+// type; unknown types and flags are refused with the reason; --follow prints new events as they
+// come, and only new ones.
+func TestEventsFilters(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	_, js := eventstest.Bus(t, srv.URL())
+	pub := events.NewPublisher(js, "/test")
+	explainFleet(t, pub)
+	env := map[string]string{"NATS_URL": srv.URL()}
+	cli := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(context.Background(), append([]string{"events"}, args...), func(k string) string { return env[k] }, &out, &out)
+		return out.String(), err
+	}
+	count := func(out string) int { return len(strings.Split(strings.TrimSpace(out), "\n")) }
+
+	if out, err := cli(); err != nil || count(out) != 7 {
+		t.Errorf("events: %v, %d lines\n%s", err, count(out), out)
+	}
+	if out, err := cli("--cluster", "prod-us"); err != nil || count(out) != 2 || strings.Contains(out, "prod-eu") {
+		t.Errorf("events --cluster prod-us: %v\n%s", err, out)
+	}
+	out, err := cli("--rule", "team-a/fleet", "--type", "intent.install", "--type", "io.enforcement.intent.uninstall.v1")
+	if err != nil || count(out) != 2 || !strings.Contains(out, "install guestbook") || !strings.Contains(out, "lets go of guestbook") {
+		t.Errorf("events --rule team-a/fleet --type ...: %v\n%s", err, out)
+	}
+	if out, err := cli("--cluster", "prod-eu", "--rule", "team-b/other"); err != nil || out != "" {
+		t.Errorf("events for a rule that never touched the cluster: %v\n%q", err, out)
+	}
+	for args, msg := range map[string]string{
+		"--type install.exploded":             `unknown event type "install.exploded"`,
+		"--rule fleet":                        `--rule "fleet": want NAMESPACE/NAME`,
+		"--cluster x --type source.recovered": "no event type of [io.enforcement.source.recovered.v1] has the keys [cluster]",
+		"--colour red":                        "flag provided but not defined: -colour",
+	} {
+		if _, err := cli(strings.Fields(args)...); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("events %s: %v, want %q", args, err, msg)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var out2 testenv.SyncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"events", "--follow", "--cluster", "prod-us"}, func(k string) string { return env[k] }, &out2, &out2)
+	}()
+	time.Sleep(500 * time.Millisecond) // the consumer starts at "now"
+	if _, err := pub.Publish(context.Background(), &events.ClusterGone{Source: events.SourceRef{Kind: "static", ID: "static-1"}, Name: "prod-us", Key: "prod-us", Revision: 2}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(out2.String(), "Cluster prod-us is gone from its source") {
+			return fmt.Errorf("follow printed %q", out2.String())
+		}
+		return nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("events --follow ended with %v", err)
+	}
+	if count(out2.String()) != 1 {
+		t.Errorf("events --follow printed stored events too:\n%s", out2.String())
+	}
+}

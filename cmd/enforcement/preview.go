@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"sigs.k8s.io/yaml"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+// previewTimeout bounds the wait for the rule engine's answer: it reads its state and renders
+// the rule for every cluster of its source, and is given two minutes for that itself.
+const previewTimeout = 150 * time.Second
+
+// runPreview asks the rule engine what applying a ClusterRule manifest would do (see
+// services/rule-engine preview.go) and prints it; nothing is written anywhere.
+func runPreview(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout io.Writer) error {
+	fs := flag.NewFlagSet("preview", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	file := fs.String("f", "", "the ClusterRule manifest (- for standard input)")
+	output := fs.String("o", "", "output format: yaml or json (default: text for people)")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("preview: %w\n%s", err, usage)
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("preview: unexpected arguments %q\n%s", fs.Args(), usage)
+	case *file == "":
+		return fmt.Errorf("preview: -f FILE is required\n%s", usage)
+	case *output != "" && *output != "yaml" && *output != "json":
+		return fmt.Errorf("preview: -o %q: want yaml or json", *output)
+	}
+	var manifest []byte
+	var err error
+	if *file == "-" {
+		manifest, err = io.ReadAll(stdin)
+	} else {
+		manifest, err = os.ReadFile(*file)
+	}
+	if err != nil {
+		return fmt.Errorf("preview: read %s: %w", *file, err)
+	}
+	nc, err := connectNATS(natsURL(getenv), getenv, nats.Name("enforcement-preview"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	res, err := requestPreview(ctx, nc, manifest)
+	if err != nil {
+		return err
+	}
+	switch *output {
+	case "json":
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	case "yaml":
+		b, err := yaml.Marshal(res)
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(b)
+		return err
+	}
+	return printPreview(stdout, res)
+}
+
+// requestPreview sends the manifest to the rule engine's preview endpoint and decodes the answer.
+func requestPreview(ctx context.Context, nc *nats.Conn, manifest []byte) (*events.PreviewResult, error) {
+	body, err := json.Marshal(events.PreviewRequest{Rule: string(manifest)})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, previewTimeout)
+	defer cancel()
+	msg, err := nc.RequestWithContext(ctx, events.PreviewSubject, body)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("preview: no rule engine answers on %s: is rule-engine running, in a version that previews?", events.PreviewSubject)
+	case err != nil:
+		return nil, fmt.Errorf("preview: ask the rule engine on %s: %w", events.PreviewSubject, err)
+	}
+	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" {
+		if msg.Header.Get(micro.ErrorCodeHeader) == "400" {
+			return nil, fmt.Errorf("preview: %s", desc)
+		}
+		return nil, fmt.Errorf("preview: the rule engine could not answer: %s", desc)
+	}
+	var res events.PreviewResult
+	if err := json.Unmarshal(msg.Data, &res); err != nil {
+		return nil, fmt.Errorf("preview: decode the rule engine's answer: %w", err)
+	}
+	return &res, nil
+}
+
+// printPreview writes the preview for a person: the clusters, then the Application changes with
+// their diffs, then what would be held and which renders fail.
+func printPreview(w io.Writer, res *events.PreviewResult) error {
+	what := "new rule"
+	if res.Existing && res.LiveGeneration == res.Rule.Generation {
+		what = fmt.Sprintf("same spec as generation %d", res.LiveGeneration)
+	} else if res.Existing {
+		what = fmt.Sprintf("edit: generation %d -> %d", res.LiveGeneration, res.Rule.Generation)
+	}
+	fmt.Fprintf(w, "Rule %s (%s), source %s %s\n", res.Rule, what, res.Source.Kind, res.Source.ID)
+	matching := 0
+	for _, c := range res.Clusters {
+		if c.Matches {
+			matching++
+		}
+	}
+	fmt.Fprintf(w, "\nClusters: %d of %d match\n", matching, len(res.Clusters))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, c := range res.Clusters {
+		mark := "match"
+		if !c.Matches {
+			mark = "-"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", mark, c.Name, c.Reason)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	counts := map[string]int{}
+	held := 0
+	for _, c := range res.Changes {
+		if c.Held {
+			held++
+			continue
+		}
+		counts[c.Action]++
+	}
+	fmt.Fprintf(w, "\nApplications: %d to create, %d to update, %d to delete, %d held, %d unchanged\n",
+		counts[events.PreviewCreate], counts[events.PreviewUpdate], counts[events.PreviewDelete], held, res.Unchanged)
+	for _, c := range res.Changes {
+		action := c.Action
+		if c.Held {
+			action = "held (would delete)"
+		}
+		line := fmt.Sprintf("  %s %s (cluster %s, enforcement %s)", action, c.Application, c.Cluster, c.Enforcement)
+		if c.Action == events.PreviewDelete {
+			line += fmt.Sprintf(": %s, deletionPolicy %s", c.Reason, c.DeletionPolicy)
+		}
+		fmt.Fprintln(w, line)
+		if c.BeforeUnknown {
+			fmt.Fprintln(w, "    (the spec it has now is no longer known: its render is not cached; the whole new spec follows)")
+		}
+		for _, l := range strings.Split(strings.TrimSuffix(c.Diff, "\n"), "\n") {
+			if l != "" {
+				fmt.Fprintln(w, "    "+l)
+			}
+		}
+	}
+	if res.Held != nil {
+		fmt.Fprintf(w, "\nThe blast-radius guard would hold %d removal(s): %s\n", len(res.Held.Clusters), res.Held.Message)
+	}
+	if len(res.TemplateErrors) > 0 {
+		fmt.Fprintf(w, "\nTemplate errors (these clusters would keep what they have):\n")
+		for _, te := range res.TemplateErrors {
+			fmt.Fprintf(w, "  %s: %s\n", te.Cluster, te.Message)
+		}
+	}
+	fmt.Fprintln(w, "\nNothing was applied: kubectl apply -f the rule to make it so.")
+	return nil
+}

@@ -1,0 +1,99 @@
+package events
+
+// The rule engine's request-reply API, a NATS micro service: the operator's command line asks it
+// what a rule would do (`enforcement preview`). Nothing here is an event: its subjects begin
+// with APISubjectRoot, outside the ENFORCEMENT stream's SubjectRoot + ".>", so requests and
+// replies are never stored.
+
+const (
+	// APISubjectRoot is the first token of every request-reply subject.
+	APISubjectRoot = "enforcement-api"
+	// RuleEngineAPIName is the rule engine's micro service name (`nats micro ls` lists it).
+	RuleEngineAPIName = "rule-engine"
+	// PreviewSubject answers a PreviewRequest with a PreviewResult, or a micro error (code
+	// "400": the rule cannot be previewed, the description says why; "500": the engine could
+	// not read its state).
+	PreviewSubject = APISubjectRoot + ".rule-engine.preview"
+)
+
+// PreviewRequest asks what applying a ClusterRule would do.
+type PreviewRequest struct {
+	// Rule is the ClusterRule manifest, YAML or JSON, as `kubectl apply -f` would take it.
+	Rule string `json:"rule"`
+}
+
+// Preview actions of an Application.
+const (
+	PreviewCreate = "create"
+	PreviewUpdate = "update"
+	PreviewDelete = "delete"
+)
+
+// PreviewResult is what applying a rule would do, computed by the rule engine's own decision
+// code against its cluster view and install records, writing nothing.
+type PreviewResult struct {
+	// Rule is the rule as it would be: its uid (empty for a new rule) and the generation the
+	// edit would give it.
+	Rule RuleRef `json:"rule"`
+	// Existing is whether a rule of this name exists; LiveGeneration is its generation then.
+	Existing       bool      `json:"existing"`
+	LiveGeneration int64     `json:"liveGeneration,omitempty"`
+	Source         SourceRef `json:"source"`
+	// Clusters are the clusters the rule's source lists in the engine's view, by name.
+	Clusters []PreviewCluster `json:"clusters"`
+	// Changes are the Application changes the rule would make now, by cluster and enforcement,
+	// held ones included (Held set).
+	Changes []PreviewChange `json:"changes"`
+	// Unchanged counts the Applications the rule has that no change touches (held ones are
+	// counted among Changes).
+	Unchanged int `json:"unchanged"`
+	// Held is set when the blast-radius guard (the rule edit breaker) would hold the edit's
+	// removals.
+	Held *PreviewHeld `json:"held,omitempty"`
+	// TemplateErrors are the clusters whose render fails: they keep what they have.
+	TemplateErrors []PreviewTemplateError `json:"templateErrors,omitempty"`
+}
+
+// PreviewCluster is one cluster of the rule's source and whether the rule would select it.
+type PreviewCluster struct {
+	Name string `json:"name"`
+	// Matches: selected and eligible, so it gets the rule's enforcements.
+	Matches bool `json:"matches"`
+	// Reason says why not when Matches is false (not selected, or not eligible).
+	Reason string `json:"reason,omitempty"`
+}
+
+// PreviewChange is one Application the rule would create, update or delete.
+type PreviewChange struct {
+	Action      string `json:"action"`
+	Cluster     string `json:"cluster"`
+	Enforcement string `json:"enforcement"`
+	Application string `json:"application"`
+	// Reason and DeletionPolicy are those of a delete's uninstall intent.
+	Reason         string `json:"reason,omitempty"`
+	DeletionPolicy string `json:"deletionPolicy,omitempty"`
+	// Held is set on a delete the blast-radius guard would hold: it would not happen yet.
+	Held bool `json:"held,omitempty"`
+	// Before is the rendered spec the Application has (nil: unknown, or a create), After the
+	// one it would get (nil for a delete); Diff is the line diff between them.
+	Before *Enforcement `json:"before,omitempty"`
+	After  *Enforcement `json:"after,omitempty"`
+	Diff   string       `json:"diff,omitempty"`
+	// BeforeUnknown says the previous spec could not be read (its render is no longer cached).
+	BeforeUnknown bool `json:"beforeUnknown,omitempty"`
+}
+
+// PreviewHeld is the hold the rule edit breaker would place on the edit's removals.
+type PreviewHeld struct {
+	Generation int64    `json:"generation"`
+	Installed  int      `json:"installed"`
+	Cap        int      `json:"cap"`
+	Clusters   []string `json:"clusters"`
+	Message    string   `json:"message"`
+}
+
+// PreviewTemplateError is a cluster whose render of the rule fails.
+type PreviewTemplateError struct {
+	Cluster string `json:"cluster"`
+	Message string `json:"message"`
+}

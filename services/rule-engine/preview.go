@@ -1,0 +1,406 @@
+package main
+
+// Preview: what applying a ClusterRule would do, before it is applied (`enforcement preview -f
+// rule.yaml`). The answer comes from the engine's own decision code (evalRule, the rule edit
+// breaker) run on a scratch engine loaded from the state bucket: the cluster view, the install
+// records, the held removals and the sources' listings are all there, written before each event
+// is acknowledged, so the bucket is what the leader decides on. Every replica can therefore
+// answer, standbys included, and the leader's mutex is never taken: a preview costs one read of
+// the bucket and the renders of the candidate rule, and cannot delay the leader's decisions.
+// The scratch engine's store refuses every write, and its publisher publishes nothing: a preview
+// changes no record, caches no render and sends no intent.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/service"
+	"github.com/nats-io/nats.go/micro"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+)
+
+// previewTimeout bounds one preview: the state read and the renders (each within
+// TEMPLATE_RENDER_TIMEOUT, renderParallel at a time).
+const previewTimeout = 2 * time.Minute
+
+// previewer answers preview requests. It shares the live engine's store (read only), renderer
+// and settings, never its state.
+type previewer struct {
+	store              store
+	renderer           *Renderer
+	degradedTTL        time.Duration
+	maxRemovalFraction float64
+	operatorNamespace  string
+	watchNamespaces    []string
+	// rules reads the live ClusterRule of the previewed name (its uid and generation).
+	rules client.Reader
+}
+
+// userError is a request that cannot be previewed as it is: the reply says why (code 400).
+type userError struct{ error }
+
+// serveAPI registers the rule engine's micro service (events.RuleEngineAPIName) with its preview
+// endpoint, on every replica, and stops it at the beginning of the service's stop.
+func serveAPI(svc *service.Service, eng *engine, cfg config) error {
+	scheme := runtime.NewScheme()
+	if err := v1beta1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	// A direct client: a standby's manager (and its cache) has not started.
+	rules, err := client.New(svc.Kube, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("preview client: %w", err)
+	}
+	p := &previewer{store: eng.store, renderer: eng.renderer, degradedTTL: eng.degradedTTL, maxRemovalFraction: eng.maxRemovalFraction,
+		operatorNamespace: cfg.OperatorNamespace, watchNamespaces: cfg.WatchNamespaces, rules: rules}
+	ms, err := micro.AddService(svc.NATS, micro.Config{Name: events.RuleEngineAPIName, Version: "1.0.0",
+		Description: "Enforcement rule engine: previews what a ClusterRule would do"})
+	if err != nil {
+		return fmt.Errorf("register micro service %s: %w", events.RuleEngineAPIName, err)
+	}
+	svc.OnStop(func() { _ = ms.Stop() })
+	err = ms.AddEndpoint("preview", micro.ContextHandler(svc.Context(), func(ctx context.Context, req micro.Request) {
+		ctx, cancel := context.WithTimeout(ctx, previewTimeout)
+		defer cancel()
+		var in events.PreviewRequest
+		if err := json.Unmarshal(req.Data(), &in); err != nil {
+			_ = req.Error("400", "request: "+err.Error(), nil)
+			return
+		}
+		res, err := p.preview(ctx, []byte(in.Rule))
+		var ue userError
+		switch {
+		case errors.As(err, &ue):
+			_ = req.Error("400", ue.Error(), nil)
+		case err != nil:
+			svc.Logger.Warn("Preview failed", "error", err)
+			_ = req.Error("500", err.Error(), nil)
+		default:
+			_ = req.RespondJSON(res)
+		}
+	}), micro.WithEndpointSubject(events.PreviewSubject))
+	if err != nil {
+		_ = ms.Stop()
+		return fmt.Errorf("register endpoint %s: %w", events.PreviewSubject, err)
+	}
+	return nil
+}
+
+// parseRule reads one ClusterRule manifest. Unknown fields are errors, as the API server's
+// strict field validation makes them, so that a misspelt field is not previewed as absent.
+func parseRule(manifest []byte) (*v1beta1.ClusterRule, error) {
+	if len(bytes.TrimSpace(manifest)) == 0 {
+		return nil, userError{errors.New("the rule manifest is empty")}
+	}
+	if docs := splitDocuments(manifest); len(docs) > 1 {
+		return nil, userError{fmt.Errorf("the manifest holds %d documents; preview takes one ClusterRule", len(docs))}
+	}
+	var cr v1beta1.ClusterRule
+	if err := yaml.UnmarshalStrict(manifest, &cr); err != nil {
+		return nil, userError{fmt.Errorf("read the ClusterRule: %w", err)}
+	}
+	want := v1beta1.GroupVersion.String()
+	switch {
+	case cr.APIVersion != want || cr.Kind != "ClusterRule":
+		return nil, userError{fmt.Errorf("apiVersion %q, kind %q: want %s, ClusterRule", cr.APIVersion, cr.Kind, want)}
+	case cr.Name == "":
+		return nil, userError{errors.New("metadata.name is required")}
+	case cr.Namespace == "":
+		return nil, userError{errors.New("metadata.namespace is required (the preview does not guess the namespace kubectl would use)")}
+	}
+	return &cr, nil
+}
+
+// splitDocuments returns the non-empty YAML documents of a manifest.
+func splitDocuments(manifest []byte) [][]byte {
+	var out [][]byte
+	for _, d := range bytes.Split(append([]byte("\n"), manifest...), []byte("\n---")) {
+		if len(bytes.TrimSpace(d)) > 0 {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// preview computes what applying the manifest would do. See the file comment.
+func (p *previewer) preview(ctx context.Context, manifest []byte) (*events.PreviewResult, error) {
+	cr, err := parseRule(manifest)
+	if err != nil {
+		return nil, err
+	}
+	if len(p.watchNamespaces) > 0 && !slices.Contains(p.watchNamespaces, cr.Namespace) {
+		return nil, userError{fmt.Errorf("namespace %s is not one this rule engine watches (WATCH_NAMESPACES %s)", cr.Namespace, strings.Join(p.watchNamespaces, ","))}
+	}
+	var live v1beta1.ClusterRule
+	err = p.rules.Get(ctx, types.NamespacedName{Namespace: cr.Namespace, Name: cr.Name}, &live)
+	switch {
+	case apierrors.IsNotFound(err):
+		return p.previewRule(ctx, cr, nil)
+	case err != nil:
+		return nil, fmt.Errorf("read ClusterRule %s/%s: %w", cr.Namespace, cr.Name, err)
+	}
+	return p.previewRule(ctx, cr, &live)
+}
+
+// previewRule previews the candidate cr, an edit of live (nil: a new rule).
+func (p *previewer) previewRule(ctx context.Context, cr, live *v1beta1.ClusterRule) (*events.PreviewResult, error) {
+	res := &events.PreviewResult{}
+	if live == nil {
+		cr.UID, cr.Generation = "", 1
+	} else {
+		res.Existing, res.LiveGeneration = true, live.Generation
+		cr.UID, cr.Generation = live.UID, live.Generation
+		if !apiequality.Semantic.DeepEqual(cr.Spec, live.Spec) {
+			cr.Generation++ // what the API server does on a spec change
+		}
+	}
+	r := ruleFromSpec(cr, p.operatorNamespace)
+	if r.invalid != nil {
+		return nil, userError{fmt.Errorf("the rule is invalid, so applying it would change nothing (its status would say so): %w", r.invalid)}
+	}
+	e := newEngine(slog.New(slog.DiscardHandler), readOnlyStore{p.store}, noPublisher{}, p.renderer, newMetrics(nil), p.degradedTTL)
+	e.maxRemovalFraction = p.maxRemovalFraction
+	if err := e.load(ctx); err != nil {
+		return nil, err
+	}
+	var liveRule *ruleState
+	if live != nil {
+		liveRule = ruleFromSpec(live, p.operatorNamespace)
+	}
+	err := e.evaluate(ctx, func(rs *renders) error {
+		prev := e.held[r.key]
+		delete(e.held, r.key)
+		ch := e.evalRule(r, rs)
+		if prev != nil {
+			e.held[r.key] = prev
+		}
+		if len(rs.need) > 0 {
+			return nil
+		}
+		unselected := map[int]bool{}
+		for _, u := range ch.unselected {
+			for i := u.from; i < u.to; i++ {
+				unselected[i] = true
+			}
+		}
+		intents := slices.Clone(ch.intents)
+		h := e.breakRemovals(r, ch, prev)
+		changes, err := e.previewChanges(ctx, r, liveRule, intents, func(i int) bool { return h != nil && unselected[i] })
+		if err != nil {
+			return err
+		}
+		res.Changes = changes
+		if h != nil {
+			res.Held = &events.PreviewHeld{Generation: h.Generation, Installed: h.Installed, Cap: h.Cap,
+				Clusters: slices.Sorted(maps.Values(h.Clusters)), Message: heldMessage(r, h)}
+		}
+		res.Unchanged = e.unchanged(r.key, changes)
+		res.Clusters = e.previewClusters(r)
+		for _, cid := range slices.Sorted(maps.Keys(r.templateErrors)) {
+			te := r.templateErrors[cid]
+			res.TemplateErrors = append(res.TemplateErrors, events.PreviewTemplateError{Cluster: te[0], Message: te[1]})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Rule, res.Source = r.ref, r.sel.source
+	return res, nil
+}
+
+// previewChanges turns the intents of an evaluation into Application changes, with the spec
+// each Application has (from the render cache, or the live rule's static render) and the one it
+// would get. held(i) tells whether the breaker holds intent i.
+func (e *engine) previewChanges(ctx context.Context, r, live *ruleState, intents []events.Event, held func(int) bool) ([]events.PreviewChange, error) {
+	befores := map[string]map[string]events.Enforcement{} // by render key
+	before := func(cluster, name string) (*events.Enforcement, bool, error) {
+		for _, cid := range e.pairsNamed(r.key, cluster) {
+			pair := e.pairs[r.key][cid]
+			if pair.Enforcements[name] == nil {
+				continue
+			}
+			enfs, ok := befores[pair.RenderKey]
+			if !ok {
+				list, found, err := e.previousRender(ctx, pair.RenderKey, live)
+				if err != nil {
+					return nil, true, err
+				}
+				if found {
+					enfs = map[string]events.Enforcement{}
+					for _, en := range list {
+						enfs[en.Name] = en
+					}
+				}
+				befores[pair.RenderKey] = enfs
+			}
+			if en, ok := enfs[name]; ok {
+				return &en, true, nil
+			}
+			return nil, true, nil // installed, but its spec is no longer known
+		}
+		return nil, false, nil
+	}
+	var out []events.PreviewChange
+	for i, ev := range intents {
+		var c events.PreviewChange
+		var name string
+		switch in := ev.(type) {
+		case *events.InstallIntent:
+			after := in.Enforcement
+			name, c = in.Enforcement.Name, events.PreviewChange{Action: events.PreviewCreate, Cluster: in.Cluster.Name, After: &after}
+		case *events.UninstallIntent:
+			name, c = in.Enforcement, events.PreviewChange{Action: events.PreviewDelete, Cluster: in.Cluster.Name,
+				Reason: in.Reason, DeletionPolicy: in.DeletionPolicy, Held: held(i)}
+		default:
+			continue
+		}
+		c.Enforcement, c.Application = name, events.ApplicationName(c.Cluster, name)
+		prev, installed, err := before(c.Cluster, name)
+		if err != nil {
+			return nil, err
+		}
+		if installed && c.Action == events.PreviewCreate {
+			c.Action = events.PreviewUpdate
+		}
+		c.Before, c.BeforeUnknown = prev, installed && prev == nil
+		c.Diff = specDiff(c.Before, c.After)
+		out = append(out, c)
+	}
+	slices.SortStableFunc(out, func(a, b events.PreviewChange) int {
+		return strings.Compare(a.Cluster+"\x00"+a.Enforcement, b.Cluster+"\x00"+b.Enforcement)
+	})
+	return out, nil
+}
+
+// previousRender returns the enforcements a pair was last rendered with: the render cache entry
+// of its render key, or the live rule's render when the key is the live generation's static one
+// (renders without templates are not cached). found is false when neither has it.
+func (e *engine) previousRender(ctx context.Context, renderKey string, live *ruleState) ([]events.Enforcement, bool, error) {
+	if live != nil && live.staticErr == nil && !live.compiled.templated && renderKey == live.renderPrefix+"static" {
+		return live.static, true, nil
+	}
+	enfs, ok, err := e.store.getRender(ctx, renderKey)
+	if err != nil {
+		return nil, false, err
+	}
+	return enfs, ok, nil
+}
+
+// unchanged counts the enforcements the rule's pairs hold that no change touches (a held
+// delete is counted as held, not here).
+func (e *engine) unchanged(rule string, changes []events.PreviewChange) int {
+	touched := map[string]bool{}
+	for _, c := range changes {
+		touched[c.Cluster+"\x00"+c.Enforcement] = true
+	}
+	n := 0
+	for _, p := range e.pairs[rule] {
+		if p.HandedOverTo != "" {
+			continue
+		}
+		for name := range p.Enforcements {
+			if !touched[p.Cluster.Name+"\x00"+name] {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// previewClusters lists the clusters of the rule's source, by name, with whether the rule
+// would give them its enforcements and, when not, why.
+func (e *engine) previewClusters(r *ruleState) []events.PreviewCluster {
+	var out []events.PreviewCluster
+	for cid := range e.bySource[r.sel.source.ID] {
+		c := &e.clusters[cid].Cluster
+		pc := events.PreviewCluster{Name: c.Name}
+		switch {
+		case !r.sel.selects(c):
+			pc.Reason = r.sel.whyNot(c)
+		case !c.Eligible:
+			pc.Reason = "not eligible: " + valueOrDash(c.State)
+		default:
+			pc.Matches = true
+		}
+		out = append(out, pc)
+	}
+	slices.SortFunc(out, func(a, b events.PreviewCluster) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func valueOrDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// whyNot says why the selection does not select a cluster of its source: the first test of
+// selects that fails. It is only called when selects said no, and falls back to a plain "not
+// selected" should the two ever disagree.
+func (s *selection) whyNot(c *events.Cluster) string {
+	if s.ignore[c.Name] {
+		return "ignored by name"
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.labels)) {
+		if got, ok := c.Labels[k]; !ok {
+			return fmt.Sprintf("label %s missing (want %q)", k, s.labels[k])
+		} else if got != s.labels[k] {
+			return fmt.Sprintf("label %s is %q (want %q)", k, got, s.labels[k])
+		}
+	}
+	if len(s.claims) > 0 && !hasClaims(c, s.claims) {
+		return "ClusterClaims do not match " + fmt.Sprint(s.claims)
+	}
+	if s.selector != nil {
+		return "does not match the label selector " + s.selector.String()
+	}
+	return "not selected"
+}
+
+// readOnlyStore is the live store for reads; it writes nothing. Records and holds are never
+// written by a preview (it commits nothing), so their writes are errors; a render is simply not
+// cached, a stopped render not remembered.
+type readOnlyStore struct{ store }
+
+var errPreviewWrite = errors.New("a preview writes nothing")
+
+func (readOnlyStore) putCluster(context.Context, string, *clusterRecord) error {
+	return errPreviewWrite
+}
+func (readOnlyStore) deleteCluster(context.Context, string) error { return errPreviewWrite }
+func (readOnlyStore) putPair(context.Context, string, string, *pairState) error {
+	return errPreviewWrite
+}
+func (readOnlyStore) deletePair(context.Context, string, string) error { return errPreviewWrite }
+func (readOnlyStore) putDegraded(context.Context, string, *degradation) error {
+	return errPreviewWrite
+}
+func (readOnlyStore) putHeld(context.Context, string, *heldRemovals) error { return errPreviewWrite }
+func (readOnlyStore) putListed(context.Context, string, *listing) error    { return errPreviewWrite }
+func (readOnlyStore) putRender(_ context.Context, _ string, enfs []events.Enforcement) ([]events.Enforcement, error) {
+	return enfs, nil
+}
+func (readOnlyStore) putFailure(context.Context, string, string) error  { return nil }
+func (readOnlyStore) purgeRenders(context.Context, string, int64) error { return nil }
+
+// noPublisher refuses to publish: a preview commits nothing.
+type noPublisher struct{}
+
+func (noPublisher) PublishAll(context.Context, []events.Event) error { return errPreviewWrite }
