@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -239,7 +240,7 @@ func (f *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 		refuse("invalid_client", "AADSTS7000216: 'client_assertion', 'client_secret' or 'request' is required.")
 		return
 	}
-	if !strings.HasSuffix(r.Form.Get("scope"), "/.default") {
+	if !slices.ContainsFunc(strings.Fields(r.Form.Get("scope")), func(s string) bool { return strings.HasSuffix(s, "/.default") }) {
 		f.t.Errorf("token scope = %q, want <resource>/.default", r.Form.Get("scope"))
 	}
 	f.Issued++
