@@ -41,6 +41,8 @@ func loadAKSConfig(getenv service.Getenv) (aksConfig, error) {
 		c.Endpoint = v
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
+	// The CA fetches of a first scan run 8 at a time against one host: keep their connections.
+	transport.MaxIdleConnsPerHost = 16
 	if path := strings.TrimSpace(getenv("AKS_CA_FILE")); path != "" {
 		pemData, err := os.ReadFile(path)
 		if err != nil {

@@ -31,9 +31,7 @@ var secretCreds = Credentials{TenantID: aksfake.TenantID, ClientID: aksfake.Clie
 // AZURE_AUTHORITY_HOST) and a client that trusts the fake's certificate; short retry delays.
 func newTestLister(t testing.TB, f *aksfake.Server, o Options, creds Credentials) (*Lister, *prometheus.CounterVec) {
 	t.Helper()
-	if tt, ok := t.(*testing.T); ok {
-		tt.Setenv("AZURE_AUTHORITY_HOST", f.URL)
-	}
+	t.Setenv("AZURE_AUTHORITY_HOST", f.URL)
 	calls := NewCallsCounter(prometheus.NewRegistry())
 	o.Endpoint, o.HTTPClient, o.Calls = f.URL, f.Client(), calls
 	o.RetryDelay, o.MaxRetryDelay = 5*time.Millisecond, 2*time.Second
