@@ -9,7 +9,7 @@ import (
 
 	"github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
-	"github.com/enforcement-io/enforcement/services/source-scanner/internal/aks/aksfake"
+	"github.com/enforcement-io/enforcement/pkg/testenv/aksfake"
 )
 
 // useAKS points the service at the ARM fake: AKS_ENDPOINT, AKS_CA_FILE (the fake's TLS

@@ -20,8 +20,8 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
+	"github.com/enforcement-io/enforcement/pkg/testenv/aksfake"
 	"github.com/enforcement-io/enforcement/pkg/testenv/rancherfake"
-	"github.com/enforcement-io/enforcement/services/source-scanner/internal/aks/aksfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/eks/eksfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/gke/gkefake"
 )

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
-	"github.com/enforcement-io/enforcement/services/source-scanner/internal/aks/aksfake"
+	"github.com/enforcement-io/enforcement/pkg/testenv/aksfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
 )
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/enforcement-io/enforcement/services/source-scanner/internal/aks/aksfake"
+	"github.com/enforcement-io/enforcement/pkg/testenv/aksfake"
 )
 
 // BenchmarkSteadyList measures one steady scan of a subscription with 1000 clusters, 100 per

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
-	"github.com/enforcement-io/enforcement/services/source-scanner/internal/aks/aksfake"
+	"github.com/enforcement-io/enforcement/pkg/testenv/aksfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner/scannertest"
 )
