@@ -439,6 +439,7 @@ func (l *Lister) fetchCAs(ctx context.Context, clusters []events.Cluster) {
 	sem := make(chan struct{}, l.opts.CAFetchConcurrency)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	fetched := map[string]string{}
 	for i := range clusters {
 		c := &clusters[i]
 		if _, ok := l.ca[c.Key]; ok {
@@ -459,11 +460,14 @@ func (l *Lister) fetchCAs(ctx context.Context, clusters []events.Cluster) {
 				return // counted by the call counter; retried at the next scan
 			}
 			mu.Lock()
-			l.ca[c.Key] = ca
+			fetched[c.Key] = ca
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
+	for k, ca := range fetched {
+		l.ca[k] = ca
+	}
 }
 
 // forgetCAs drops the CAs of clusters no longer listed (the listing is complete), so that a

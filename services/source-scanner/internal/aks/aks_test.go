@@ -114,6 +114,9 @@ func TestListPagesConvertsAndFetchesCAsOnce(t *testing.T) {
 	if n := testutil.ToFloat64(calls.WithLabelValues("ListClusterUserCredentials", "success")); n != 7 {
 		t.Errorf("ListClusterUserCredentials calls = %v, want 7", n)
 	}
+	if n := testutil.ToFloat64(calls.WithLabelValues("Token", "success")); n != 1 {
+		t.Errorf("Token calls = %v, want 1", n)
+	}
 	if n := testutil.ToFloat64(calls.WithLabelValues("List", "success")); n != 12 {
 		t.Errorf("List calls = %v, want 12 (4 pages × 3 scans)", n)
 	}
