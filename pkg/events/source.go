@@ -16,10 +16,11 @@ const (
 	SourceKindEKS     = "eks"
 	SourceKindGKE     = "gke"
 	SourceKindOCM     = "ocm"
+	SourceKindAKS     = "aks"
 )
 
 // SourceKinds lists every source kind, in the order the CRD documents them.
-var SourceKinds = []string{SourceKindRancher, SourceKindStatic, SourceKindEKS, SourceKindGKE, SourceKindOCM}
+var SourceKinds = []string{SourceKindRancher, SourceKindStatic, SourceKindEKS, SourceKindGKE, SourceKindOCM, SourceKindAKS}
 
 // DefaultStaticConfigMap is the ConfigMap a static source reads when the rule names none
 // (spec.source.static.configMap).
@@ -31,6 +32,10 @@ const (
 	SourceFilterConfigMap = "configMap"
 	SourceFilterRegions   = "regions"
 	SourceFilterProjects  = "projects"
+	// SourceFilterSubscriptions and SourceFilterResourceGroups are an aks source's
+	// subscriptions and resource groups.
+	SourceFilterSubscriptions  = "subscriptions"
+	SourceFilterResourceGroups = "resourceGroups"
 )
 
 // SourceID is the stable identity of one cluster source: the same (kind, Secret, filters) gives
@@ -113,6 +118,35 @@ func GKESourceFilters(projects []string, filters map[string]string) map[string]s
 	}
 	if len(out) == 0 {
 		return nil
+	}
+	return out
+}
+
+// AKSSourceFilters is the identity part of an aks source: {"subscriptions": "a,b"} and, when
+// the source names resource groups, {"resourceGroups": "rg-a,rg-b"} (see NormaliseSourceList;
+// both lower-cased first, since Azure compares subscription ids and resource group names without
+// case); nil when
+// both are empty. Two rules listing different subscriptions or resource groups with one Secret
+// are two sources.
+func AKSSourceFilters(subscriptions, resourceGroups []string) map[string]string {
+	out := map[string]string{}
+	if ss := NormaliseSourceList(lowerAll(subscriptions)); len(ss) > 0 {
+		out[SourceFilterSubscriptions] = strings.Join(ss, ",")
+	}
+	if rgs := NormaliseSourceList(lowerAll(resourceGroups)); len(rgs) > 0 {
+		out[SourceFilterResourceGroups] = strings.Join(rgs, ",")
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// lowerAll returns the strings lower-cased (a new slice).
+func lowerAll(in []string) []string {
+	out := make([]string, len(in))
+	for i, s := range in {
+		out[i] = strings.ToLower(s)
 	}
 	return out
 }

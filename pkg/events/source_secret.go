@@ -335,3 +335,76 @@ func ParseOCMSecret(data map[string][]byte) (OCMCredentials, error) {
 	}
 	return OCMCredentials{Kubeconfig: raw}, nil
 }
+
+// Keys of an aks source Secret: a Microsoft Entra service principal's client secret, and an
+// optional default subscription.
+const (
+	SecretKeyAzureTenantID       = "tenant_id"
+	SecretKeyAzureClientID       = "client_id"
+	SecretKeyAzureClientSecret   = "client_secret"
+	SecretKeyAzureSubscriptionID = "subscription_id"
+)
+
+// AKSCredentials are what an aks source Secret holds. The zero ClientSecret means the ambient
+// identity (workload identity, the AZURE_* environment, managed identity). String never shows
+// the client secret.
+type AKSCredentials struct {
+	TenantID     string
+	ClientID     string
+	ClientSecret string
+	// SubscriptionID is the subscription listed when the source names none.
+	SubscriptionID string
+}
+
+// String describes the credentials without the secret.
+func (c AKSCredentials) String() string {
+	if c.ClientSecret == "" {
+		return "ambient azure identity"
+	}
+	return "client secret of " + c.ClientID + " in tenant " + c.TenantID
+}
+
+// GoString is String, so that %#v does not print the secret either.
+func (c AKSCredentials) GoString() string { return c.String() }
+
+// Fingerprint identifies the credentials without keeping them readable.
+func (c AKSCredentials) Fingerprint() string {
+	sum := sha256.Sum256([]byte(c.TenantID + "\x00" + c.ClientID + "\x00" + c.ClientSecret))
+	return hex.EncodeToString(sum[:])
+}
+
+// ParseAKSSecret reads an aks source Secret. Every key is optional and an empty Secret is the
+// ambient identity; client_secret needs tenant_id and client_id, and those two are only used
+// with it. Errors are *SecretKeyError; they quote the tenant and client ids (not secrets), never
+// the client secret.
+func ParseAKSSecret(data map[string][]byte) (AKSCredentials, error) {
+	c := AKSCredentials{
+		TenantID:       secretValue(data, SecretKeyAzureTenantID),
+		ClientID:       secretValue(data, SecretKeyAzureClientID),
+		ClientSecret:   secretValue(data, SecretKeyAzureClientSecret),
+		SubscriptionID: secretValue(data, SecretKeyAzureSubscriptionID),
+	}
+	switch {
+	case c.ClientSecret != "" && c.TenantID == "":
+		return AKSCredentials{}, keyError(SecretKeyAzureClientSecret, "is set but %q is missing or empty", SecretKeyAzureTenantID)
+	case c.ClientSecret != "" && c.ClientID == "":
+		return AKSCredentials{}, keyError(SecretKeyAzureClientSecret, "is set but %q is missing or empty", SecretKeyAzureClientID)
+	case c.ClientSecret == "" && (c.TenantID != "" || c.ClientID != ""):
+		return AKSCredentials{}, keyError(SecretKeyAzureClientSecret, "is missing or empty but %q or %q is set (without a client secret, remove both: the ambient identity is used)", SecretKeyAzureTenantID, SecretKeyAzureClientID)
+	}
+	if c.TenantID != "" && !azureTenant(c.TenantID) {
+		return AKSCredentials{}, keyError(SecretKeyAzureTenantID, "(%q) is not a tenant id or domain", c.TenantID)
+	}
+	return c, nil
+}
+
+// azureTenant accepts what Microsoft Entra takes as a tenant in its token URL: a GUID or a
+// domain; anything with a path or query character would change the token request's URL.
+func azureTenant(s string) bool {
+	for _, r := range s {
+		if !(r == '-' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return s != ""
+}

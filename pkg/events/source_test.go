@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"strings"
 	"testing"
@@ -313,4 +314,51 @@ func bytesMap(in map[string]string) map[string][]byte {
 		out[k] = []byte(v)
 	}
 	return out
+}
+
+func TestParseAKSSecret(t *testing.T) {
+	const secret = "s3cr3t-value~x"
+	tests := []struct {
+		name    string
+		data    map[string]string
+		wantErr string
+		wantKey string
+	}{
+		{name: "empty: ambient identity", data: map[string]string{}},
+		{name: "subscription only", data: map[string]string{"subscription_id": "sub-1"}},
+		{name: "client secret", data: map[string]string{"tenant_id": "contoso.onmicrosoft.com", "client_id": "app-1", "client_secret": secret}},
+		{name: "no tenant", data: map[string]string{"client_id": "app-1", "client_secret": secret}, wantKey: "client_secret", wantErr: `"tenant_id" is missing`},
+		{name: "no client", data: map[string]string{"tenant_id": "t", "client_secret": secret}, wantKey: "client_secret", wantErr: `"client_id" is missing`},
+		{name: "ids without secret", data: map[string]string{"tenant_id": "t", "client_id": "app-1"}, wantKey: "client_secret", wantErr: "is missing or empty but"},
+		{name: "tenant with a path", data: map[string]string{"tenant_id": "t/../x", "client_id": "app-1", "client_secret": secret}, wantKey: "tenant_id", wantErr: "not a tenant id"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := ParseAKSSecret(bytesMap(tt.data))
+			if tt.wantErr != "" {
+				checkErr(t, err, tt.wantKey, tt.wantErr)
+				if strings.Contains(err.Error(), secret) {
+					t.Fatalf("error shows the secret: %v", err)
+				}
+				return
+			}
+			if err != nil || c.ClientSecret != tt.data["client_secret"] || c.SubscriptionID != tt.data["subscription_id"] {
+				t.Fatalf("ParseAKSSecret = %v, %v", c, err)
+			}
+			if s := fmt.Sprintf("%v %+v %#v %s", c, c, c, c.Fingerprint()); strings.Contains(s, secret) {
+				t.Fatalf("formatting shows the secret: %s", s)
+			}
+		})
+	}
+}
+
+func TestAKSSourceFilters(t *testing.T) {
+	got := AKSSourceFilters([]string{"Sub-B", "sub-a", "sub-b", " "}, []string{"RG-1", "rg-1"})
+	want := map[string]string{"subscriptions": "sub-a,sub-b", "resourceGroups": "rg-1"}
+	if !maps.Equal(got, want) {
+		t.Fatalf("AKSSourceFilters = %v, want %v", got, want)
+	}
+	if got := AKSSourceFilters(nil, nil); got != nil {
+		t.Fatalf("AKSSourceFilters(nil, nil) = %v", got)
+	}
 }

@@ -252,6 +252,7 @@ const (
 	KindEKS = events.SourceKindEKS
 	KindGKE = events.SourceKindGKE
 	KindOCM = events.SourceKindOCM
+	KindAKS = events.SourceKindAKS
 )
 
 // Registration hint keys (Target.Registration), as the source-scanner's EKS and GKE listers name
@@ -259,12 +260,15 @@ const (
 // those packages are internal to the scanner). Values are strings; a hint whose attribute is not
 // a string (the exec args) arrives JSON-encoded.
 const (
-	HintAWSClusterName   = "argocd.awsAuthConfig.clusterName"
-	HintAWSRoleARN       = "argocd.awsAuthConfig.roleARN"
-	HintCAData           = "argocd.caData"
-	HintExecCommand      = "argocd.execProviderConfig.command"
-	HintExecArgs         = "argocd.execProviderConfig.args"
-	HintExecAPIVersion   = "argocd.execProviderConfig.apiVersion"
+	HintAWSClusterName = "argocd.awsAuthConfig.clusterName"
+	HintAWSRoleARN     = "argocd.awsAuthConfig.roleARN"
+	HintCAData         = "argocd.caData"
+	HintExecCommand    = "argocd.execProviderConfig.command"
+	HintExecArgs       = "argocd.execProviderConfig.args"
+	HintExecAPIVersion = "argocd.execProviderConfig.apiVersion"
+	// HintExecEnv is the exec provider's environment (AKS: AAD_LOGIN_METHOD), a JSON object
+	// of strings.
+	HintExecEnv          = "argocd.execProviderConfig.env"
 	ocmCredentialsPrefix = "ocm-"
 )
 
@@ -303,7 +307,7 @@ func ClusterConfigFromSecret(kind string, data map[string][]byte) (argov1.Cluste
 	return cfg, nil
 }
 
-// ClusterConfigFromHints builds the cluster config of an EKS or GKE cluster from its source's
+// ClusterConfigFromHints builds the cluster config of an EKS, GKE or AKS cluster from its source's
 // registration hints alone, in Argo CD's documented formats (operator-manual/declarative-setup.md):
 //
 //	eks: {"awsAuthConfig": {"clusterName": ..., "roleARN": ... (when given)},
@@ -311,10 +315,15 @@ func ClusterConfigFromSecret(kind string, data map[string][]byte) (argov1.Cluste
 //	gke: {"execProviderConfig": {"command": "argocd-k8s-auth", "args": ["gcp"],
 //	      "apiVersion": "client.authentication.k8s.io/v1beta1"},
 //	      "tlsClientConfig": {"insecure": false, "caData": ...}}
+//	aks: {"execProviderConfig": {"command": "argocd-k8s-auth", "args": ["azure"],
+//	      "env": {"AAD_LOGIN_METHOD": "workloadidentity"},
+//	      "apiVersion": "client.authentication.k8s.io/v1beta1"},
+//	      "tlsClientConfig": {"insecure": false, "caData": ...}}
 //
 // Argo CD mints the cluster tokens itself (argocd-k8s-auth with its own IRSA / Pod Identity or
-// Workload Identity), so no credential is read or written. Every hint but the role ARN is
-// required; the CA must be the base64 of a PEM certificate, since these clusters' CAs are private.
+// Workload Identity; for AKS the AZURE_* variables the workload identity webhook injects into
+// Argo CD's pods), so no credential is read or written. Every hint but the role ARN and the exec
+// environment is required; the CA must be the base64 of a PEM certificate, since these clusters' CAs are private.
 func ClusterConfigFromHints(kind string, hints map[string]string) (argov1.ClusterConfig, error) {
 	var cfg argov1.ClusterConfig
 	var errs []error
@@ -331,7 +340,7 @@ func ClusterConfigFromHints(kind string, hints map[string]string) (argov1.Cluste
 			ClusterName: need(HintAWSClusterName),
 			RoleARN:     strings.TrimSpace(hints[HintAWSRoleARN]),
 		}
-	case KindGKE:
+	case KindGKE, KindAKS:
 		exec := &argov1.ExecProviderConfig{Command: need(HintExecCommand), APIVersion: need(HintExecAPIVersion)}
 		if raw := need(HintExecArgs); raw != "" {
 			args, err := execArgs(raw)
@@ -339,6 +348,11 @@ func ClusterConfigFromHints(kind string, hints map[string]string) (argov1.Cluste
 				errs = append(errs, fmt.Errorf("hint %q: %w", HintExecArgs, err))
 			}
 			exec.Args = args
+		}
+		if raw := strings.TrimSpace(hints[HintExecEnv]); raw != "" {
+			if err := json.Unmarshal([]byte(raw), &exec.Env); err != nil {
+				errs = append(errs, fmt.Errorf("hint %q is not a JSON object of strings", HintExecEnv))
+			}
 		}
 		cfg.ExecProviderConfig = exec
 	default:

@@ -265,8 +265,8 @@ func equalMaps(a, b map[string]string) bool {
 	return true
 }
 
-// TestClusterConfigFromHints compares the config JSON with Argo CD's documented EKS and GKE
-// examples (operator-manual/declarative-setup.md), byte for byte.
+// TestClusterConfigFromHints compares the config JSON with Argo CD's documented EKS, GKE and AKS
+// (workload identity) examples (operator-manual/declarative-setup.md), byte for byte.
 func TestClusterConfigFromHints(t *testing.T) {
 	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("x")}))
 	tests := []struct {
@@ -286,6 +286,14 @@ func TestClusterConfigFromHints(t *testing.T) {
 		{"gke plain arg", KindGKE, map[string]string{HintExecCommand: "argocd-k8s-auth", HintExecArgs: "gcp",
 			HintExecAPIVersion: "client.authentication.k8s.io/v1beta1", HintCAData: ca},
 			`{"tlsClientConfig":{"insecure":false,"caData":"` + ca + `"},"execProviderConfig":{"command":"argocd-k8s-auth","args":["gcp"],"apiVersion":"client.authentication.k8s.io/v1beta1"}}`, ""},
+		{"aks", KindAKS, map[string]string{HintExecCommand: "argocd-k8s-auth", HintExecArgs: `["azure"]`,
+			HintExecEnv: `{"AAD_LOGIN_METHOD":"workloadidentity"}`, HintExecAPIVersion: "client.authentication.k8s.io/v1beta1", HintCAData: ca},
+			`{"tlsClientConfig":{"insecure":false,"caData":"` + ca + `"},"execProviderConfig":{"command":"argocd-k8s-auth","args":["azure"],"env":{"AAD_LOGIN_METHOD":"workloadidentity"},"apiVersion":"client.authentication.k8s.io/v1beta1"}}`, ""},
+		{"aks env not an object", KindAKS, map[string]string{HintExecCommand: "argocd-k8s-auth", HintExecArgs: `["azure"]`,
+			HintExecEnv: `["AAD_LOGIN_METHOD"]`, HintExecAPIVersion: "client.authentication.k8s.io/v1beta1", HintCAData: ca},
+			"", `hint "argocd.execProviderConfig.env" is not a JSON object of strings`},
+		{"aks no CA", KindAKS, map[string]string{HintExecCommand: "argocd-k8s-auth", HintExecArgs: `["azure"]`, HintExecAPIVersion: "v"},
+			"", `hint "argocd.caData" is missing`},
 		{"eks no hints", KindEKS, nil, "", `hint "argocd.awsAuthConfig.clusterName" is missing`},
 		{"eks ca not pem", KindEKS, map[string]string{HintAWSClusterName: "c", HintCAData: base64.StdEncoding.EncodeToString([]byte("x"))},
 			"", `hint "argocd.caData" is not the base64 of a PEM certificate`},

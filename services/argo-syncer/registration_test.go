@@ -152,6 +152,42 @@ func TestRegistersGKEClusterWithExecProvider(t *testing.T) {
 	}
 }
 
+// TestRegistersAKSClusterWithWorkloadIdentity: an AKS intent (no source Secret read) registers
+// the cluster as Argo CD documents AKS with workload identity: argocd-k8s-auth azure with
+// AAD_LOGIN_METHOD=workloadidentity, and the CA the scanner fetched.
+func TestRegistersAKSClusterWithWorkloadIdentity(t *testing.T) {
+	h := newHarness(t)
+	h.consume()
+	in := h.installIntent("baseline", "aks-prod", "agent")
+	in.Cluster.Source = events.SourceRef{Kind: KindAKS, ID: "aks1", SecretNamespace: h.opNS, SecretName: "aks"}
+	in.Cluster.URL = "https://aks-prod-dns-1a2b3c4d.hcp.westeurope.azmk8s.io"
+	in.Cluster.Registration = map[string]string{
+		HintExecCommand:    "argocd-k8s-auth",
+		HintExecArgs:       `["azure"]`,
+		HintExecEnv:        `{"AAD_LOGIN_METHOD":"workloadidentity"}`,
+		HintExecAPIVersion: "client.authentication.k8s.io/v1beta1",
+		HintCAData:         testCAB64,
+	}
+	mark := h.log.mark()
+	h.publish(in)
+	h.outcome(succeeded(in.ID()))
+	want := map[string]any{
+		"execProviderConfig": map[string]any{
+			"command":    "argocd-k8s-auth",
+			"args":       []any{"azure"},
+			"env":        map[string]any{"AAD_LOGIN_METHOD": "workloadidentity"},
+			"apiVersion": "client.authentication.k8s.io/v1beta1",
+		},
+		"tlsClientConfig": map[string]any{"insecure": false, "caData": testCAB64},
+	}
+	if got := h.clusterConfigJSON("aks-prod"); !reflect.DeepEqual(got, want) {
+		t.Errorf("config\n got %v\nwant %v", got, want)
+	}
+	if n := h.secretReads(mark); n != 0 {
+		t.Errorf("%d source Secret reads; AKS registration reads no credentials", n)
+	}
+}
+
 // TestRegistersOCMClusterFromItsCredentialsSecret: an OCM intent takes the bearer token and CA
 // from the cluster's own Secret ocm-<cluster> (keys as the managed-serviceaccount add-on writes
 // them), not from the source Secret.

@@ -45,6 +45,8 @@ func compileSelection(src v1beta1.Source, secretNamespace string) (*selection, e
 		lbls, ignore = src.GKE.Tags, src.GKE.Ignore
 	case src.OCM != nil:
 		lbls, claims, ignore = src.OCM.Labels, src.OCM.Claims, src.OCM.Ignore
+	case src.AKS != nil:
+		lbls, ignore = src.AKS.Tags, src.AKS.Ignore
 	}
 	s := &selection{
 		source: ref,

@@ -45,6 +45,8 @@ type config struct {
 	// GKEEndpoint overrides the Google container API endpoint (GKE_ENDPOINT; default the
 	// library's). For Private Service Connect, compatible APIs and tests.
 	GKEEndpoint string
+	// AKS is the AKS lister's configuration (AKS_ENDPOINT, AKS_CA_FILE; aks.go).
+	AKS aksConfig
 	// LeaderElection (LEADER_ELECTION and its namespace and timings, pkg/service) lets two
 	// replicas run: only the one holding the Lease LeaseName scans, consumes and writes the
 	// inventory.
@@ -97,6 +99,9 @@ func loadConfig(getenv service.Getenv) (config, error) {
 			continue
 		}
 		*e.dst = v
+	}
+	if c.AKS, err = loadAKSConfig(getenv); err != nil {
+		errs = append(errs, err)
 	}
 	if c.LeaderElection, err = service.LoadLeaderElection(getenv, c.OperatorNamespace); err != nil {
 		errs = append(errs, err)

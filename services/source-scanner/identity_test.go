@@ -20,6 +20,7 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
+	"github.com/enforcement-io/enforcement/pkg/testenv/aksfake"
 	"github.com/enforcement-io/enforcement/pkg/testenv/rancherfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/eks/eksfake"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/gke/gkefake"
@@ -130,6 +131,12 @@ func TestPublishedSourceIsTheRuleSource(t *testing.T) {
 	e.secret("rancher-secret", map[string][]byte{"url": []byte(rancher.URL), "token": []byte(rancher.Token), "caCert": rancher.CACertPEM()})
 	e.secret("eks-keys", map[string][]byte{"aws_access_key_id": []byte(eksfake.DefaultKeyID), "aws_secret_access_key": []byte("identity-secret")})
 	e.secret("gke-key", map[string][]byte{"key.json": gkeAPI.KeyJSON(t)})
+	aksAPI := aksfake.New(t)
+	aksAPI.Add("sub-a", "RG-Prod", "aks-prod", "Succeeded", "Running", map[string]string{"env": "prod"})
+	aksAPI.Add("sub-b", "rg-prod", "aks-stopped", "Succeeded", "Stopped", nil)
+	aksAPI.Add("sub-a", "rg-other", "aks-other-group", "Succeeded", "Running", nil)
+	e.useAKS(aksAPI)
+	e.secret("aks-sp", aksSecret())
 	ctx := context.Background()
 	for name, list := range map[string]string{
 		events.DefaultStaticConfigMap: `[{name: edge-1, url: "https://edge-1:6443"}]`,
@@ -195,6 +202,7 @@ func TestPublishedSourceIsTheRuleSource(t *testing.T) {
 	// The provider identity of the kinds TestClusterIdentityIsTheProviderIdentity does not cover.
 	for name, want := range map[string]string{
 		"alpha":          "gke:projects/proj-a/locations/europe-west1/clusters/alpha",
+		"aks-prod":       "aks:/subscriptions/sub-a/resourcegroups/rg-prod/providers/microsoft.containerservice/managedclusters/aks-prod",
 		"identity-spoke": "ocm:" + strings.TrimSuffix(e.kube.Config.Host, "/") + "/identity-spoke",
 	} {
 		for _, a := range seen[name] {
@@ -203,7 +211,7 @@ func TestPublishedSourceIsTheRuleSource(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"rke-1", "not-listed", "beta"} {
+	for _, name := range []string{"rke-1", "not-listed", "beta", "aks-other-group"} {
 		if len(seen[name]) > 0 {
 			t.Errorf("%s appeared, but no rule's source lists it", name)
 		}

@@ -1,5 +1,5 @@
 // Command source-scanner discovers clusters. Every SCAN_INTERVAL it lists each source that some
-// ClusterRule references (Rancher's /v3/clusters, a static ConfigMap, EKS, GKE, or the
+// ClusterRule references (Rancher's /v3/clusters, a static ConfigMap, EKS, GKE, AKS, or the
 // ManagedClusters of an OCM hub, which are also watched so that a change is scanned at once),
 // diffs the complete listing against its inventory in the JetStream KV bucket
 // enforcement-inventory, and publishes cluster appeared / updated / gone and source degraded
@@ -29,6 +29,7 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/service"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/aks"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/eks"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/gke"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
@@ -156,6 +157,7 @@ func newListerDeps(cfg config, svc *service.Service) (listerDeps, error) {
 	}
 	return listerDeps{kube: kube, kubeCfg: svc.Kube, cfg: cfg,
 		eksCalls: eks.NewCallsCounter(svc.Registry), gkeCalls: gke.NewCallsCounter(svc.Registry),
+		aksCalls: aks.NewCallsCounter(svc.Registry),
 		watchCtx: svc.Context(), logger: svc.Logger}, nil
 }
 

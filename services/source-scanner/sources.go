@@ -34,6 +34,8 @@ type sourceSpec struct {
 	// Regions are the EKS regions; Projects the GKE projects.
 	Regions  []string
 	Projects []string
+	// Subscriptions and ResourceGroups are the AKS source's.
+	Subscriptions, ResourceGroups []string
 	// Rules names the rules (namespace/name) using the source.
 	Rules []string
 	// Releases are the valid release annotations of those rules in the operator namespace.
@@ -67,6 +69,8 @@ func sourceOf(rule *v1beta1.ClusterRule, operatorNamespace string) (spec sourceS
 		spec.Regions = src.EKS.Regions
 	case src.GKE != nil:
 		spec.Projects, spec.Filters = src.GKE.Projects, src.GKE.Filters
+	case src.AKS != nil:
+		spec.Subscriptions, spec.ResourceGroups = src.AKS.Subscriptions, src.AKS.ResourceGroups
 	}
 	return spec, true
 }
@@ -130,7 +134,7 @@ type listerDeps struct {
 	cfg     config
 	// eksCalls and gkeCalls count the cloud API calls (registered once with the service's
 	// registry).
-	eksCalls, gkeCalls *prometheus.CounterVec
+	eksCalls, gkeCalls, aksCalls *prometheus.CounterVec
 	// watchCtx bounds the OCM watches; trigger asks for a scan of a source soon.
 	watchCtx context.Context
 	trigger  func(sourceID string)
@@ -181,6 +185,8 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 				return secretCredentials(ctx, d.kube, ref, true, events.ParseGKESecret)
 			},
 		})}}
+	case events.SourceKindAKS:
+		return s.aksLister(d)
 	case events.SourceKindOCM:
 		return newOCMLister(ref, d)
 	default:

@@ -104,9 +104,9 @@ type Helm struct {
 }
 
 // Source names one cluster source and the selection inside it. Exactly one of rancher, static,
-// eks, gke and ocm is set.
+// eks, gke, ocm and aks is set.
 //
-// +kubebuilder:validation:XValidation:rule="[has(self.rancher), has(self.static), has(self.eks), has(self.gke), has(self.ocm)].filter(x, x).size() == 1",message="exactly one source kind (rancher, static, eks, gke or ocm) must be set"
+// +kubebuilder:validation:XValidation:rule="[has(self.rancher), has(self.static), has(self.eks), has(self.gke), has(self.ocm), has(self.aks)].filter(x, x).size() == 1",message="exactly one source kind (rancher, static, eks, gke, ocm or aks) must be set"
 type Source struct {
 	// SecretName names the Secret with the source's credentials in the operator namespace.
 	// Default: a Secret named after the source kind (e.g. "rancher").
@@ -131,6 +131,8 @@ type Source struct {
 	GKE *GKESource `json:"gke,omitempty"`
 	// +optional
 	OCM *OCMSource `json:"ocm,omitempty"`
+	// +optional
+	AKS *AKSSource `json:"aks,omitempty"`
 }
 
 // RancherSource selects clusters from Rancher's /v3/clusters.
@@ -176,6 +178,22 @@ type GKESource struct {
 	// +optional
 	Filters map[string]string `json:"filters,omitempty"`
 	// Tags select clusters whose resourceLabels include all of these.
+	// +optional
+	Tags map[string]string `json:"tags,omitempty"`
+	// +optional
+	Ignore []string `json:"ignore,omitempty"`
+}
+
+// AKSSource selects Azure Kubernetes Service managed clusters.
+type AKSSource struct {
+	// Subscriptions are the Azure subscription ids to list; default the Secret's subscription_id.
+	// +optional
+	Subscriptions []string `json:"subscriptions,omitempty"`
+	// ResourceGroups, when set, narrow the listing to these resource groups of every
+	// subscription.
+	// +optional
+	ResourceGroups []string `json:"resourceGroups,omitempty"`
+	// Tags select clusters whose Azure tags include all of these.
 	// +optional
 	Tags map[string]string `json:"tags,omitempty"`
 	// +optional

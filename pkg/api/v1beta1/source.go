@@ -8,12 +8,12 @@ import (
 
 // ErrNoSourceKind says a source sets none of its kinds (the CRD's validation rejects such a
 // rule; a rule decoded without the API server may still have one).
-var ErrNoSourceKind = errors.New("source: no source kind set (want one of rancher, static, eks, gke, ocm)")
+var ErrNoSourceKind = errors.New("source: no source kind set (want one of rancher, static, eks, gke, ocm, aks)")
 
 // Ref returns the cluster source the rule reads: its kind, its Secret in secretNamespace
 // (OPERATOR_NAMESPACE; spec.source.secretName, default the kind) and its id over the kind's
 // identity filters (events.RancherSourceFilters, StaticSourceFilters, EKSSourceFilters,
-// GKESourceFilters; none for ocm). It is the one derivation of a rule's source: source-scanner
+// GKESourceFilters, AKSSourceFilters; none for ocm). It is the one derivation of a rule's source: source-scanner
 // lists and publishes under this id and rule-engine selects the clusters of this id, so the two
 // always agree. With no kind set it returns ErrNoSourceKind.
 func (s *Source) Ref(secretNamespace string) (events.SourceRef, error) {
@@ -32,6 +32,8 @@ func (s *Source) Ref(secretNamespace string) (events.SourceRef, error) {
 		kind, filters = events.SourceKindGKE, events.GKESourceFilters(s.GKE.Projects, s.GKE.Filters)
 	case s.OCM != nil:
 		kind = events.SourceKindOCM
+	case s.AKS != nil:
+		kind, filters = events.SourceKindAKS, events.AKSSourceFilters(s.AKS.Subscriptions, s.AKS.ResourceGroups)
 	default:
 		return events.SourceRef{}, ErrNoSourceKind
 	}

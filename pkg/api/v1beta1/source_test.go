@@ -32,6 +32,7 @@ func TestSourceRefGolden(t *testing.T) {
 		{"eks regions sorted", Source{SecretName: "eks-keys", EKS: &EKSSource{Regions: []string{"eu-west-1", "us-east-1"}}}, "eks-keys", "01348ff4cf719903"},
 		{"gke projects and filters", Source{GKE: &GKESource{Projects: []string{"b", "a"}, Filters: map[string]string{"location": "europe-*"}}}, "gke", "f111a8b5dbf9f730"},
 		{"gke filters only", Source{GKE: &GKESource{Filters: map[string]string{"location": "europe-*"}}}, "gke", "aee214489ceaedb6"},
+		{"aks subscriptions and resource groups, any case", Source{AKS: &AKSSource{Subscriptions: []string{"SUB-B", "sub-a"}, ResourceGroups: []string{"RG", "rg"}}}, "aks", "f626eab6c3c415cf"},
 		{"ocm", Source{OCM: &OCMSource{Claims: map[string]string{"x": "y"}}}, "ocm", "9c0f40783f8a737f"},
 		{"ocm secretName", Source{SecretName: "hub", OCM: &OCMSource{}}, "hub", "4bde43c3b2b5b320"},
 	}
@@ -55,6 +56,7 @@ func TestSourceRefKinds(t *testing.T) {
 		events.SourceKindEKS:     {EKS: &EKSSource{}},
 		events.SourceKindGKE:     {GKE: &GKESource{}},
 		events.SourceKindOCM:     {OCM: &OCMSource{}},
+		events.SourceKindAKS:     {AKS: &AKSSource{}},
 	} {
 		ref, err := src.Ref("ns")
 		if err != nil {
