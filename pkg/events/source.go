@@ -16,10 +16,13 @@ const (
 	SourceKindEKS     = "eks"
 	SourceKindGKE     = "gke"
 	SourceKindOCM     = "ocm"
+	// SourceKindClusterProfile is set by spec.source.clusterProfile; the kind is lower case
+	// because it names the default source Secret, and Secret names are lower case.
+	SourceKindClusterProfile = "clusterprofile"
 )
 
 // SourceKinds lists every source kind, in the order the CRD documents them.
-var SourceKinds = []string{SourceKindRancher, SourceKindStatic, SourceKindEKS, SourceKindGKE, SourceKindOCM}
+var SourceKinds = []string{SourceKindRancher, SourceKindStatic, SourceKindEKS, SourceKindGKE, SourceKindOCM, SourceKindClusterProfile}
 
 // DefaultStaticConfigMap is the ConfigMap a static source reads when the rule names none
 // (spec.source.static.configMap).
@@ -31,6 +34,11 @@ const (
 	SourceFilterConfigMap = "configMap"
 	SourceFilterRegions   = "regions"
 	SourceFilterProjects  = "projects"
+	// SourceFilterExpression is a gke source's gcloud filter expression (spec.source.gke.filter);
+	// no field filter may use the key.
+	SourceFilterExpression = "filter"
+	// SourceFilterNamespaces are a clusterprofile source's namespaces.
+	SourceFilterNamespaces = "namespaces"
 )
 
 // SourceID is the stable identity of one cluster source: the same (kind, Secret, filters) gives
@@ -115,6 +123,17 @@ func GKESourceFilters(projects []string, filters map[string]string) map[string]s
 		return nil
 	}
 	return out
+}
+
+// ClusterProfileSourceFilters is the identity part of a clusterprofile source:
+// {"namespaces": "a,b"} (see NormaliseSourceList); nil for every namespace. The label selector,
+// properties and ignore are selection inside the source, not part of it.
+func ClusterProfileSourceFilters(namespaces []string) map[string]string {
+	ns := NormaliseSourceList(namespaces)
+	if len(ns) == 0 {
+		return nil
+	}
+	return map[string]string{SourceFilterNamespaces: strings.Join(ns, ",")}
 }
 
 // NormaliseSourceList trims, sorts and de-duplicates a list of regions or projects, dropping
