@@ -55,6 +55,8 @@ func TestSourceRefKinds(t *testing.T) {
 		events.SourceKindEKS:     {EKS: &EKSSource{}},
 		events.SourceKindGKE:     {GKE: &GKESource{}},
 		events.SourceKindOCM:     {OCM: &OCMSource{}},
+
+		events.SourceKindClusterProfile: {ClusterProfile: &ClusterProfileSource{}},
 	} {
 		ref, err := src.Ref("ns")
 		if err != nil {
