@@ -14,9 +14,9 @@ import (
 // clusters it selects. It is built once per rule generation, so matching a cluster costs map
 // lookups only.
 type selection struct {
-	source   events.SourceRef
-	labels   map[string]string // the source's own exact-subset labels (or tags)
-	claims   map[string]string // ocm: ClusterClaims that must have these values
+	source events.SourceRef
+	labels map[string]string // the source's own exact-subset labels (or tags)
+	claims map[string]string // ocm: ClusterClaims that must have these values
 	// claimsAttr is the attribute claims are read from: the OCM ClusterClaims, or a
 	// ClusterProfile's status.properties.
 	claimsAttr string
