@@ -98,7 +98,7 @@ var rbacExpectations = map[string]struct{ allowed, denied [][]access }{
 			verbs("", "secrets", "", "kube-system", "get"),
 			verbs("", "secrets", "", opsNS, "create", "update", "patch", "delete"),
 			verbs("", "configmaps", "", opsNS, "create", "update", "delete"),
-			verbs(ocmCluster, "managedclusters", "", "", "list"), // off unless rbac.managedClusters
+			verbs(ocmCluster, "managedclusters", "", "", "list"),              // off unless rbac.managedClusters
 			verbs("multicluster.x-k8s.io", "clusterprofiles", "", "", "list"), // off unless rbac.clusterProfiles
 			verbs(argoGroup, "applications", "", argoNS, "list"),
 		},
