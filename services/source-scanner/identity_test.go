@@ -124,6 +124,7 @@ func TestPublishedSourceIsTheRuleSource(t *testing.T) {
 	gkeAPI.Add("proj-a", "europe-west1", "alpha", "RUNNING", map[string]string{"env": "prod"})
 	gkeAPI.Add("proj-b", "europe-west4", "gamma", "RUNNING", nil)
 	gkeAPI.Add("proj-a", "us-central1", "beta", "RUNNING", nil)
+	gkeAPI.Add("proj-a", "asia-east1", "delta", "RUNNING", nil)
 
 	e := newServiceEnv(t, "identity")
 	e.kube.InstallCRDs(t, testenv.OCMCRDs()...)
@@ -201,8 +202,9 @@ func TestPublishedSourceIsTheRuleSource(t *testing.T) {
 	}
 	// The provider identity of the kinds TestClusterIdentityIsTheProviderIdentity does not cover.
 	for name, want := range map[string]string{
-		"alpha":          "gke:projects/proj-a/locations/europe-west1/clusters/alpha",
-		"identity-spoke": "ocm:" + strings.TrimSuffix(e.kube.Config.Host, "/") + "/identity-spoke",
+		"alpha":           "gke:projects/proj-a/locations/europe-west1/clusters/alpha",
+		"identity-spoke":  "ocm:" + strings.TrimSuffix(e.kube.Config.Host, "/") + "/identity-spoke",
+		"identity-member": "clusterprofile:" + strings.TrimSuffix(e.kube.Config.Host, "/") + "/identity-fleet/identity-member",
 	} {
 		for _, a := range seen[name] {
 			if a.identity != want {
