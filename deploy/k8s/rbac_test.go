@@ -98,7 +98,8 @@ var rbacExpectations = map[string]struct{ allowed, denied [][]access }{
 			verbs("", "secrets", "", "kube-system", "get"),
 			verbs("", "secrets", "", opsNS, "create", "update", "patch", "delete"),
 			verbs("", "configmaps", "", opsNS, "create", "update", "delete"),
-			verbs(ocmCluster, "managedclusters", "", "", "list"), // off unless rbac.managedClusters
+			verbs(ocmCluster, "managedclusters", "", "", "list"),              // off unless rbac.managedClusters
+			verbs("multicluster.x-k8s.io", "clusterprofiles", "", "", "list"), // off unless rbac.clusterProfiles
 			verbs(argoGroup, "applications", "", argoNS, "list"),
 		},
 	},
@@ -328,10 +329,15 @@ func TestRBACOptionalGrants(t *testing.T) {
 		return impersonate(t, kube.Config, user, rel.namespace)
 	}
 
-	scanner := install("source-scanner", map[string]any{"rbac": map[string]any{"managedClusters": true}})
+	scanner := install("source-scanner", map[string]any{"rbac": map[string]any{"managedClusters": true, "clusterProfiles": true}})
 	for _, a := range verbs(ocmCluster, "managedclusters", "", "", "get", "list", "watch") {
 		if !allowed(t, scanner, a) {
 			t.Errorf("source-scanner with rbac.managedClusters may not %s", a)
+		}
+	}
+	for _, a := range verbs("multicluster.x-k8s.io", "clusterprofiles", "", "fleet", "get", "list", "watch") {
+		if !allowed(t, scanner, a) {
+			t.Errorf("source-scanner with rbac.clusterProfiles may not %s", a)
 		}
 	}
 	if a := (access{"update", ocmCluster, "managedclusters", "", ""}); allowed(t, scanner, a) {

@@ -17,10 +17,13 @@ const (
 	SourceKindGKE     = "gke"
 	SourceKindOCM     = "ocm"
 	SourceKindAKS     = "aks"
+	// SourceKindClusterProfile is set by spec.source.clusterProfile; the kind is lower case
+	// because it names the default source Secret, and Secret names are lower case.
+	SourceKindClusterProfile = "clusterprofile"
 )
 
 // SourceKinds lists every source kind, in the order the CRD documents them.
-var SourceKinds = []string{SourceKindRancher, SourceKindStatic, SourceKindEKS, SourceKindGKE, SourceKindOCM, SourceKindAKS}
+var SourceKinds = []string{SourceKindRancher, SourceKindStatic, SourceKindEKS, SourceKindGKE, SourceKindOCM, SourceKindAKS, SourceKindClusterProfile}
 
 // DefaultStaticConfigMap is the ConfigMap a static source reads when the rule names none
 // (spec.source.static.configMap).
@@ -36,6 +39,11 @@ const (
 	// subscriptions and resource groups.
 	SourceFilterSubscriptions  = "subscriptions"
 	SourceFilterResourceGroups = "resourceGroups"
+	// SourceFilterExpression is a gke source's gcloud filter expression (spec.source.gke.filter);
+	// no field filter may use the key.
+	SourceFilterExpression = "filter"
+	// SourceFilterNamespaces are a clusterprofile source's namespaces.
+	SourceFilterNamespaces = "namespaces"
 )
 
 // SourceID is the stable identity of one cluster source: the same (kind, Secret, filters) gives
@@ -149,6 +157,17 @@ func lowerAll(in []string) []string {
 		out[i] = strings.ToLower(s)
 	}
 	return out
+}
+
+// ClusterProfileSourceFilters is the identity part of a clusterprofile source:
+// {"namespaces": "a,b"} (see NormaliseSourceList); nil for every namespace. The label selector,
+// properties and ignore are selection inside the source, not part of it.
+func ClusterProfileSourceFilters(namespaces []string) map[string]string {
+	ns := NormaliseSourceList(namespaces)
+	if len(ns) == 0 {
+		return nil
+	}
+	return map[string]string{SourceFilterNamespaces: strings.Join(ns, ",")}
 }
 
 // NormaliseSourceList trims, sorts and de-duplicates a list of regions or projects, dropping

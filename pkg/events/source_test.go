@@ -82,6 +82,8 @@ func TestSourceFilters(t *testing.T) {
 		{"gke", GKESourceFilters([]string{"b", "a", "b"}, map[string]string{"location": "eu*"}), map[string]string{"projects": "a,b", "location": "eu*"}},
 		{"gke filters only", GKESourceFilters(nil, map[string]string{"location": "eu*"}), map[string]string{"location": "eu*"}},
 		{"gke none", GKESourceFilters(nil, nil), nil},
+		{"clusterprofile", ClusterProfileSourceFilters([]string{" b", "a", "b", ""}), map[string]string{"namespaces": "a,b"}},
+		{"clusterprofile every namespace", ClusterProfileSourceFilters(nil), nil},
 	}
 	for _, tt := range tests {
 		if fmt.Sprint(tt.got) != fmt.Sprint(tt.want) || (tt.want == nil) != (tt.got == nil) {

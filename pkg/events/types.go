@@ -9,7 +9,7 @@ import (
 // SourceRef identifies one cluster source as the scanner sees it: a kind plus the Secret and
 // filters a ClusterRule gave it. Two rules with the same kind, Secret and filters share a source.
 type SourceRef struct {
-	// Kind is the source kind: "rancher", "static", "eks", "gke" or "ocm".
+	// Kind is the source kind: "rancher", "static", "eks", "gke", "ocm" or "clusterprofile".
 	Kind string `json:"kind"`
 	// ID is a stable hash of (kind, Secret, filters), computed by the scanner. Required.
 	ID string `json:"id"`

@@ -21,8 +21,9 @@ import (
 //	crds/argocd  github.com/argoproj/argo-cd/v2@v2.14.21 manifests/crds
 //	crds/ocm     open-cluster-management.io/api@v0.16.1 (ClusterClaim, ManagedCluster) and
 //	             open-cluster-management.io/governance-policy-propagator@v0.16.0 (Policy)
+//	crds/clusterinventory  sigs.k8s.io/cluster-inventory-api@v0.1.2 config/crd/bases (ClusterProfile)
 //
-//go:embed crds/argocd/*.yaml crds/ocm/*.yaml
+//go:embed crds/argocd/*.yaml crds/ocm/*.yaml crds/clusterinventory/*.yaml
 var crdFiles embed.FS
 
 // ArgoCDCRDs returns Argo CD's Application, AppProject and ApplicationSet CRDs (argoproj.io
@@ -40,10 +41,21 @@ func OCMCRDs() []*apiextensionsv1.CustomResourceDefinition {
 	return deepCopyCRDs(ocmCRDs())
 }
 
+// ClusterProfileCRDs returns the sig-multicluster Cluster Inventory API's ClusterProfile CRD
+// (multicluster.x-k8s.io v1alpha1) from cluster-inventory-api v0.1.2. Each call returns fresh
+// copies that the caller may modify.
+func ClusterProfileCRDs() []*apiextensionsv1.CustomResourceDefinition {
+	return deepCopyCRDs(clusterProfileCRDs())
+}
+
 // The embedded files are parsed once per process: the ApplicationSet CRD alone is 1 MB of YAML.
 var (
 	argoCDCRDs = sync.OnceValue(func() []*apiextensionsv1.CustomResourceDefinition { return mustParseCRDDir("crds/argocd") })
 	ocmCRDs    = sync.OnceValue(func() []*apiextensionsv1.CustomResourceDefinition { return mustParseCRDDir("crds/ocm") })
+
+	clusterProfileCRDs = sync.OnceValue(func() []*apiextensionsv1.CustomResourceDefinition {
+		return mustParseCRDDir("crds/clusterinventory")
+	})
 )
 
 // mustParseCRDDir parses every embedded YAML file in dir. It panics on error, since the files are

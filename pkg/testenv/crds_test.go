@@ -26,6 +26,7 @@ var crdSources = []struct {
 	{"crds/ocm/0000_02_clusters.open-cluster-management.io_clusterclaims.crd.yaml", "open-cluster-management.io/api@v0.16.1", "cluster/v1alpha1/0000_02_clusters.open-cluster-management.io_clusterclaims.crd.yaml"},
 	{"crds/ocm/0000_00_clusters.open-cluster-management.io_managedclusters.crd.yaml", "open-cluster-management.io/api@v0.16.1", "cluster/v1/0000_00_clusters.open-cluster-management.io_managedclusters.crd.yaml"},
 	{"crds/ocm/policy.open-cluster-management.io_policies.yaml", "open-cluster-management.io/governance-policy-propagator@v0.16.0", "deploy/crds/policy.open-cluster-management.io_policies.yaml"},
+	{"crds/clusterinventory/multicluster.x-k8s.io_clusterprofiles.yaml", "sigs.k8s.io/cluster-inventory-api@v0.1.2", "config/crd/bases/multicluster.x-k8s.io_clusterprofiles.yaml"},
 }
 
 // TestCRDsMatchUpstream fails when a copied CRD differs from the pinned module's file, or when a
@@ -90,6 +91,7 @@ func TestEmbeddedCRDKinds(t *testing.T) {
 			"cluster.open-cluster-management.io/ManagedCluster",
 			"policy.open-cluster-management.io/Policy",
 		}},
+		"clusterinventory": {testenv.ClusterProfileCRDs(), []string{"multicluster.x-k8s.io/ClusterProfile"}},
 	} {
 		var got []string
 		for _, crd := range tc.crds {

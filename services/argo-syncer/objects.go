@@ -253,6 +253,10 @@ const (
 	KindGKE = events.SourceKindGKE
 	KindOCM = events.SourceKindOCM
 	KindAKS = events.SourceKindAKS
+	// KindClusterProfile clusters are registered from hints like GKE's: the scanner takes the
+	// server, CA and exec plugin from the ClusterProfile's status.accessProviders and its
+	// access provider configuration (KEP-5339).
+	KindClusterProfile = events.SourceKindClusterProfile
 )
 
 // Registration hint keys (Target.Registration), as the source-scanner's EKS and GKE listers name
@@ -307,7 +311,7 @@ func ClusterConfigFromSecret(kind string, data map[string][]byte) (argov1.Cluste
 	return cfg, nil
 }
 
-// ClusterConfigFromHints builds the cluster config of an EKS, GKE or AKS cluster from its source's
+// ClusterConfigFromHints builds the cluster config of an EKS, GKE, AKS or ClusterProfile cluster from its source's
 // registration hints alone, in Argo CD's documented formats (operator-manual/declarative-setup.md):
 //
 //	eks: {"awsAuthConfig": {"clusterName": ..., "roleARN": ... (when given)},
@@ -319,6 +323,8 @@ func ClusterConfigFromSecret(kind string, data map[string][]byte) (argov1.Cluste
 //	      "env": {"AAD_LOGIN_METHOD": "workloadidentity"},
 //	      "apiVersion": "client.authentication.k8s.io/v1beta1"},
 //	      "tlsClientConfig": {"insecure": false, "caData": ...}}
+//	clusterprofile: as gke, with the command, args and apiVersion of the access provider's exec
+//	      plugin (KEP-5339) and the CA of its status.accessProviders entry
 //
 // Argo CD mints the cluster tokens itself (argocd-k8s-auth with its own IRSA / Pod Identity or
 // Workload Identity; for AKS the AZURE_* variables the workload identity webhook injects into
@@ -340,7 +346,7 @@ func ClusterConfigFromHints(kind string, hints map[string]string) (argov1.Cluste
 			ClusterName: need(HintAWSClusterName),
 			RoleARN:     strings.TrimSpace(hints[HintAWSRoleARN]),
 		}
-	case KindGKE, KindAKS:
+	case KindGKE, KindAKS, KindClusterProfile:
 		exec := &argov1.ExecProviderConfig{Command: need(HintExecCommand), APIVersion: need(HintExecAPIVersion)}
 		if raw := need(HintExecArgs); raw != "" {
 			args, err := execArgs(raw)

@@ -474,7 +474,7 @@ func (s *Syncer) refreshedConfig(ctx context.Context, sec *corev1.Secret, t even
 func (s *Syncer) credentialsFrom(t events.Target) string {
 	ref := s.secretRef(t.Source)
 	switch t.Source.Kind {
-	case KindEKS, KindGKE, KindAKS:
+	case KindEKS, KindGKE, KindAKS, KindClusterProfile:
 		return ""
 	case KindOCM:
 		ref.name = OCMCredentialsSecretName(t.Name)
@@ -543,14 +543,14 @@ func conflictError(kind, name string, t events.Target, owner string) error {
 }
 
 // clusterConfig builds the Argo CD cluster config of a target by its source kind:
-//   - eks, gke, aks: from the intent's registration hints alone (awsAuthConfig / execProviderConfig and
+//   - eks, gke, aks, clusterprofile: from the intent's registration hints alone (awsAuthConfig / execProviderConfig and
 //     the CA); no Secret is read, so a source without a Secret (the SDKs' default chains) works;
 //   - ocm: bearer token and CA from the cluster's own Secret "ocm-<cluster>" next to the source
 //     Secrets (read each time: a cluster is registered once, so caching would only hold memory);
 //   - any other (rancher, static): the source Secret the intent references, cached for the TTL.
 func (s *Syncer) clusterConfig(ctx context.Context, t events.Target) (argov1.ClusterConfig, error) {
 	switch t.Source.Kind {
-	case KindEKS, KindGKE, KindAKS:
+	case KindEKS, KindGKE, KindAKS, KindClusterProfile:
 		cfg, err := ClusterConfigFromHints(t.Source.Kind, t.Registration)
 		if err != nil {
 			return cfg, &failure{reason: ReasonRegistrationInvalid, permanent: true, err: err}

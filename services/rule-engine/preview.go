@@ -365,8 +365,8 @@ func (s *selection) whyNot(c *events.Cluster) string {
 			return fmt.Sprintf("label %s is %q (want %q)", k, got, s.labels[k])
 		}
 	}
-	if len(s.claims) > 0 && !hasClaims(c, s.claims) {
-		return "ClusterClaims do not match " + fmt.Sprint(s.claims)
+	if len(s.claims) > 0 && !hasClaims(c, s.claimsAttr, s.claims) {
+		return "claims or properties do not match " + fmt.Sprint(s.claims)
 	}
 	if s.selector != nil {
 		return "does not match the label selector " + s.selector.String()

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
@@ -134,5 +135,69 @@ func TestOCMClaims(t *testing.T) {
 	c.Attributes = nil
 	if !sel.selects(&c) {
 		t.Error("without the attribute the merged label should decide")
+	}
+}
+
+// An invalid gcloud filter expression is the rule's InvalidSpec with gcloud-style position
+// marking, not a source that silently lists nothing.
+func TestGKEFilterExpressionInvalid(t *testing.T) {
+	for expr, want := range map[string]string{
+		"status=RUNNING AND name:a OR name:b": "AND and OR combined without parentheses",
+		"name.scope(zone):x":                  `transform or function "name.scope" is not supported`,
+		"resourceLabels.env":                  "operator expected",
+	} {
+		_, err := compileSelection(v1beta1.Source{GKE: &v1beta1.GKESource{Projects: []string{"p"}, Filter: expr}}, "enforcement")
+		if err == nil || !strings.Contains(err.Error(), "source.gke.filter") || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "*HERE*") {
+			t.Errorf("%q: error %v, want source.gke.filter with %q", expr, err, want)
+		}
+	}
+	sel, err := compileSelection(v1beta1.Source{GKE: &v1beta1.GKESource{Projects: []string{"p"}, Filter: "(status=RUNNING OR status=RECONCILING) resourceLabels.env:prod"}}, "enforcement")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := compileSelection(v1beta1.Source{GKE: &v1beta1.GKESource{Projects: []string{"p"}}}, "enforcement")
+	if sel.source.ID == plain.source.ID {
+		t.Error("the filter expression narrows the listing but is not part of the source id")
+	}
+}
+
+// A clusterProfile source selects by the source's label selector and by status.properties.
+func TestClusterProfileSelection(t *testing.T) {
+	sel, err := compileSelection(v1beta1.Source{ClusterProfile: &v1beta1.ClusterProfileSource{
+		Namespaces: []string{"fleet"},
+		Selector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "x-k8s.io/cluster-manager", Operator: metav1.LabelSelectorOpIn, Values: []string{"fleet", "ocm"}}}},
+		Properties: map[string]string{"location": "eu-west"},
+		Ignore:     []string{"skipped"},
+	}}, "enforcement")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sel.source.Kind != events.SourceKindClusterProfile {
+		t.Fatalf("source %+v", sel.source)
+	}
+	mk := func(name, manager, location string) *events.Cluster {
+		c := cluster(name, map[string]string{"x-k8s.io/cluster-manager": manager})
+		c.Source = sel.source
+		c.Attributes = map[string]any{"properties": map[string]any{"location": location}}
+		return &c
+	}
+	for _, tc := range []struct {
+		c    *events.Cluster
+		want bool
+	}{
+		{mk("a", "fleet", "eu-west"), true},
+		{mk("b", "karmada", "eu-west"), false},
+		{mk("c", "ocm", "us-east"), false},
+		{mk("skipped", "fleet", "eu-west"), false},
+	} {
+		if got := sel.selects(tc.c); got != tc.want {
+			t.Errorf("%s: selects = %v, want %v", tc.c.Name, got, tc.want)
+		}
+	}
+	_, err = compileSelection(v1beta1.Source{ClusterProfile: &v1beta1.ClusterProfileSource{Selector: &metav1.LabelSelector{
+		MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "k", Operator: "Near"}}}}}, "enforcement")
+	if err == nil || !strings.Contains(err.Error(), "source.clusterProfile.selector") {
+		t.Errorf("invalid selector: %v", err)
 	}
 }

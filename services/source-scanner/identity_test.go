@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
@@ -97,7 +98,7 @@ func (s *stream) appearances() map[string][]appearance {
 // fake Rancher, EKS and GKE API; ConfigMaps and ManagedClusters on the real API server), for the
 // rules of identityRulesFile: a rancher source with filters and a secretName, the static source
 // with the default and with another ConfigMap, eks regions unsorted and duplicated, gke projects
-// and filters, ocm claims. Every cluster it announces for a rule must carry, in the subject and
+// and filters, a gke filter expression, ocm claims, clusterProfile namespaces (duplicated). Every cluster it announces for a rule must carry, in the subject and
 // in the payload, the source v1beta1.Source.Ref gives for that rule: the source rule-engine's
 // selection uses (its TestSelectionSourceIsTheRuleSource), so the rule selects what was
 // announced. A scanner that derived a source differently publishes under another id and fails
@@ -124,9 +125,11 @@ func TestPublishedSourceIsTheRuleSource(t *testing.T) {
 	gkeAPI.Add("proj-a", "europe-west1", "alpha", "RUNNING", map[string]string{"env": "prod"})
 	gkeAPI.Add("proj-b", "europe-west4", "gamma", "RUNNING", nil)
 	gkeAPI.Add("proj-a", "us-central1", "beta", "RUNNING", nil)
+	gkeAPI.Add("proj-a", "asia-east1", "delta", "RUNNING", nil)
 
 	e := newServiceEnv(t, "identity")
 	e.kube.InstallCRDs(t, testenv.OCMCRDs()...)
+	e.kube.InstallCRDs(t, testenv.ClusterProfileCRDs()...)
 	e.env["EKS_ENDPOINT"], e.env["EKS_STS_ENDPOINT"], e.env["GKE_ENDPOINT"] = eksAPI.URL, eksAPI.URL, gkeAPI.URL
 	e.secret("rancher-secret", map[string][]byte{"url": []byte(rancher.URL), "token": []byte(rancher.Token), "caCert": rancher.CACertPEM()})
 	e.secret("eks-keys", map[string][]byte{"aws_access_key_id": []byte(eksfake.DefaultKeyID), "aws_secret_access_key": []byte("identity-secret")})
@@ -153,6 +156,11 @@ func TestPublishedSourceIsTheRuleSource(t *testing.T) {
 		mc.SetName("identity-spoke")
 		_ = e.k.Delete(context.Background(), mc)
 	})
+
+	if err := e.k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "identity-fleet"}}); client.IgnoreAlreadyExists(err) != nil {
+		t.Fatal(err)
+	}
+	clusterProfile(t, e.k, "identity-fleet", "identity-member", "True", "eu-west")
 
 	want := map[string]events.SourceRef{} // cluster name → the source of the rule that lists it
 	kinds := map[string]bool{}
@@ -201,9 +209,10 @@ func TestPublishedSourceIsTheRuleSource(t *testing.T) {
 	}
 	// The provider identity of the kinds TestClusterIdentityIsTheProviderIdentity does not cover.
 	for name, want := range map[string]string{
-		"alpha":          "gke:projects/proj-a/locations/europe-west1/clusters/alpha",
-		"aks-prod":       "aks:/subscriptions/sub-a/resourcegroups/rg-prod/providers/microsoft.containerservice/managedclusters/aks-prod",
-		"identity-spoke": "ocm:" + strings.TrimSuffix(e.kube.Config.Host, "/") + "/identity-spoke",
+		"alpha":           "gke:projects/proj-a/locations/europe-west1/clusters/alpha",
+		"aks-prod":        "aks:/subscriptions/sub-a/resourcegroups/rg-prod/providers/microsoft.containerservice/managedclusters/aks-prod",
+		"identity-spoke":  "ocm:" + strings.TrimSuffix(e.kube.Config.Host, "/") + "/identity-spoke",
+		"identity-member": "clusterprofile:" + strings.TrimSuffix(e.kube.Config.Host, "/") + "/identity-fleet/identity-member",
 	} {
 		for _, a := range seen[name] {
 			if a.identity != want {

@@ -27,13 +27,17 @@ import (
 // lister is built from takes part in the source id, so one id always means one lister.
 type sourceSpec struct {
 	Ref events.SourceRef
-	// Filters are the Rancher query parameters, or the GKE field filters.
+	// Filters are the Rancher query parameters, or the GKE field filters; Filter is the GKE
+	// filter expression.
 	Filters map[string]string
+	Filter  string
 	// ConfigMap is the static source's ConfigMap.
 	ConfigMap string
-	// Regions are the EKS regions; Projects the GKE projects.
-	Regions  []string
-	Projects []string
+	// Regions are the EKS regions; Projects the GKE projects; Namespaces the ClusterProfile
+	// namespaces.
+	Regions    []string
+	Projects   []string
+	Namespaces []string
 	// Subscriptions and ResourceGroups are the AKS source's.
 	Subscriptions, ResourceGroups []string
 	// Rules names the rules (namespace/name) using the source.
@@ -68,9 +72,11 @@ func sourceOf(rule *v1beta1.ClusterRule, operatorNamespace string) (spec sourceS
 	case src.EKS != nil:
 		spec.Regions = src.EKS.Regions
 	case src.GKE != nil:
-		spec.Projects, spec.Filters = src.GKE.Projects, src.GKE.Filters
+		spec.Projects, spec.Filters, spec.Filter = src.GKE.Projects, src.GKE.Filters, src.GKE.Filter
 	case src.AKS != nil:
 		spec.Subscriptions, spec.ResourceGroups = src.AKS.Subscriptions, src.AKS.ResourceGroups
+	case src.ClusterProfile != nil:
+		spec.Namespaces = src.ClusterProfile.Namespaces
 	}
 	return spec, true
 }
@@ -178,6 +184,7 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 		return closeless{identified{"gke:", gke.NewLister(gke.Options{
 			Projects: s.Projects,
 			Filters:  s.Filters,
+			Filter:   s.Filter,
 			Calls:    d.gkeCalls,
 			Endpoint: d.cfg.GKEEndpoint,
 			// No Secret: application default credentials.
@@ -188,7 +195,9 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 	case events.SourceKindAKS:
 		return s.aksLister(d)
 	case events.SourceKindOCM:
-		return newOCMLister(ref, d)
+		return newHubLister(ocmKind, ref, d)
+	case events.SourceKindClusterProfile:
+		return newHubLister(clusterProfileKind(s.Namespaces), ref, d)
 	default:
 		return closeless{scanner.ListerFunc(func(ctx context.Context) ([]events.Cluster, error) {
 			clusters, err := staticClusters(ctx, d.kube, ref.SecretNamespace, s.ConfigMap)

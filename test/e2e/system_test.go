@@ -163,7 +163,8 @@ func newSystemWith(t *testing.T, env map[string]string, mode natsMode, before fu
 		s.js = s.nats.JetStream(t)
 		natsURL = s.nats.URL()
 	}
-	s.kube = testenv.StartKube(t, testenv.WithCRDs(append(testenv.ArgoCDCRDs(), testenv.OCMCRDs()...)...))
+	crds := append(testenv.ArgoCDCRDs(), testenv.OCMCRDs()...)
+	s.kube = testenv.StartKube(t, testenv.WithCRDs(append(crds, testenv.ClusterProfileCRDs()...)...))
 	s.kube.InstallCRDsFromDir(t, filepath.Join(root, "deploy", "k8s", "enforcement-crds", "crds"))
 	s.kube.Namespace(t, operatorNS)
 	s.kube.Namespace(t, argoNS)

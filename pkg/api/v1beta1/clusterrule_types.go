@@ -104,9 +104,9 @@ type Helm struct {
 }
 
 // Source names one cluster source and the selection inside it. Exactly one of rancher, static,
-// eks, gke, ocm and aks is set.
+// eks, gke, ocm, aks and clusterProfile is set.
 //
-// +kubebuilder:validation:XValidation:rule="[has(self.rancher), has(self.static), has(self.eks), has(self.gke), has(self.ocm), has(self.aks)].filter(x, x).size() == 1",message="exactly one source kind (rancher, static, eks, gke, ocm or aks) must be set"
+// +kubebuilder:validation:XValidation:rule="[has(self.rancher), has(self.static), has(self.eks), has(self.gke), has(self.ocm), has(self.aks), has(self.clusterProfile)].filter(x, x).size() == 1",message="exactly one source kind (rancher, static, eks, gke, ocm, aks or clusterProfile) must be set"
 type Source struct {
 	// SecretName names the Secret with the source's credentials in the operator namespace.
 	// Default: a Secret named after the source kind (e.g. "rancher").
@@ -132,7 +132,8 @@ type Source struct {
 	// +optional
 	OCM *OCMSource `json:"ocm,omitempty"`
 	// +optional
-	AKS *AKSSource `json:"aks,omitempty"`
+	AKS            *AKSSource            `json:"aks,omitempty"`
+	ClusterProfile *ClusterProfileSource `json:"clusterProfile,omitempty"`
 }
 
 // RancherSource selects clusters from Rancher's /v3/clusters.
@@ -177,6 +178,12 @@ type GKESource struct {
 	// Filters match fields of the cluster object in gcloud's dotted form, with glob patterns.
 	// +optional
 	Filters map[string]string `json:"filters,omitempty"`
+	// Filter is a gcloud filter expression over the whole cluster object, as
+	// `gcloud container clusters list --filter` takes it (`gcloud topic filters`), e.g.
+	// "status=RUNNING AND resourceLabels.env:(prod staging)". It applies together with filters
+	// (both must match). An invalid expression makes the rule InvalidSpec.
+	// +optional
+	Filter string `json:"filter,omitempty"`
 	// Tags select clusters whose resourceLabels include all of these.
 	// +optional
 	Tags map[string]string `json:"tags,omitempty"`
@@ -207,6 +214,24 @@ type OCMSource struct {
 	// Claims select clusters whose ClusterClaims have these exact values.
 	// +optional
 	Claims map[string]string `json:"claims,omitempty"`
+	// +optional
+	Ignore []string `json:"ignore,omitempty"`
+}
+
+// ClusterProfileSource selects the ClusterProfiles (multicluster.x-k8s.io/v1alpha1, the
+// sig-multicluster Cluster Inventory API) on the hub: the scanner's own API server, or the one
+// named by the `kubeconfig` key of the source Secret.
+type ClusterProfileSource struct {
+	// Namespaces to list (a ClusterProfile is namespaced; a namespace is typically one
+	// clusterset). Empty: every namespace.
+	// +optional
+	Namespaces []string `json:"namespaces,omitempty"`
+	// Selector selects ClusterProfiles by their labels (e.g. x-k8s.io/cluster-manager).
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+	// Properties select ClusterProfiles whose status.properties have these exact values.
+	// +optional
+	Properties map[string]string `json:"properties,omitempty"`
 	// +optional
 	Ignore []string `json:"ignore,omitempty"`
 }

@@ -51,12 +51,13 @@ func TestSourceRefGolden(t *testing.T) {
 
 func TestSourceRefKinds(t *testing.T) {
 	for kind, src := range map[string]Source{
-		events.SourceKindRancher: {Rancher: &RancherSource{}},
-		events.SourceKindStatic:  {Static: &StaticSource{}},
-		events.SourceKindEKS:     {EKS: &EKSSource{}},
-		events.SourceKindGKE:     {GKE: &GKESource{}},
-		events.SourceKindOCM:     {OCM: &OCMSource{}},
-		events.SourceKindAKS:     {AKS: &AKSSource{}},
+		events.SourceKindRancher:        {Rancher: &RancherSource{}},
+		events.SourceKindStatic:         {Static: &StaticSource{}},
+		events.SourceKindEKS:            {EKS: &EKSSource{}},
+		events.SourceKindGKE:            {GKE: &GKESource{}},
+		events.SourceKindOCM:            {OCM: &OCMSource{}},
+		events.SourceKindAKS:            {AKS: &AKSSource{}},
+		events.SourceKindClusterProfile: {ClusterProfile: &ClusterProfileSource{}},
 	} {
 		ref, err := src.Ref("ns")
 		if err != nil {

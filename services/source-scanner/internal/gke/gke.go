@@ -13,6 +13,10 @@
 // are listed in SupportedFilters; any other key is rejected with a message naming it (reason
 // InvalidSpec), rather than silently matching nothing or everything.
 //
+// Filter (spec.source.gke.filter) takes gcloud's whole filter language over the whole cluster
+// object (pkg/api/gcloudfilter); it applies together with the map. An invalid expression is an
+// InvalidSpec error, never a silent non-match.
+//
 // Secrets never appear in errors or logs: the service-account key stays inside the auth
 // library, and error messages carry the API's status and message only.
 package gke
@@ -37,6 +41,7 @@ import (
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/option"
 
+	"github.com/enforcement-io/enforcement/pkg/api/gcloudfilter"
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/services/source-scanner/internal/scanner"
 )
@@ -175,6 +180,9 @@ type Options struct {
 	Projects []string
 	// Filters (spec.source.gke.filters); see SupportedFilters.
 	Filters map[string]string
+	// Filter (spec.source.gke.filter) is a gcloud filter expression; both it and Filters must
+	// match.
+	Filter string
 	// Credentials returns the source Secret's credentials at each scan (so a fixed Secret takes
 	// effect without a restart). Its error is returned as is (wrap it in a DegradedError with
 	// reason SecretInvalid). Nil or zero Credentials: application default credentials.
@@ -234,9 +242,12 @@ func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
 	if err := ValidateFilters(l.opts.Filters); err != nil {
 		return nil, scanner.Degraded(events.DegradedInvalidSpec, err)
 	}
+	expr, err := gcloudfilter.Compile(l.opts.Filter)
+	if err != nil {
+		return nil, scanner.Degraded(events.DegradedInvalidSpec, fmt.Errorf("gke.filter: %w", err))
+	}
 	var creds Credentials
 	if l.opts.Credentials != nil {
-		var err error
 		if creds, err = l.opts.Credentials(ctx); err != nil {
 			return nil, err
 		}
@@ -254,7 +265,7 @@ func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
 
 	var parts scanner.Parts
 	for _, p := range projects {
-		clusters, reason, err := l.listProject(ctx, p)
+		clusters, reason, err := l.listProject(ctx, p, expr)
 		parts.Add("project "+p, clusters, reason, err)
 	}
 	return parts.Result()
@@ -289,7 +300,7 @@ func (l *Lister) prepare(ctx context.Context, creds Credentials) error {
 
 // listProject lists one project, with retries on 429 and 5xx, and returns its matching
 // clusters or an error and its reason.
-func (l *Lister) listProject(ctx context.Context, project string) ([]events.Cluster, string, error) {
+func (l *Lister) listProject(ctx context.Context, project string, expr *gcloudfilter.Filter) ([]events.Cluster, string, error) {
 	parent := "projects/" + project + "/locations/-"
 	var (
 		resp *container.ListClustersResponse
@@ -327,7 +338,7 @@ func (l *Lister) listProject(ctx context.Context, project string) ([]events.Clus
 		if err != nil {
 			return nil, events.DegradedListFailed, fmt.Errorf("list %s: cluster #%d: %w", parent, i, err)
 		}
-		if !Matches(obj, project, l.opts.Filters) {
+		if !Matches(obj, project, l.opts.Filters) || !expr.Matches(obj) {
 			continue
 		}
 		cl, err := convert(project, c, obj)

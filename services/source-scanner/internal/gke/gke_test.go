@@ -197,6 +197,44 @@ func TestFilters(t *testing.T) {
 	}
 }
 
+// TestFilterExpression: gcloud filter expressions through the real client against the fake, with
+// the map form still applying alongside; an invalid expression is InvalidSpec naming the field
+// and the position, never an empty (or full) listing.
+func TestFilterExpression(t *testing.T) {
+	f := gkefake.New(t)
+	f.Add("proj-a", "europe-west1", "prod-eu", "RUNNING", map[string]string{"env": "prod"})
+	f.Add("proj-a", "europe-west4-a", "dev-eu", "RUNNING", map[string]string{"env": "dev"})
+	f.Add("proj-a", "us-central1", "prod-us", "RUNNING", map[string]string{"env": "prod"})
+	f.Add("proj-a", "us-central1", "autopilot-1", "PROVISIONING", nil)
+	tests := []struct {
+		expr    string
+		filters map[string]string
+		want    string
+	}{
+		{"status=RUNNING AND resourceLabels.env=prod", nil, "prod-eu,prod-us"},
+		{"(location:europe* OR status=PROVISIONING) -resourceLabels.env=dev", nil, "autopilot-1,prod-eu"},
+		{"NOT resourceLabels.env:*", nil, "autopilot-1"},
+		{"name ~ ^prod- location !~ ^us", nil, "prod-eu"},
+		{"location=(us-central1 europe-west4-a)", nil, "autopilot-1,dev-eu,prod-us"},
+		{"autopilot.enabled=true OR name:dev", nil, "autopilot-1,dev-eu"},
+		// With the map form: both must match.
+		{"resourceLabels.env=prod", map[string]string{"location": "us-*"}, "prod-us"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.expr, func(t *testing.T) {
+			l, _ := newTestLister(t, f, func(o *Options) { o.Projects = []string{"proj-a"}; o.Filter = tt.expr; o.Filters = tt.filters })
+			if got := strings.Join(names(scannertest.ListOK(t, l)), ","); got != tt.want {
+				t.Fatalf("listed %q, want %q", got, tt.want)
+			}
+		})
+	}
+	l, _ := newTestLister(t, f, func(o *Options) { o.Projects = []string{"proj-a"}; o.Filter = "status=RUNNING AND name:a OR name:b" })
+	_, err := l.List(context.Background())
+	if scanner.ReasonOf(err) != events.DegradedInvalidSpec || !strings.Contains(err.Error(), "gke.filter") || !strings.Contains(err.Error(), "*HERE*") {
+		t.Fatalf("invalid expression: %v", err)
+	}
+}
+
 // TestFailures: every failure (and a partial answer) makes the whole listing an error with the
 // right reason.
 func TestFailures(t *testing.T) {
