@@ -35,8 +35,8 @@ const (
 	indexProject = "project" // Applications by spec.project
 	// indexTenantCluster indexes the grants' AppProjects (RenderTenantProject) by cluster.
 	indexTenantCluster = "tenant-cluster"
-	indexServer  = "server"  // cluster Secrets by data.server
-	indexName    = "name"    // cluster Secrets by data.name
+	indexServer        = "server" // cluster Secrets by data.server
+	indexName          = "name"   // cluster Secrets by data.name
 )
 
 // Failure reasons published in InstallFailed.
