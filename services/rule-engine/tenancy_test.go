@@ -121,7 +121,7 @@ func TestTenantActsOnlyWithinItsGrant(t *testing.T) {
 		"kind":      {func(s *v1beta1.ClusterRuleSpec) { s.Source = v1beta1.Source{Static: &v1beta1.StaticSource{}} }, "allows source static with Secret static"},
 		"hook": {func(s *v1beta1.ClusterRuleSpec) {
 			s.Triggers = &v1beta1.Triggers{AfterInstall: &v1beta1.Trigger{Endpoint: "https://user:pw@evil.example.com/x"}}
-		}, "does not allow the afterInstall endpoint https://evil.example.com/x"},
+		}, "does not allow the afterInstall endpoint https://redacted@evil.example.com/x"},
 	}
 	for name, d := range denied {
 		create(name, d.mutate)
