@@ -61,10 +61,13 @@ func notPermitted(format string, args ...any) error {
 // r.denied.
 func compileRule(cr *v1beta1.ClusterRule, operatorNamespace string, grants []v1beta1.ClusterRuleGrant) *ruleState {
 	r := ruleFromSpec(cr, operatorNamespace)
-	if cr.Namespace == operatorNamespace || r.invalid != nil {
+	if cr.Namespace == operatorNamespace {
 		return r
 	}
 	r.tenant = true
+	if r.invalid != nil {
+		return r // InvalidSpec: keeps what it has, selects nothing new
+	}
 	g, err := pickGrant(cr.Namespace, r.sel.source, operatorNamespace, grants)
 	if err == nil {
 		err = g.permitsRule(r, cr)
