@@ -172,6 +172,10 @@ func TestTenantActsOnlyWithinItsGrant(t *testing.T) {
 		}
 		return nil
 	})
+	// c0 stays: its install is sent again with the changed grant, so that argo-syncer rewrites
+	// its AppProject; nothing is uninstalled.
+	installed := []string{"install c0 app", "install c1 app", "install c2 app", "install c0 app"}
+	e.waitIntentSet(installed...)
 	// Deleting it: the rule is not permitted, and its three removals are held.
 	if err := e.c.Delete(ctx, grant); err != nil {
 		t.Fatal(err)
@@ -198,10 +202,9 @@ func TestTenantActsOnlyWithinItsGrant(t *testing.T) {
 		}
 		return nil
 	})
-	e.waitIntentSet("install c0 app", "install c1 app", "install c2 app")
+	e.waitIntentSet(installed...)
 	// The operator's release removes them.
 	e.publish(&events.RuleRemovalsReleased{Rule: events.RuleRef{Namespace: e.ns, Name: "app", Generation: cr.Generation}, By: "ops"})
-	e.waitIntentSet("install c0 app", "install c1 app", "install c2 app",
-		"uninstall c0 app NoLongerMatches", "uninstall c1 app NoLongerMatches", "uninstall c2 app NoLongerMatches")
+	e.waitIntentSet(append(installed, "uninstall c0 app NoLongerMatches", "uninstall c1 app NoLongerMatches", "uninstall c2 app NoLongerMatches")...)
 	e.waitReady("app", v1beta1.ReasonNotPermitted, nil)
 }
