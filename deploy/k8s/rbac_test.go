@@ -109,11 +109,14 @@ var rbacExpectations = map[string]struct{ allowed, denied [][]access }{
 			verbs(enfGroup, "clusterrules", "", teamNS, "get", "list", "watch", "update", "patch"),
 			verbs(enfGroup, "clusterrules", "status", teamNS, "update", "patch"),
 			verbs(enfGroup, "clusterrules", "finalizers", teamNS, "update"),
+			verbs(enfGroup, "clusterrulegrants", "", rbacNS, "get", "list", "watch"),
 			verbs("", "events", "", teamNS, "create", "patch"),
 			verbs(eventsGroup, "events", "", teamNS, "create", "patch"),
 		},
 		denied: [][]access{
 			verbs(enfGroup, "clusterrules", "", teamNS, "create", "delete", "deletecollection"),
+			verbs(enfGroup, "clusterrulegrants", "", rbacNS, "create", "update", "patch", "delete"),
+			verbs(enfGroup, "clusterrulegrants", "", teamNS, "list"),
 			verbs("", "secrets", "", opsNS, "get", "list"),
 			verbs("", "secrets", "", rbacNS, "get"),
 			verbs("", "configmaps", "", opsNS, "get"),
@@ -346,7 +349,7 @@ func TestRBACOptionalGrants(t *testing.T) {
 
 	engine := install("rule-engine", map[string]any{"config": map[string]any{"watchNamespaces": []any{"opt-a"}},
 		"replicaCount": 1, "strategy": map[string]any{"type": "Recreate"}, "leaderElection": map[string]any{"enabled": false}})
-	for _, a := range verbs(enfGroup, "clusterrules", "", "opt-a", "list", "watch", "patch") {
+	for _, a := range append(verbs(enfGroup, "clusterrules", "", "opt-a", "list", "watch", "patch"), verbs(enfGroup, "clusterrulegrants", "", "opt-enf", "list", "watch")...) {
 		if !allowed(t, engine, a) {
 			t.Errorf("rule-engine watching opt-a may not %s", a)
 		}

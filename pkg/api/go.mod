@@ -43,6 +43,9 @@ require (
 	sigs.k8s.io/yaml v1.4.0 // indirect
 )
 
-require github.com/enforcement-io/enforcement/pkg/events v0.0.0
+require (
+	github.com/enforcement-io/enforcement/pkg/events v0.0.0
+	github.com/gobwas/glob v0.2.3
+)
 
 replace github.com/enforcement-io/enforcement/pkg/events => ../events

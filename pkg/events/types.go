@@ -255,6 +255,30 @@ type InstallIntent struct {
 	SpecHash       string    `json:"specHash"`
 	Triggers       *Triggers `json:"triggers,omitempty"`
 	DeletionPolicy string    `json:"deletionPolicy,omitempty"`
+	// Grant is set on the intents of a rule outside OPERATOR_NAMESPACE: the ClusterRuleGrant the
+	// rule acts under, whose limits argo-syncer writes into the AppProject the Application lives
+	// in (one per grant and cluster). Absent, as in the events of earlier versions: a rule of
+	// OPERATOR_NAMESPACE, whose Application lives in the cluster's own AppProject.
+	Grant *Grant `json:"grant,omitempty"`
+}
+
+// Grant is what an install intent carries of the ClusterRuleGrant its rule acts under: the
+// limits Argo CD enforces through the AppProject. Patterns are Argo CD globs.
+type Grant struct {
+	// Name of the ClusterRuleGrant (in OPERATOR_NAMESPACE).
+	Name string `json:"name"`
+	// SourceRepos are the repository patterns the project allows.
+	SourceRepos []string `json:"sourceRepos"`
+	// DestinationNamespaces are the namespace patterns the project allows on its cluster.
+	DestinationNamespaces []string `json:"destinationNamespaces"`
+	// ClusterResources are the cluster-scoped kinds the project allows; none when empty.
+	ClusterResources []GroupKind `json:"clusterResources,omitempty"`
+}
+
+// GroupKind is a Kubernetes API group and kind (patterns in a Grant).
+type GroupKind struct {
+	Group string `json:"group"`
+	Kind  string `json:"kind"`
 }
 
 // Reasons for an uninstall intent.

@@ -64,6 +64,9 @@ const (
 	// creation (InstallSucceeded.Created, the afterInstall moment). The next apply removes it; it
 	// is left out of the applied hash.
 	AnnotationCreatedBy = "enforcement.globo.com/created-by-intent"
+	// AnnotationGrant records, on the AppProject of a ClusterRuleGrant on a cluster
+	// (TenantProjectName), the grant's name.
+	AnnotationGrant = "enforcement.globo.com/grant"
 
 	// FieldManager is argo-syncer's server-side apply field manager. Fields Argo CD (or anyone
 	// else) manages, such as status, operation and finalizers, are left alone.
@@ -77,6 +80,12 @@ const (
 // (normalised by events.ObjectName). One written by an earlier version may have its legacy name
 // (names.go).
 func ProjectName(cluster string) string { return events.ObjectName(cluster) }
+
+// TenantProjectName is the AppProject of the Applications of rules acting under the
+// ClusterRuleGrant grant on cluster: events.ObjectName("<cluster>.<grant>"). The dot is not
+// allowed in a DNS label, so the name is always normalised with a hash suffix
+// ("<cluster>-<grant>-<16 hex digits>") and never equals the per-cluster project of a cluster.
+func TenantProjectName(cluster, grant string) string { return events.ObjectName(cluster + "." + grant) }
 
 // ClusterSecretName is the name of the cluster Secret argo-syncer creates for a cluster
 // (normalised by events.ObjectName; an earlier version's may have its legacy name, names.go).
@@ -234,6 +243,38 @@ func RenderProject(ns string, n objectNames, cluster, url string, repos []string
 			Annotations: map[string]string{
 				AnnotationCluster: cluster,
 			},
+		},
+		Spec: spec,
+	}
+}
+
+// RenderTenantProject renders the AppProject name (TenantProjectName) of the ClusterRuleGrant g on
+// a cluster in namespace ns. Everything it allows is the grant's: its repositories, its
+// destination namespaces on this cluster only (by API URL and by name), and its cluster-scoped
+// kinds (none when the grant lists none). Argo CD enforces it on every sync, so an Application in
+// it cannot exceed the grant, whatever wrote the Application.
+func RenderTenantProject(ns, name, cluster, url string, g *events.Grant) *applyObject {
+	spec := argov1.AppProjectSpec{
+		Description: "Enforcement packages of ClusterRuleGrant " + g.Name + " for cluster " + cluster,
+		SourceRepos: slices.Clone(g.SourceRepos),
+	}
+	for _, dns := range g.DestinationNamespaces {
+		if url != "" {
+			spec.Destinations = append(spec.Destinations, argov1.ApplicationDestination{Server: url, Namespace: dns})
+		}
+		spec.Destinations = append(spec.Destinations, argov1.ApplicationDestination{Name: cluster, Namespace: dns})
+	}
+	for _, gk := range g.ClusterResources {
+		spec.ClusterResourceWhitelist = append(spec.ClusterResourceWhitelist, metav1.GroupKind{Group: gk.Group, Kind: gk.Kind})
+	}
+	return &applyObject{
+		APIVersion: "argoproj.io/v1alpha1",
+		Kind:       "AppProject",
+		Metadata: applyMeta{
+			Name:        name,
+			Namespace:   ns,
+			Labels:      map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: clusterLabel(cluster)},
+			Annotations: map[string]string{AnnotationCluster: cluster, AnnotationGrant: g.Name},
 		},
 		Spec: spec,
 	}

@@ -33,8 +33,10 @@ import (
 const (
 	indexCluster = "cluster" // Applications by cluster_name label
 	indexProject = "project" // Applications by spec.project
-	indexServer  = "server"  // cluster Secrets by data.server
-	indexName    = "name"    // cluster Secrets by data.name
+	// indexTenantCluster indexes the grants' AppProjects (RenderTenantProject) by cluster.
+	indexTenantCluster = "tenant-cluster"
+	indexServer        = "server" // cluster Secrets by data.server
+	indexName          = "name"   // cluster Secrets by data.name
 )
 
 // Failure reasons published in InstallFailed.
@@ -133,7 +135,15 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 			return []string{app.Spec.Project}, nil
 		},
 	})
-	projectInformer := argoinformers.NewAppProjectInformer(argo, s.ns, 0, cache.Indexers{})
+	projectInformer := argoinformers.NewAppProjectInformer(argo, s.ns, 0, cache.Indexers{
+		indexTenantCluster: func(obj any) ([]string, error) {
+			p, ok := obj.(*argov1.AppProject)
+			if !ok || p.Annotations[AnnotationGrant] == "" {
+				return nil, nil
+			}
+			return []string{p.Annotations[AnnotationCluster]}, nil
+		},
+	})
 	secretInformer := coreinformers.NewFilteredSecretInformer(kube, s.ns, 0, cache.Indexers{
 		indexServer: secretDataIndex("server"),
 		indexName:   secretDataIndex("name"),
@@ -240,6 +250,10 @@ func (s *Syncer) install(ctx context.Context, in *events.InstallIntent, gate, re
 	// Decide from the cache (and argo-syncer's own recent writes) before writing anything: the
 	// common cases, a redelivery or an unchanged render, cost no request at all.
 	names := s.names(cluster, in.Enforcement.Name)
+	if in.Grant != nil {
+		// A rule outside OPERATOR_NAMESPACE: its Application lives in its grant's project.
+		names.project, names.legacyProject = TenantProjectName(cluster, in.Grant.Name), false
+	}
 	desired := RenderApplication(s.ns, in, names)
 	desired.seal()
 	res := InstallResult{Application: desired.Metadata.Name}
@@ -267,7 +281,11 @@ func (s *Syncer) install(ctx context.Context, in *events.InstallIntent, gate, re
 	if err != nil {
 		return res, err
 	}
-	writes, err = s.ensureProject(ctx, in.Cluster, names, in.Enforcement.Repo)
+	if in.Grant != nil {
+		writes, err = s.ensureTenantProject(ctx, in.Cluster, names.project, in.Grant)
+	} else {
+		writes, err = s.ensureProject(ctx, in.Cluster, names, in.Enforcement.Repo)
+	}
 	res.Writes += writes
 	if err != nil {
 		return res, err
@@ -642,6 +660,55 @@ func (s *Syncer) ensureProject(ctx context.Context, t events.Target, n objectNam
 	return writes, nil
 }
 
+// ensureTenantProject makes the AppProject name of grant g on the target's cluster exactly as the
+// grant says (RenderTenantProject): unlike a cluster's project, it is rewritten when the grant
+// narrows, so that Argo CD stops what the grant no longer allows. A project of that name that is
+// not Enforcement's, or not this grant's on this cluster, is never written over.
+func (s *Syncer) ensureTenantProject(ctx context.Context, t events.Target, name string, g *events.Grant) (int, error) {
+	existing, exists, _ := s.projects.get(name)
+	if exists && (!owned(existing) || existing.Annotations[AnnotationCluster] != t.Name || existing.Annotations[AnnotationGrant] != g.Name) {
+		return 0, &failure{reason: ReasonNotOwned, permanent: true,
+			err: fmt.Errorf("appproject %s exists and is not Enforcement's project of grant %s on cluster %s", name, g.Name, t.Name)}
+	}
+	desired := RenderTenantProject(s.ns, name, t.Name, t.URL, g)
+	if t.Identity != "" {
+		desired.Metadata.Annotations[AnnotationIdentity] = t.Identity
+	}
+	desired.seal()
+	if exists && inSync(existing.Labels, existing.Annotations, existing.Spec, desired) {
+		return 0, nil
+	}
+	p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.ApplyPatchType, desired.seal(),
+		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+	s.metrics.write("AppProject", "apply", err)
+	if err != nil {
+		return 1, classify(err, "apply appproject "+name)
+	}
+	s.projects.wrote(p)
+	if !exists {
+		s.logger.Info("Created AppProject", "appproject", name, "cluster", t.Name, "grant", g.Name)
+	}
+	return 1, nil
+}
+
+// deleteTenantProjects deletes the grants' AppProjects of a cluster (Enforcement's only), once
+// none of its Applications is left.
+func (s *Syncer) deleteTenantProjects(ctx context.Context, cluster string) error {
+	for _, p := range s.projects.list(indexTenantCluster, cluster) {
+		if !owned(p) || p.Annotations[AnnotationGrant] == "" {
+			continue
+		}
+		err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+		s.metrics.write("AppProject", "delete", err)
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return classify(err, "delete appproject "+p.Name)
+		}
+		s.projects.removed(p.Name, p.UID, false)
+		s.logger.Info("Deleted AppProject", "appproject", p.Name, "cluster", cluster, "grant", p.Annotations[AnnotationGrant])
+	}
+	return nil
+}
+
 // UninstallResult says what an uninstall did.
 type UninstallResult struct {
 	Application string
@@ -812,8 +879,11 @@ func (s *Syncer) unregister(ctx context.Context, cluster string) (bool, error) {
 		}
 		return false, nil
 	}
-	// Applications are gone (above), then the AppProject that names the cluster, then the
-	// cluster Secret: each step removes only what nothing left depends on.
+	// Applications are gone (above), then the AppProjects that name the cluster (its grants',
+	// then its own), then the cluster Secret: each step removes only what nothing left depends on.
+	if err := s.deleteTenantProjects(ctx, cluster); err != nil {
+		return false, err
+	}
 	if exists && owned(project) {
 		// Applications of someone else's in the project deploy to this cluster (the project
 		// allows no other destination): the project and the registration stay for them.

@@ -143,6 +143,11 @@ func heldMessage(r *ruleState, h *heldRemovals) string {
 	if len(names) > heldNames {
 		shown += fmt.Sprintf(" and %d more", len(names)-heldNames)
 	}
+	if r.tenant {
+		// A narrowed or removed grant holds removals of clusters the rule may no longer
+		// target; the status of a rule outside OPERATOR_NAMESPACE does not name them.
+		shown = "cluster names are not shown for a rule outside " + r.operatorNamespace
+	}
 	release := fmt.Sprintf("release them with enforcement release-removals %s/%s %s%d", r.ref.Namespace, r.ref.Name, releasePrefix, h.Generation)
 	if r.ref.Namespace == r.operatorNamespace {
 		release += fmt.Sprintf(" or the annotation %s: %s%d on this rule", ReleaseAnnotation, releasePrefix, h.Generation)

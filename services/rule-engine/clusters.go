@@ -95,7 +95,7 @@ func (e *engine) applyClusterGone(ctx context.Context, g *events.ClusterGone, se
 	}
 	e.removeCluster(cid)
 	for _, r := range e.rulesBySource[g.Source.ID] {
-		delete(r.templateErrors, cid)
+		r.clearRenderError(cid)
 		e.notify(r.key)
 	}
 	return nil

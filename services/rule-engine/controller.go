@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
@@ -50,6 +51,8 @@ func setupController(ctx context.Context, mgr ctrl.Manager, rc *reconciler, stat
 	skip := true
 	err := ctrl.NewControllerManagedBy(mgr).
 		For(&v1beta1.ClusterRule{}).
+		// A grant's change re-evaluates the rules outside OPERATOR_NAMESPACE (tenancy.go).
+		Watches(&v1beta1.ClusterRuleGrant{}, handler.EnqueueRequestsFromMapFunc(rc.tenantRules)).
 		WatchesRawSource(source.Channel(n.out, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: &skip}).
 		Complete(rc)
@@ -104,7 +107,11 @@ func (rc *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 			return ctrl.Result{}, fmt.Errorf("add finalizer to %s: %w", key, err)
 		}
 	}
-	if err := rc.engine.applyRule(ctx, ruleFromSpec(&cr, rc.secretNamespace)); err != nil {
+	r, err := compileWithGrants(ctx, rc.client, &cr, rc.secretNamespace)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := rc.engine.applyRule(ctx, r); err != nil {
 		return ctrl.Result{}, err
 	}
 	// The status is computed from the engine's state, not accumulated in the object, so any
@@ -128,6 +135,40 @@ func (rc *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 		rc.metrics.statusWrites.Inc()
 	}
 	return ctrl.Result{RequeueAfter: rc.events.reconciled(&cr, before, requeue)}, nil
+}
+
+// compileWithGrants compiles a rule (compileRule) with the grants in OPERATOR_NAMESPACE, read
+// from c (the manager's cache).
+func compileWithGrants(ctx context.Context, c client.Reader, cr *v1beta1.ClusterRule, operatorNamespace string) (*ruleState, error) {
+	if cr.Namespace == operatorNamespace {
+		return ruleFromSpec(cr, operatorNamespace), nil
+	}
+	var grants v1beta1.ClusterRuleGrantList
+	if err := c.List(ctx, &grants, client.InNamespace(operatorNamespace)); err != nil {
+		return nil, fmt.Errorf("list ClusterRuleGrants in %s: %w", operatorNamespace, err)
+	}
+	return compileRule(cr, operatorNamespace, grants.Items), nil
+}
+
+// tenantRules maps a ClusterRuleGrant event to the rules outside OPERATOR_NAMESPACE, which a
+// grant may allow or stop allowing (the old spec of a changed or deleted grant is not known
+// here, so all of them: grants change rarely, and a rule whose grant did not change is a no-op).
+func (rc *reconciler) tenantRules(ctx context.Context, obj client.Object) []reconcile.Request {
+	if obj.GetNamespace() != rc.secretNamespace {
+		return nil // grants count only in OPERATOR_NAMESPACE
+	}
+	var rules v1beta1.ClusterRuleList
+	if err := rc.client.List(ctx, &rules); err != nil {
+		rc.log.Warn("Rules not re-evaluated after a ClusterRuleGrant change", "grant", obj.GetName(), "error", err)
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range rules.Items {
+		if ns := rules.Items[i].Namespace; ns != rc.secretNamespace {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: rules.Items[i].Name}})
+		}
+	}
+	return out
 }
 
 // metav1Condition is a Ready condition for generation, to be filled in.

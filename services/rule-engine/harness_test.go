@@ -56,6 +56,9 @@ func newEnv(t *testing.T) *env {
 	n := testenv.StartNATS(t)
 	nc, js := eventstest.Bus(t, n.URL())
 	ns := kube.Namespace(t, fmt.Sprintf("re-%s-%d", strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))[:min(len(t.Name()), 30)], testNamespaces.Add(1)))
+	// The test's rules live outside OPERATOR_NAMESPACE (enforcement): a grant that allows
+	// everything lets them act as before tenancy; tenancy_test.go tests narrower grants.
+	grantEverything(t, c, ns)
 	return &env{t: t, kube: kube, c: c, nats: n, nc: nc, js: js, pub: events.NewPublisher(js, "/test"), ns: ns,
 		vars: map[string]string{"NATS_URL": n.URL(), "KUBECONFIG": kube.Kubeconfig, "WATCH_NAMESPACES": ns, "LOG_LEVEL": "warn",
 			"STATUS_INTERVAL": "20ms"}}
@@ -249,4 +252,24 @@ func (e *env) waitIntentSet(want ...string) []events.Event {
 		return nil
 	})
 	return got
+}
+
+// grantEverything creates, in the default OPERATOR_NAMESPACE, a ClusterRuleGrant named after ns
+// that lets the rules of ns use every source, Secret, cluster, repository, namespace,
+// cluster-scoped kind and webhook endpoint.
+func grantEverything(t *testing.T, c client.Client, ns string) {
+	t.Helper()
+	testenv.SharedKube(t).Namespace(t, "enforcement")
+	var sources []v1beta1.GrantSource
+	for _, kind := range []string{"rancher", "static", "eks", "gke", "ocm"} {
+		sources = append(sources, v1beta1.GrantSource{Kind: kind, SecretNames: []string{"*"}})
+	}
+	g := &v1beta1.ClusterRuleGrant{ObjectMeta: metav1.ObjectMeta{Namespace: "enforcement", Name: ns},
+		Spec: v1beta1.ClusterRuleGrantSpec{SourceNamespaces: []string{ns}, Sources: sources, SourceRepos: []string{"*"},
+			DestinationNamespaces: []string{"*"}, WebhookEndpoints: []string{"*"},
+			ClusterResourceWhitelist: []metav1.GroupKind{{Group: "*", Kind: "*"}}}}
+	if err := c.Create(context.Background(), g); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), g) })
 }

@@ -24,6 +24,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
@@ -239,7 +240,9 @@ func newManager(cfg config, svc *service.Service) (ctrl.Manager, error) {
 	if err := v1beta1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	cacheOpts := cache.Options{}
+	// Grants count only in OPERATOR_NAMESPACE, whether or not it is watched for rules.
+	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&v1beta1.ClusterRuleGrant{}: {Namespaces: map[string]cache.Config{cfg.OperatorNamespace: {}}}}}
 	if len(cfg.WatchNamespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range cfg.WatchNamespaces {
@@ -312,7 +315,10 @@ func evaluateAllRules(ctx context.Context, mgr ctrl.Manager, eng *engine, secret
 			continue
 		}
 		for {
-			err := eng.applyRule(ctx, ruleFromSpec(cr, secretNamespace))
+			r, err := compileWithGrants(ctx, mgr.GetClient(), cr, secretNamespace)
+			if err == nil {
+				err = eng.applyRule(ctx, r)
+			}
 			if err == nil {
 				break
 			}

@@ -70,7 +70,7 @@ func (e *engine) evalPairVars(r *ruleState, rule, cid string, rec *clusterRecord
 		// The cluster of the new source with its name takes it over (takeOver, which also
 		// uninstalls what the rule no longer has), or keeps it waiting while not eligible.
 	case !r.sel.selects(&rec.Cluster):
-		delete(r.templateErrors, cid)
+		r.clearRenderError(cid)
 		if !e.isHeld(rule, cid) { // a held removal waits for its release
 			uninstallUnselected(r, rule, cid, rec, old, ch)
 		}
@@ -105,11 +105,11 @@ func (e *engine) takeOver(r *ruleState, cid string, rec *clusterRecord, pcid str
 		return // rendered outside the mutex, then evaluated again
 	}
 	if err != nil {
-		r.templateErrors[cid] = [2]string{rec.Cluster.Name, err.Error()}
+		r.renderError(cid, rec.Cluster.Name, err)
 		return
 	}
-	delete(r.templateErrors, cid)
-	delete(r.templateErrors, pcid)
+	r.clearRenderError(cid)
+	r.clearRenderError(pcid)
 	replaces := ""
 	if pred.Cluster.Identity != "" && pred.Cluster.Identity != rec.Cluster.Identity {
 		replaces = pred.Cluster.Identity
@@ -213,18 +213,18 @@ func uninstallUnselected(r *ruleState, rule, cid string, rec *clusterRecord, old
 func (e *engine) evalSelected(r *ruleState, rule, cid string, rec *clusterRecord, old *pairState, ch *change, cv *clusterVars) {
 	vars, renderKey := r.renderInput(&rec.Cluster, cv)
 	if old != nil && old.RenderKey == renderKey && old.Cluster.URL == rec.Cluster.URL &&
-		old.Cluster.Source == credentialsRef(r.sel.source, rec.Cluster.Source) {
-		return // nothing changed since the last render, nor the credentials' Secret
+		old.Cluster.Source == credentialsRef(r.sel.source, rec.Cluster.Source) && old.Grant == r.grantFingerprint() {
+		return // nothing changed since the last render, nor the credentials' Secret, nor the grant
 	}
 	enfs, ok, err := r.rendered(cid, rec, renderKey, vars, ch)
 	if !ok {
 		return // rendered outside the mutex, then evaluated again
 	}
 	if err != nil {
-		r.templateErrors[cid] = [2]string{rec.Cluster.Name, err.Error()}
+		r.renderError(cid, rec.Cluster.Name, err)
 		return
 	}
-	delete(r.templateErrors, cid)
+	r.clearRenderError(cid)
 	next, intents := r.diffPair(rec, old, renderKey, enfs)
 	ch.intents = append(ch.intents, intents...)
 	ch.pairs = append(ch.pairs, pairUpdate{rule: rule, cid: cid, next: next})
@@ -238,6 +238,10 @@ func (r *ruleState) rendered(cid string, rec *clusterRecord, renderKey string, v
 		return r.static, true, r.staticErr
 	}
 	out, done := ch.renders.done[renderKey]
+	if done && out.err == nil && r.grant != nil {
+		// Templates may render any repository or namespace: the grant judges what came out.
+		return out.enfs, true, r.grant.permitsEnforcements(out.enfs)
+	}
 	if !done {
 		ch.renders.need = append(ch.renders.need, renderJob{key: renderKey, failureKey: r.renderPrefix + failureToken(cid),
 			rule: r.key, cluster: rec.Cluster.Name, compiled: r.compiled, vars: deepCopy(vars).(map[string]any)})
@@ -301,12 +305,12 @@ func (r *ruleState) diffPairs(rec *clusterRecord, old *pairState, renderKey stri
 	resend := handover || (old != nil && old.Cluster.Source != target.Source)
 	target.Replaces = replaces
 	next := &pairState{Rule: r.ref, Cluster: target, RenderKey: renderKey, DeletionPolicy: r.deletionPolicy,
-		Enforcements: make(map[string]*enfState, len(enfs))}
+		Enforcements: make(map[string]*enfState, len(enfs)), Grant: r.grantFingerprint()}
 	next.Cluster.Replaces = "" // the record is the new cluster's own; only the intents replace
 	var intents []events.Event
 	for i := range enfs {
 		en := &enfs[i]
-		hash := specHash(en, rec.Cluster.URL)
+		hash := r.specHashFor(en, rec.Cluster.URL)
 		if prev := oldEnf(old, en.Name); prev != nil && prev.SpecHash == hash && !resend {
 			// Unchanged: keep its intent id and outcomes; the new generation needs no intent.
 			cp := *prev
@@ -314,7 +318,7 @@ func (r *ruleState) diffPairs(rec *clusterRecord, old *pairState, renderKey stri
 			continue
 		}
 		intent := &events.InstallIntent{Rule: r.ref, Cluster: withRegistration(target, &rec.Cluster), Enforcement: *en, SpecHash: hash,
-			Triggers: r.triggers, DeletionPolicy: r.deletionPolicy}
+			Triggers: r.triggers, DeletionPolicy: r.deletionPolicy, Grant: r.grantEvent()}
 		intents = append(intents, intent)
 		next.Enforcements[en.Name] = &enfState{SpecHash: hash, IntentID: intent.ID()}
 	}

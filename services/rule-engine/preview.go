@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -355,8 +356,14 @@ func valueOrDash(s string) string {
 // selects that fails. It is only called when selects said no, and falls back to a plain "not
 // selected" should the two ever disagree.
 func (s *selection) whyNot(c *events.Cluster) string {
+	if s.denyAll {
+		return "no ClusterRuleGrant permits the rule (NotPermitted)"
+	}
 	if s.ignore[c.Name] {
 		return "ignored by name"
+	}
+	if s.grant != nil && !s.grant.Matches(labels.Set(c.Labels)) {
+		return "outside the cluster selector of the rule's ClusterRuleGrant"
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.labels)) {
 		if got, ok := c.Labels[k]; !ok {
@@ -367,6 +374,9 @@ func (s *selection) whyNot(c *events.Cluster) string {
 	}
 	if len(s.claims) > 0 && !hasClaims(c, s.claimsAttr, s.claims) {
 		return "claims or properties do not match " + fmt.Sprint(s.claims)
+	}
+	if s.sourceSelector != nil && !s.sourceSelector.Matches(labels.Set(c.Labels)) {
+		return "does not match the source's selector " + s.sourceSelector.String()
 	}
 	if s.selector != nil {
 		return "does not match the label selector " + s.selector.String()

@@ -38,6 +38,15 @@ type ruleState struct {
 	operatorNamespace string
 	release           int64
 	releaseErr        error
+	// tenant is set for a rule outside OPERATOR_NAMESPACE (tenancy.go): it acts under grant, or,
+	// when denied says why it may not, selects nothing. grantKey changes whenever the grant
+	// does (or the reason of a denial), so that the same generation is evaluated again.
+	// deniedRenders are the pairs whose render the grant does not allow, as templateErrors.
+	tenant        bool
+	grant         *grantState
+	grantKey      string
+	denied        error
+	deniedRenders map[string][2]string
 }
 
 // ruleFromSpec compiles a ClusterRule. secretNamespace is OPERATOR_NAMESPACE.
@@ -47,6 +56,7 @@ func ruleFromSpec(cr *v1beta1.ClusterRule, secretNamespace string) *ruleState {
 		ref:            events.RuleRef{Namespace: cr.Namespace, Name: cr.Name, UID: string(cr.UID), Generation: cr.Generation},
 		deletionPolicy: cr.Spec.DeletionPolicy,
 		templateErrors: map[string][2]string{},
+		deniedRenders:  map[string][2]string{},
 
 		operatorNamespace: secretNamespace,
 	}
@@ -102,9 +112,12 @@ func (e *engine) applyRule(ctx context.Context, r *ruleState) error {
 			e.log.Warn("Ignored release annotation", "rule", r.key, "error", r.releaseErr)
 			warned = true
 		}
-		if old != nil && old.ref.UID == r.ref.UID && old.ref.Generation == r.ref.Generation && !e.releasing(r) {
+		if old != nil && old.ref.UID == r.ref.UID && old.ref.Generation == r.ref.Generation && old.grantKey == r.grantKey && !e.releasing(r) {
 			old.release, old.releaseErr = r.release, r.releaseErr
 			return nil
+		}
+		if r.denied != nil && (old == nil || old.grantKey != r.grantKey) {
+			e.log.Warn("Rule is not permitted; it selects no cluster", "rule", r.key, "error", r.denied)
 		}
 		if r.invalid != nil {
 			e.log.Warn("Rule spec is invalid; its clusters keep what they have", "rule", r.key, "error", r.invalid)

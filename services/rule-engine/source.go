@@ -24,6 +24,10 @@ type selection struct {
 	selector   labels.Selector // matchLabels + matchExpressions; nil when neither is set
 	// sourceSelector is the source's own label selector (clusterProfile.selector); nil when unset.
 	sourceSelector labels.Selector
+	// grant is the cluster selector of the rule's ClusterRuleGrant (tenancy.go): nil for a rule
+	// of OPERATOR_NAMESPACE or a grant without one. denyAll is set for a rule no grant allows.
+	grant   labels.Selector
+	denyAll bool
 }
 
 // compileSelection reads a rule's source. secretNamespace is OPERATOR_NAMESPACE, where source
@@ -94,10 +98,13 @@ func compileSelection(src v1beta1.Source, secretNamespace string) (*selection, e
 }
 
 // selects reports whether the rule selects the cluster, regardless of its eligibility: same
-// source, not ignored, every source label present with the same value, and the label selector
-// (extension) satisfied.
+// source, not ignored, inside the rule's grant (tenancy.go), every source label present with the
+// same value, and the label selector (extension) satisfied.
 func (s *selection) selects(c *events.Cluster) bool {
-	if c.Source.ID != s.source.ID || s.ignore[c.Name] {
+	if s.denyAll || c.Source.ID != s.source.ID || s.ignore[c.Name] {
+		return false
+	}
+	if s.grant != nil && !s.grant.Matches(labels.Set(c.Labels)) {
 		return false
 	}
 	for k, v := range s.labels {

@@ -33,6 +33,16 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 		st.Conditions = append(st.Conditions, cond)
 		return st, 0
 	}
+	if r.denied != nil {
+		// No cluster, no install record: the status of a rule no grant allows names nothing
+		// of the fleet.
+		cond.Status, cond.Reason, cond.Message = "False", v1beta1.ReasonNotPermitted, r.denied.Error()
+		if h := e.held[key]; h != nil {
+			cond.Message += "; " + heldMessage(r, h)
+		}
+		st.Conditions = append(st.Conditions, cond)
+		return st, 0
+	}
 	clusters := e.matchedClusters(r)
 	st.MatchedClusters = int32(len(clusters))
 	st.Clusters = clusters[:min(len(clusters), v1beta1.MaxStatusEntries)]
@@ -45,7 +55,7 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 	deg, requeue := e.activeDegradation(r.sel.source.ID)
 	cond.Status, cond.Reason, cond.Message = readyCondition(r, &t, deg, st.MatchedClusters)
 	h := e.held[key]
-	if h != nil && cond.Reason != v1beta1.ReasonTemplateError {
+	if h != nil && cond.Reason != v1beta1.ReasonTemplateError && cond.Reason != v1beta1.ReasonNotPermitted {
 		cond.Status, cond.Reason, cond.Message = "False", v1beta1.ReasonRemovalsHeld, heldMessage(r, h)
 	}
 	if waiting := e.foreignPairs(r); waiting > 0 && h == nil && cond.Reason != v1beta1.ReasonTemplateError && e.handoverWaits(r.sel.source.ID) {
@@ -154,6 +164,11 @@ func (e *engine) activeDegradation(sourceID string) (*degradation, time.Duration
 // wins, in the order of conditions.go.
 func readyCondition(r *ruleState, t *enfTally, deg *degradation, matched int32) (status metav1.ConditionStatus, reason, message string) {
 	switch {
+	case len(r.deniedRenders) > 0:
+		cid := slices.Sorted(maps.Keys(r.deniedRenders))[0]
+		de := r.deniedRenders[cid]
+		return "False", v1beta1.ReasonNotPermitted,
+			fmt.Sprintf("renders not permitted on %d cluster(s), which keep what they have; %s: %s", len(r.deniedRenders), de[0], de[1])
 	case len(r.templateErrors) > 0:
 		cid := slices.Sorted(maps.Keys(r.templateErrors))[0]
 		te := r.templateErrors[cid]

@@ -71,6 +71,9 @@ type pairState struct {
 	// (this cluster id) took over (handover.go): the record keeps the enforcements argo-syncer
 	// has not confirmed for the new cluster yet, so a refused takeover orphans nothing.
 	HandedOverTo string `json:"handedOverTo,omitempty"`
+	// Grant is the fingerprint of the ClusterRuleGrant the pair was installed under (tenancy.go);
+	// empty for a rule of OPERATOR_NAMESPACE. A changed grant sends the pair's installs again.
+	Grant string `json:"grant,omitempty"`
 }
 
 // enfState is one installed enforcement (by rendered name) of a pair.

@@ -7,7 +7,11 @@ const ConditionReady = "Ready"
 // Reasons of the Ready condition, CamelCase as Kubernetes conventions want. rule-engine picks
 // the most important one that applies, in this order.
 const (
-	ReasonInvalidSpec   = "InvalidSpec"   // False: the rule cannot be used as written
+	ReasonInvalidSpec = "InvalidSpec" // False: the rule cannot be used as written
+	// False: a rule outside OPERATOR_NAMESPACE has no ClusterRuleGrant that allows what it asks
+	// for (its source, Secret, repositories, namespaces or trigger endpoints); it selects no
+	// cluster and gets no install.
+	ReasonNotPermitted  = "NotPermitted"
 	ReasonTemplateError = "TemplateError" // False: a template failed to render for some cluster
 	ReasonRemovalsHeld  = "RemovalsHeld"  // False: the removal breaker holds removals; an operator must release them
 	// False: the rule's source changed and the new source has not listed completely yet (or is

@@ -1,0 +1,36 @@
+package v1beta1
+
+import "testing"
+
+// TestGrantPermits: the grant's patterns are Argo CD globs, and a source without secretNames
+// allows only the kind's default Secret.
+func TestGrantPermits(t *testing.T) {
+	g := ClusterRuleGrantSpec{SourceNamespaces: []string{"team-*"}, Sources: []GrantSource{{Kind: "rancher"}, {Kind: "eks", SecretNames: []string{"eks-team-*"}}},
+		SourceRepos: []string{"https://git.example.com/team-a/*"}, DestinationNamespaces: []string{"team-a-*"}}
+	for _, c := range []struct {
+		name string
+		got  bool
+		want bool
+	}{
+		{"covers team-a", g.Covers("team-a"), true},
+		{"covers enforcement", g.Covers("enforcement"), false},
+		{"default rancher Secret", g.PermitsSource("rancher", ""), true},
+		{"named default rancher Secret", g.PermitsSource("rancher", "rancher"), true},
+		{"other rancher Secret", g.PermitsSource("rancher", "rancher-prod"), false},
+		{"eks pattern", g.PermitsSource("eks", "eks-team-a"), true},
+		{"eks default", g.PermitsSource("eks", ""), false},
+		{"gke", g.PermitsSource("gke", ""), false},
+		{"repo below", g.PermitsRepo("https://git.example.com/team-a/apps/x"), true},
+		{"other repo", g.PermitsRepo("https://git.example.com/team-b/x"), false},
+		{"namespace", g.PermitsNamespace("team-a-web"), true},
+		{"kube-system", g.PermitsNamespace("kube-system"), false},
+		{"no endpoints", g.PermitsEndpoint("https://x"), false},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if err := (&ClusterRuleGrantSpec{SourceRepos: []string{"[a"}}).Validate(); err == nil {
+		t.Error("an unclosed class validates")
+	}
+}
