@@ -402,7 +402,7 @@ func ParseAKSSecret(data map[string][]byte) (AKSCredentials, error) {
 // domain; anything with a path or query character would change the token request's URL.
 func azureTenant(s string) bool {
 	for _, r := range s {
-		if !(r == '-' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+		if r != '-' && r != '.' && (r < '0' || r > '9') && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') {
 			return false
 		}
 	}

@@ -229,34 +229,7 @@ func (p *previewer) previewRule(ctx context.Context, cr, live *v1beta1.ClusterRu
 // each Application has (from the render cache, or the live rule's static render) and the one it
 // would get. held(i) tells whether the breaker holds intent i.
 func (e *engine) previewChanges(ctx context.Context, r, live *ruleState, intents []events.Event, held func(int) bool) ([]events.PreviewChange, error) {
-	befores := map[string]map[string]events.Enforcement{} // by render key
-	before := func(cluster, name string) (*events.Enforcement, bool, error) {
-		for _, cid := range e.pairsNamed(r.key, cluster) {
-			pair := e.pairs[r.key][cid]
-			if pair.Enforcements[name] == nil {
-				continue
-			}
-			enfs, ok := befores[pair.RenderKey]
-			if !ok {
-				list, found, err := e.previousRender(ctx, pair.RenderKey, live)
-				if err != nil {
-					return nil, true, err
-				}
-				if found {
-					enfs = map[string]events.Enforcement{}
-					for _, en := range list {
-						enfs[en.Name] = en
-					}
-				}
-				befores[pair.RenderKey] = enfs
-			}
-			if en, ok := enfs[name]; ok {
-				return &en, true, nil
-			}
-			return nil, true, nil // installed, but its spec is no longer known
-		}
-		return nil, false, nil
-	}
+	befores := &previousSpecs{e: e, rule: r.key, live: live, byRender: map[string]map[string]events.Enforcement{}}
 	var out []events.PreviewChange
 	for i, ev := range intents {
 		var c events.PreviewChange
@@ -272,7 +245,7 @@ func (e *engine) previewChanges(ctx context.Context, r, live *ruleState, intents
 			continue
 		}
 		c.Enforcement, c.Application = name, events.ApplicationName(c.Cluster, name)
-		prev, installed, err := before(c.Cluster, name)
+		prev, installed, err := befores.of(ctx, c.Cluster, name)
 		if err != nil {
 			return nil, err
 		}
@@ -287,6 +260,55 @@ func (e *engine) previewChanges(ctx context.Context, r, live *ruleState, intents
 		return strings.Compare(a.Cluster+"\x00"+a.Enforcement, b.Cluster+"\x00"+b.Enforcement)
 	})
 	return out, nil
+}
+
+// previousSpecs finds the installed spec of a rule's enforcement on a cluster, reading each
+// render once.
+type previousSpecs struct {
+	e        *engine
+	rule     string
+	live     *ruleState
+	byRender map[string]map[string]events.Enforcement // render key -> enforcement name -> spec
+}
+
+// of returns the installed spec of enforcement name on cluster and whether it is installed at
+// all; an installed enforcement whose render is no longer known has a nil spec.
+func (p *previousSpecs) of(ctx context.Context, cluster, name string) (*events.Enforcement, bool, error) {
+	for _, cid := range p.e.pairsNamed(p.rule, cluster) {
+		pair := p.e.pairs[p.rule][cid]
+		if pair.Enforcements[name] == nil {
+			continue
+		}
+		enfs, err := p.render(ctx, pair.RenderKey)
+		if err != nil {
+			return nil, true, err
+		}
+		if en, ok := enfs[name]; ok {
+			return &en, true, nil
+		}
+		return nil, true, nil // installed, but its spec is no longer known
+	}
+	return nil, false, nil
+}
+
+// render returns the enforcements of the render key, nil when the render is not known.
+func (p *previousSpecs) render(ctx context.Context, key string) (map[string]events.Enforcement, error) {
+	if enfs, ok := p.byRender[key]; ok {
+		return enfs, nil
+	}
+	list, found, err := p.e.previousRender(ctx, key, p.live)
+	if err != nil {
+		return nil, err
+	}
+	var enfs map[string]events.Enforcement
+	if found {
+		enfs = make(map[string]events.Enforcement, len(list))
+		for _, en := range list {
+			enfs[en.Name] = en
+		}
+	}
+	p.byRender[key] = enfs
+	return enfs, nil
 }
 
 // previousRender returns the enforcements a pair was last rendered with: the render cache entry

@@ -226,19 +226,7 @@ func (p *parser) parseTerm() (node, error) {
 	}
 	switch c := p.src[p.pos]; c {
 	case '(':
-		p.pos++
-		p.groups = append(p.groups, 0)
-		n, err := p.parseExpr()
-		if err != nil {
-			return nil, err
-		}
-		p.skipSpace()
-		if p.pos >= len(p.src) || p.src[p.pos] != ')' {
-			return nil, p.errorf("missing )")
-		}
-		p.pos++
-		p.groups = p.groups[:len(p.groups)-1]
-		return n, nil
+		return p.parseGroup()
 	case ')':
 		return nil, p.errorf("term expected")
 	case '-':
@@ -249,6 +237,48 @@ func (p *parser) parseTerm() (node, error) {
 		}
 		return notNode{n}, nil
 	}
+	key, err := p.parseKey()
+	if err != nil {
+		return nil, err
+	}
+	op, err := p.parseOperator(key)
+	if err != nil {
+		return nil, err
+	}
+	if p.pos < len(p.src) && p.src[p.pos] == '(' && (op == "=" || op == ":") {
+		list, err := p.parseOperandList()
+		if err != nil {
+			return nil, err
+		}
+		return newTerm(key, op, list, p)
+	}
+	v, err := p.operand("()")
+	if err != nil {
+		return nil, err
+	}
+	return newTerm(key, op, []string{v}, p)
+}
+
+// parseGroup reads a parenthesised expression, the parser at its "(".
+func (p *parser) parseGroup() (node, error) {
+	p.pos++
+	p.groups = append(p.groups, 0)
+	n, err := p.parseExpr()
+	if err != nil {
+		return nil, err
+	}
+	p.skipSpace()
+	if p.pos >= len(p.src) || p.src[p.pos] != ')' {
+		return nil, p.errorf("missing )")
+	}
+	p.pos++
+	p.groups = p.groups[:len(p.groups)-1]
+	return n, nil
+}
+
+// parseKey reads the key of a term and refuses what gcloud has but this package does not
+// support (a transform or function call) and a logical operator in its place.
+func (p *parser) parseKey() (string, error) {
 	start := p.pos
 	for p.pos < len(p.src) && !strings.ContainsRune(keyStop, rune(p.src[p.pos])) {
 		p.pos++
@@ -256,15 +286,20 @@ func (p *parser) parseTerm() (node, error) {
 	key := p.src[start:p.pos]
 	if key == "AND" || key == "OR" || key == "NOT" {
 		p.pos = start
-		return nil, p.errorf("term expected before %s", key)
+		return "", p.errorf("term expected before %s", key)
 	}
 	if p.pos < len(p.src) && p.src[p.pos] == '(' {
-		return nil, p.errorf("transform or function %q is not supported", key)
+		return "", p.errorf("transform or function %q is not supported", key)
 	}
 	if err := checkKey(key); err != nil {
 		p.pos = start
-		return nil, p.errorf("%v", err)
+		return "", p.errorf("%v", err)
 	}
+	return key, nil
+}
+
+// parseOperator reads the operator after key and the space after it; an operand must follow.
+func (p *parser) parseOperator(key string) (string, error) {
 	p.skipSpace()
 	op := ""
 	for _, o := range operators {
@@ -275,47 +310,45 @@ func (p *parser) parseTerm() (node, error) {
 	}
 	if op == "" {
 		if p.pos < len(p.src) && p.src[p.pos] == '!' {
-			return nil, p.errorf("malformed operator")
+			return "", p.errorf("malformed operator")
 		}
-		return nil, p.errorf("operator expected after %q (global restrictions are not supported)", key)
+		return "", p.errorf("operator expected after %q (global restrictions are not supported)", key)
 	}
 	p.pos += len(op)
 	p.skipSpace()
 	if p.peekWord("AND") || p.peekWord("OR") || p.peekWord("NOT") {
-		return nil, p.errorf("operand expected after %s, not a logical operator", op)
+		return "", p.errorf("operand expected after %s, not a logical operator", op)
 	}
-	if p.pos < len(p.src) && p.src[p.pos] == '(' && (op == "=" || op == ":") {
-		p.pos++
-		var list []string
-		for {
-			p.skipSpace()
-			if p.pos < len(p.src) && p.src[p.pos] == ')' {
-				p.pos++
-				break
-			}
-			if p.pos >= len(p.src) {
-				return nil, p.errorf("missing ) in the operand list")
-			}
-			v, err := p.operand(",)")
-			if err != nil {
-				return nil, err
-			}
-			list = append(list, v)
-			p.skipSpace()
-			if p.pos < len(p.src) && p.src[p.pos] == ',' {
-				p.pos++
-			}
+	return op, nil
+}
+
+// parseOperandList reads an operand list, "(a b)" or "(a, b)", the parser at its "(".
+func (p *parser) parseOperandList() ([]string, error) {
+	p.pos++
+	var list []string
+	for {
+		p.skipSpace()
+		if p.pos < len(p.src) && p.src[p.pos] == ')' {
+			p.pos++
+			break
 		}
-		if len(list) == 0 {
-			return nil, p.errorf("empty operand list")
+		if p.pos >= len(p.src) {
+			return nil, p.errorf("missing ) in the operand list")
 		}
-		return newTerm(key, op, list, p)
+		v, err := p.operand(",)")
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, v)
+		p.skipSpace()
+		if p.pos < len(p.src) && p.src[p.pos] == ',' {
+			p.pos++
+		}
 	}
-	v, err := p.operand("()")
-	if err != nil {
-		return nil, err
+	if len(list) == 0 {
+		return nil, p.errorf("empty operand list")
 	}
-	return newTerm(key, op, []string{v}, p)
+	return list, nil
 }
 
 // operand reads a quoted string ('...' or "...", with backslash escapes) or a bare token ended

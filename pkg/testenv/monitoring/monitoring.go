@@ -226,7 +226,9 @@ func ParseDuration(s string) (time.Duration, error) {
 	for i, u := range units {
 		var n int
 		if m[i+1] != "" {
-			fmt.Sscan(m[i+1], &n)
+			if _, err := fmt.Sscan(m[i+1], &n); err != nil {
+				return 0, fmt.Errorf("bad duration %q: %w", s, err)
+			}
 		}
 		d += time.Duration(n) * u
 	}

@@ -66,99 +66,104 @@ func toSet(names ...string) map[string]bool {
 // Grafana variables (`$__rate_interval`, `$kind`, `${source}`) are accepted where a duration or
 // a label value stands.
 func MetricNames(expr string) ([]string, error) {
-	s := &scanner{src: expr}
-	names := map[string]bool{}
-	var stack []byte
+	s := &scanner{src: expr, names: map[string]bool{}}
 	for {
 		s.skipSpace()
 		if s.eof() {
 			break
 		}
-		c := s.src[s.pos]
-		switch {
-		case c == '(' || c == '[':
-			if c == '[' {
-				// A range or subquery: durations, numbers, ':' and Grafana variables only.
-				body, err := s.until(']')
-				if err != nil {
-					return nil, err
-				}
-				if err := checkRange(body); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			stack = append(stack, c)
-			s.pos++
-		case c == ')':
-			if len(stack) == 0 || stack[len(stack)-1] != '(' {
-				return nil, fmt.Errorf("unexpected ) at %d", s.pos)
-			}
-			stack = stack[:len(stack)-1]
-			s.pos++
-		case c == ']':
-			return nil, fmt.Errorf("unexpected ] at %d", s.pos)
-		case c == '{':
-			name, err := s.matchers()
-			if err != nil {
-				return nil, err
-			}
-			if name != "" {
-				names[name] = true
-			}
-		case c == '}':
-			return nil, fmt.Errorf("unexpected } at %d", s.pos)
-		case c == '"' || c == '\'' || c == '`':
-			if _, err := s.str(); err != nil {
-				return nil, err
-			}
-		case isDigit(c) || (c == '.' && s.pos+1 < len(s.src) && isDigit(s.src[s.pos+1])):
-			s.word() // a number or a duration (after offset / @)
-		case c == '$':
-			s.variable()
-		case isIdentStart(c):
-			id := s.word()
-			s.skipSpace()
-			next := byte(0)
-			if !s.eof() {
-				next = s.src[s.pos]
-			}
-			lower := strings.ToLower(id)
-			switch {
-			case labelListClauses[lower]:
-				if next == '(' {
-					if _, err := s.until(')'); err != nil {
-						return nil, err
-					}
-				}
-			case promqlKeywords[lower]:
-			case aggregators[id] && (s.peekWord() == "by" || s.peekWord() == "without"):
-				// "sum by (x) (...)": the grouping clause comes first
-			case next == '(':
-				if !promqlFunctions[id] {
-					return nil, fmt.Errorf("unknown function %s", id)
-				}
-			default:
-				names[id] = true
-			}
-		case strings.IndexByte("+-*/%^=!<>,:@", c) >= 0:
-			s.pos++
-		default:
-			return nil, fmt.Errorf("unexpected %q at %d", c, s.pos)
+		if err := s.token(); err != nil {
+			return nil, err
 		}
 	}
-	if len(stack) > 0 {
-		return nil, fmt.Errorf("unclosed %q", stack[len(stack)-1])
+	if len(s.open) > 0 {
+		return nil, fmt.Errorf("unclosed %q", s.open[len(s.open)-1])
 	}
-	if len(names) == 0 {
+	if len(s.names) == 0 {
 		return nil, fmt.Errorf("no metric in %q", expr)
 	}
-	out := make([]string, 0, len(names))
-	for n := range names {
+	out := make([]string, 0, len(s.names))
+	for n := range s.names {
 		out = append(out, n)
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// token reads the token at the position, noting the metric names it selects.
+func (s *scanner) token() error {
+	c := s.src[s.pos]
+	switch {
+	case c == '(':
+		s.open = append(s.open, c)
+		s.pos++
+	case c == '[':
+		// A range or subquery: durations, numbers, ':' and Grafana variables only.
+		body, err := s.until(']')
+		if err != nil {
+			return err
+		}
+		return checkRange(body)
+	case c == ')':
+		if len(s.open) == 0 || s.open[len(s.open)-1] != '(' {
+			return fmt.Errorf("unexpected ) at %d", s.pos)
+		}
+		s.open = s.open[:len(s.open)-1]
+		s.pos++
+	case c == ']' || c == '}':
+		return fmt.Errorf("unexpected %c at %d", c, s.pos)
+	case c == '{':
+		name, err := s.matchers()
+		if err != nil {
+			return err
+		}
+		if name != "" {
+			s.names[name] = true
+		}
+	case c == '"' || c == '\'' || c == '`':
+		_, err := s.str()
+		return err
+	case isDigit(c) || (c == '.' && s.pos+1 < len(s.src) && isDigit(s.src[s.pos+1])):
+		s.word() // a number or a duration (after offset / @)
+	case c == '$':
+		s.variable()
+	case isIdentStart(c):
+		return s.identifier()
+	case strings.IndexByte("+-*/%^=!<>,:@", c) >= 0:
+		s.pos++
+	default:
+		return fmt.Errorf("unexpected %q at %d", c, s.pos)
+	}
+	return nil
+}
+
+// identifier reads a keyword, a function or aggregation name, or a metric name.
+func (s *scanner) identifier() error {
+	id := s.word()
+	s.skipSpace()
+	next := byte(0)
+	if !s.eof() {
+		next = s.src[s.pos]
+	}
+	lower := strings.ToLower(id)
+	switch {
+	case labelListClauses[lower]:
+		if next == '(' {
+			if _, err := s.until(')'); err != nil {
+				return err
+			}
+		}
+	case promqlKeywords[lower]:
+	case aggregators[id] && (s.peekWord() == "by" || s.peekWord() == "without"):
+		// "sum by (x) (...)": the grouping clause comes first
+	case next == '(':
+		if !promqlFunctions[id] {
+			return fmt.Errorf("unknown function %s", id)
+		}
+	default:
+		s.names[id] = true
+	}
+	return nil
 }
 
 // checkRange accepts the body of a range or subquery: "5m", "$__rate_interval", "1h:30s".
@@ -184,16 +189,19 @@ func checkRange(body string) error {
 type scanner struct {
 	src string
 	pos int
+	// open holds the brackets not closed yet; names the metric names selected so far.
+	open  []byte
+	names map[string]bool
 }
 
 func (s *scanner) eof() bool { return s.pos >= len(s.src) }
 
 func (s *scanner) skipSpace() {
 	for !s.eof() {
-		switch c := s.src[s.pos]; {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		switch s.src[s.pos] {
+		case ' ', '\t', '\n', '\r':
 			s.pos++
-		case c == '#': // a comment runs to the end of the line
+		case '#': // a comment runs to the end of the line
 			for !s.eof() && s.src[s.pos] != '\n' {
 				s.pos++
 			}
@@ -265,6 +273,18 @@ func (s *scanner) str() (string, error) {
 	return "", fmt.Errorf("unterminated string at %d", start)
 }
 
+// labelName reads the label name of a matcher: a bare identifier or a quoted name (UTF-8
+// names, or a bare quoted metric name).
+func (s *scanner) labelName() (string, error) {
+	if q := s.src[s.pos]; q == '"' || q == '\'' {
+		return s.str()
+	}
+	if !isIdentStart(s.src[s.pos]) {
+		return "", fmt.Errorf("bad label matcher at %d", s.pos)
+	}
+	return s.word(), nil
+}
+
 // matchers reads a label matcher list {a="b", c=~"d"} and returns the metric name it sets with
 // __name__="...", if any.
 func (s *scanner) matchers() (string, error) {
@@ -284,18 +304,9 @@ func (s *scanner) matchers() (string, error) {
 			s.pos++
 			continue
 		}
-		var label string
-		if q := s.src[s.pos]; q == '"' || q == '\'' {
-			l, err := s.str() // a quoted label name (UTF-8 names), or a bare quoted metric name
-			if err != nil {
-				return "", err
-			}
-			label = l
-		} else {
-			if !isIdentStart(s.src[s.pos]) {
-				return "", fmt.Errorf("bad label matcher at %d", s.pos)
-			}
-			label = s.word()
+		label, err := s.labelName()
+		if err != nil {
+			return "", err
 		}
 		s.skipSpace()
 		opStart := s.pos
