@@ -170,7 +170,12 @@ func (p *previewer) previewRule(ctx context.Context, cr, live *v1beta1.ClusterRu
 			cr.Generation++ // what the API server does on a spec change
 		}
 	}
-	r := ruleFromSpec(cr, p.operatorNamespace)
+	// Compiled as the controller compiles it: a rule outside OPERATOR_NAMESPACE acts under its
+	// ClusterRuleGrant, which narrows what it selects and is part of its specs' hash.
+	r, err := compileWithGrants(ctx, p.rules, cr, p.operatorNamespace)
+	if err != nil {
+		return nil, err
+	}
 	if r.invalid != nil {
 		return nil, userError{fmt.Errorf("the rule is invalid, so applying it would change nothing (its status would say so): %w", r.invalid)}
 	}
@@ -181,9 +186,11 @@ func (p *previewer) previewRule(ctx context.Context, cr, live *v1beta1.ClusterRu
 	}
 	var liveRule *ruleState
 	if live != nil {
-		liveRule = ruleFromSpec(live, p.operatorNamespace)
+		if liveRule, err = compileWithGrants(ctx, p.rules, live, p.operatorNamespace); err != nil {
+			return nil, err
+		}
 	}
-	err := e.evaluate(ctx, func(rs *renders) error {
+	err = e.evaluate(ctx, func(rs *renders) error {
 		prev := e.held[r.key]
 		delete(e.held, r.key)
 		ch := e.evalRule(r, rs)

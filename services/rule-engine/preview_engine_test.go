@@ -29,8 +29,10 @@ func TestPreviewRuleDecisions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// In OPERATOR_NAMESPACE: a rule of another namespace would need its ClusterRuleGrant read
+	// from the API server (TestPreview covers that).
 	parse := func(manifest string) *v1beta1.ClusterRule {
-		cr, err := parseRule([]byte(strings.ReplaceAll(manifest, "NS", "team-a")))
+		cr, err := parseRule([]byte(strings.ReplaceAll(manifest, "NS", "enforcement")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,8 +88,8 @@ func TestPreviewRuleDecisions(t *testing.T) {
 	if after := snapshot(); after != before {
 		t.Errorf("previews wrote to the store:\nbefore %s\nafter  %s", before, after)
 	}
-	if len(e.pairs["team-a/fleet"]) != 2 || e.held["team-a/fleet"] != nil {
-		t.Errorf("the live engine's state changed: pairs %v held %v", e.pairs["team-a/fleet"], e.held["team-a/fleet"])
+	if len(e.pairs["enforcement/fleet"]) != 2 || e.held["enforcement/fleet"] != nil {
+		t.Errorf("the live engine's state changed: pairs %v held %v", e.pairs["enforcement/fleet"], e.held["enforcement/fleet"])
 	}
 }
 
