@@ -40,7 +40,9 @@ func TestPreviewCommand(t *testing.T) {
 	}
 	kube := testenv.StartKube(t)
 	kube.InstallCRDsFromDir(t, filepath.Join(root, "deploy", "k8s", "enforcement-crds", "crds"))
-	ns := kube.Namespace(t, "team-a")
+	// The rule lives in OPERATOR_NAMESPACE, so it needs no ClusterRuleGrant (rule-engine
+	// TestPreview previews a tenant rule under its grant).
+	ns := kube.Namespace(t, "enforcement")
 
 	dir := t.TempDir()
 	manifest := filepath.Join(dir, "rule.yaml")

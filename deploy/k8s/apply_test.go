@@ -5,6 +5,7 @@ package k8s
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,11 +63,18 @@ func TestServerSideDryRun(t *testing.T) {
 		// The CRD as Helm installs it from crds/; InstallCRDsFromDir created it for real
 		// already, so the dry run meets an existing object.
 		crds := crdObjects(t, loadChart(t, enforcementCRDs))
-		if len(crds) != 1 || crds[0].GetName() != "clusterrules.enforcement.globo.com" {
-			t.Fatalf("crds/ holds %d objects, want the ClusterRule CRD", len(crds))
+		var names []string
+		for _, crd := range crds {
+			names = append(names, crd.GetName())
 		}
-		if err := dryRun(ctx, kube.Client, crds[0]); !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("dry run of the installed CRD: %v, want AlreadyExists", err)
+		slices.Sort(names)
+		if want := []string{"clusterrulegrants.enforcement.globo.com", "clusterrules.enforcement.globo.com"}; !slices.Equal(names, want) {
+			t.Fatalf("crds/ holds %v, want %v", names, want)
+		}
+		for _, crd := range crds {
+			if err := dryRun(ctx, kube.Client, crd); !apierrors.IsAlreadyExists(err) {
+				t.Fatalf("dry run of the installed CRD %s: %v, want AlreadyExists", crd.GetName(), err)
+			}
 		}
 	})
 	for _, name := range serviceCharts {

@@ -76,6 +76,21 @@ func TestServicesRunWithChartRBAC(t *testing.T) {
 	if err := kube.Client.Create(ctx, rule); err != nil {
 		t.Fatalf("create ClusterRule: %v", err)
 	}
+	// The rule lives outside OPERATOR_NAMESPACE: it acts within the operator's grant, which
+	// rule-engine reads with the chart's grants Role.
+	grant := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "enforcement.globo.com/v1beta1", "kind": "ClusterRuleGrant",
+		"metadata": map[string]any{"name": "svc-team", "namespace": svcNS},
+		"spec": map[string]any{
+			"sourceNamespaces":      []any{svcTeamNS},
+			"sources":               []any{map[string]any{"kind": "rancher"}},
+			"sourceRepos":           []any{"https://github.com/argoproj/*"},
+			"destinationNamespaces": []any{"*"},
+		},
+	}}
+	if err := kube.Client.Create(ctx, grant); err != nil {
+		t.Fatalf("create ClusterRuleGrant: %v", err)
+	}
 	policy := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "policy.open-cluster-management.io/v1", "kind": "Policy",
 		"metadata": map[string]any{"name": "disable-mig", "namespace": svcWatchNS},

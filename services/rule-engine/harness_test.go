@@ -261,7 +261,7 @@ func grantEverything(t *testing.T, c client.Client, ns string) {
 	t.Helper()
 	testenv.SharedKube(t).Namespace(t, "enforcement")
 	var sources []v1beta1.GrantSource
-	for _, kind := range []string{"rancher", "static", "eks", "gke", "ocm"} {
+	for _, kind := range events.SourceKinds {
 		sources = append(sources, v1beta1.GrantSource{Kind: kind, SecretNames: []string{"*"}})
 	}
 	g := &v1beta1.ClusterRuleGrant{ObjectMeta: metav1.ObjectMeta{Namespace: "enforcement", Name: ns},
