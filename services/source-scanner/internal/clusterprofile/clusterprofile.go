@@ -43,6 +43,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/services/source-scanner/internal/ocm"
 )
 
 // Resource is the resource listed and watched; ListKind its list kind.
@@ -176,7 +177,7 @@ func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
 // Convert turns one ClusterProfile into a cluster. Its key is namespace/name (a profile is
 // namespaced), its name the profile's name.
 func Convert(cp *unstructured.Unstructured, providers Providers) events.Cluster {
-	props := pairs(cp, "properties", "name", "value")
+	props := ocm.StatusPairs(cp, "properties", "name", "value")
 	state := stateOf(cp)
 	version, _, _ := unstructured.NestedString(cp.Object, "status", "version", "kubernetes")
 	manager, _, _ := unstructured.NestedString(cp.Object, "spec", "clusterManager", "name")
@@ -258,27 +259,11 @@ func accessProvider(cp *unstructured.Unstructured, providers Providers) (string,
 }
 
 func stateOf(cp *unstructured.Unstructured) string {
-	switch pairs(cp, "conditions", "type", "status")[ConditionControlPlaneHealthy] {
+	switch ocm.StatusPairs(cp, "conditions", "type", "status")[ConditionControlPlaneHealthy] {
 	case "True":
 		return StateHealthy
 	case "False":
 		return StateUnhealthy
 	}
 	return StateUnknown
-}
-
-// pairs reads the list status.<list> as a map from each item's key field to its value field.
-func pairs(cp *unstructured.Unstructured, list, key, value string) map[string]string {
-	out := map[string]string{}
-	items, _, _ := unstructured.NestedSlice(cp.Object, "status", list)
-	for _, it := range items {
-		if m, ok := it.(map[string]any); ok {
-			k, _ := m[key].(string)
-			v, _ := m[value].(string)
-			if k != "" {
-				out[k] = v
-			}
-		}
-	}
-	return out
 }

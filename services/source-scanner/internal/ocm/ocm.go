@@ -74,7 +74,7 @@ func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
 // server, claims and labels are merged into the labels (labels win), and the whole object minus
 // its managed fields is exposed to templates.
 func Convert(mc *unstructured.Unstructured) events.Cluster {
-	claims := statusPairs(mc, "clusterClaims", "name", "value")
+	claims := StatusPairs(mc, "clusterClaims", "name", "value")
 	labels := map[string]string{}
 	for k, v := range claims {
 		labels[k] = v
@@ -121,7 +121,7 @@ const (
 )
 
 func stateOf(mc *unstructured.Unstructured) string {
-	cond := statusPairs(mc, "conditions", "type", "status")
+	cond := StatusPairs(mc, "conditions", "type", "status")
 	switch {
 	case cond["HubAcceptedManagedCluster"] != "True" || cond["ManagedClusterJoined"] != "True":
 		return StateNotJoined
@@ -131,10 +131,11 @@ func stateOf(mc *unstructured.Unstructured) string {
 	return StateAvailable
 }
 
-// statusPairs reads the list status.<list> of mc, whose items are objects, as a map from each
-// item's key field to its value field (status.clusterClaims by name, status.conditions by type).
+// StatusPairs reads the list status.<list> of mc, whose items are objects, as a map from each
+// item's key field to its value field (status.clusterClaims by name, status.conditions by type;
+// the clusterprofile source reads a ClusterProfile's properties and conditions with it too).
 // Items without a key are skipped.
-func statusPairs(mc *unstructured.Unstructured, list, key, value string) map[string]string {
+func StatusPairs(mc *unstructured.Unstructured, list, key, value string) map[string]string {
 	out := map[string]string{}
 	items, _, _ := unstructured.NestedSlice(mc.Object, "status", list)
 	for _, it := range items {
