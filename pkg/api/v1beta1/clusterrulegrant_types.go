@@ -86,7 +86,7 @@ type ClusterRuleGrantSpec struct {
 // GrantSource is one cluster source a grant allows.
 type GrantSource struct {
 	// Kind of the source.
-	// +kubebuilder:validation:Enum=rancher;static;eks;gke;ocm
+	// +kubebuilder:validation:Enum=rancher;static;eks;gke;ocm;aks;clusterprofile
 	Kind string `json:"kind"`
 	// SecretNames are the names (patterns) of the source Secrets in OPERATOR_NAMESPACE a rule may
 	// name in spec.source.secretName. Absent or empty: only the kind's default Secret (a Secret

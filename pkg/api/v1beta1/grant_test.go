@@ -1,6 +1,13 @@
 package v1beta1
 
-import "testing"
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
 
 // TestGrantPermits: the grant's patterns are Argo CD globs, and a source without secretNames
 // allows only the kind's default Secret.
@@ -32,5 +39,22 @@ func TestGrantPermits(t *testing.T) {
 	}
 	if err := (&ClusterRuleGrantSpec{SourceRepos: []string{"[a"}}).Validate(); err == nil {
 		t.Error("an unclosed class validates")
+	}
+}
+
+// TestGrantSourceKindEnumListsEverySource: the CRD's enum for a grant's source kind is written by
+// hand in a marker; a source added to events.SourceKinds without it would make every grant naming
+// it invalid on the API server.
+func TestGrantSourceKindEnumListsEverySource(t *testing.T) {
+	src, err := os.ReadFile("clusterrulegrant_types.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*// \+kubebuilder:validation:Enum=(\S+)\n\s*Kind string`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("no enum marker on GrantSource.Kind")
+	}
+	if got, want := string(m[1]), strings.Join(events.SourceKinds, ";"); got != want {
+		t.Errorf("GrantSource.Kind enum = %s, want %s (events.SourceKinds)", got, want)
 	}
 }
