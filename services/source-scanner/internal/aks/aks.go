@@ -436,37 +436,31 @@ func (l *Lister) listScope(ctx context.Context, client *armcontainerservice.Mana
 // few at a time. A failure leaves the cluster without its CA (and so not eligible) until the
 // next scan tries again; it does not fail the listing, which is complete without it.
 func (l *Lister) fetchCAs(ctx context.Context, clusters []events.Cluster) {
-	sem := make(chan struct{}, l.opts.CAFetchConcurrency)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	fetched := map[string]string{}
+	type fetch struct {
+		key, rg, name string
+		client        *armcontainerservice.ManagedClustersClient
+		ca            string
+	}
+	var todo []fetch
 	for i := range clusters {
 		c := &clusters[i]
 		if _, ok := l.ca[c.Key]; ok {
 			continue
 		}
-		sub, rg, name := attr(c, "subscriptionId"), attr(c, "resourceGroup"), attr(c, "azureName")
-		client, err := l.client(sub)
+		client, err := l.client(attr(c, "subscriptionId"))
 		if err != nil {
 			continue
 		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			ca, err := fetchCA(ctx, client, rg, name)
-			if err != nil {
-				return // counted by the call counter; retried at the next scan
-			}
-			mu.Lock()
-			fetched[c.Key] = ca
-			mu.Unlock()
-		}()
+		todo = append(todo, fetch{key: c.Key, rg: attr(c, "resourceGroup"), name: attr(c, "azureName"), client: client})
 	}
-	wg.Wait()
-	for k, ca := range fetched {
-		l.ca[k] = ca
+	scanner.Parallel(len(todo), l.opts.CAFetchConcurrency, func(i int) {
+		// A failure is counted by the call counter and retried at the next scan.
+		todo[i].ca, _ = fetchCA(ctx, todo[i].client, todo[i].rg, todo[i].name)
+	})
+	for _, f := range todo {
+		if f.ca != "" {
+			l.ca[f.key] = f.ca
+		}
 	}
 }
 

@@ -458,17 +458,9 @@ type described struct {
 // returns one result per name in the same order.
 func (l *Lister) describe(ctx context.Context, todo []string, region, roleARN string, inRegion func(*awseks.Options)) []described {
 	results := make([]described, len(todo))
-	sem := make(chan struct{}, l.opts.DescribeConcurrency)
-	var wg sync.WaitGroup
-	for i, name := range todo {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			results[i] = l.describeOne(ctx, name, region, roleARN, inRegion)
-		}()
-	}
-	wg.Wait()
+	scanner.Parallel(len(todo), l.opts.DescribeConcurrency, func(i int) {
+		results[i] = l.describeOne(ctx, todo[i], region, roleARN, inRegion)
+	})
 	return results
 }
 

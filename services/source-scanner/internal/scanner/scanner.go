@@ -601,34 +601,27 @@ func (s *Scanner) putRecords(ctx context.Context, st *sourceState, writes []writ
 	}
 	out := make([]*record, len(writes))
 	errs := make([]error, len(writes))
-	sem := make(chan struct{}, writeConcurrency)
-	var wg sync.WaitGroup
-	for i, w := range writes {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			var prev uint64
-			if known[i] != nil {
-				prev = known[i].rev
+	Parallel(len(writes), writeConcurrency, func(i int) {
+		w := writes[i]
+		var prev uint64
+		if known[i] != nil {
+			prev = known[i].rev
+		}
+		r := w.rec
+		if r != nil {
+			r.attrHash = hashAttributes(r.Cluster.Attributes)
+		} else {
+			full, err := s.fullRecord(ctx, st.meta.Source.ID, known[i])
+			if err != nil {
+				errs[i] = err
+				return
 			}
-			r := w.rec
-			if r != nil {
-				r.attrHash = hashAttributes(r.Cluster.Attributes)
-			} else {
-				full, err := s.fullRecord(ctx, st.meta.Source.ID, known[i])
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				w.change(full)
-				r = full
-			}
-			errs[i] = s.putRecord(ctx, st.meta.Source.ID, r, prev)
-			out[i] = r
-		}()
-	}
-	wg.Wait()
+			w.change(full)
+			r = full
+		}
+		errs[i] = s.putRecord(ctx, st.meta.Source.ID, r, prev)
+		out[i] = r
+	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
