@@ -274,7 +274,13 @@ func (l *scanLoop) pass(ctx context.Context, only map[string]bool) {
 		l.logger.Error("Could not list ClusterRules; scanning nothing this time", "error", err)
 		return
 	}
-	specs, ignored := sourcesFromRules(rules.Items, l.cfg.OperatorNamespace, l.logger)
+	// Without the grants, tenants' rules count as granted nothing: their sources are not scanned
+	// this time (the rule engine would not act on them either).
+	var grants v1beta1.ClusterRuleGrantList
+	if err := l.deps.kube.List(ctx, &grants, client.InNamespace(l.cfg.OperatorNamespace)); err != nil {
+		l.logger.Error("Could not list ClusterRuleGrants; scanning only the sources of rules in the operator namespace", "error", err)
+	}
+	specs, ignored := sourcesFromRules(rules.Items, grants.Items, l.cfg.OperatorNamespace, l.logger)
 	l.warnIgnored(ignored)
 	active := make(map[string]string, len(specs))
 	var wg sync.WaitGroup

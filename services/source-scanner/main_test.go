@@ -62,7 +62,12 @@ func TestSourcesFromRules(t *testing.T) {
 		*rule("b", "r14", v1beta1.Source{OCM: &v1beta1.OCMSource{Labels: map[string]string{"env": "prod"}}}),
 		*rule("a", "r15", v1beta1.Source{}),
 	}
-	specs, ignored := sourcesFromRules(rules, "enforcement", logger)
+	everything := v1beta1.ClusterRuleGrant{ObjectMeta: metav1.ObjectMeta{Namespace: "enforcement", Name: "everything"},
+		Spec: v1beta1.ClusterRuleGrantSpec{SourceNamespaces: []string{"*"}}}
+	for _, k := range events.SourceKinds {
+		everything.Spec.Sources = append(everything.Spec.Sources, v1beta1.GrantSource{Kind: k, SecretNames: []string{"*"}})
+	}
+	specs, ignored := sourcesFromRules(rules, []v1beta1.ClusterRuleGrant{everything}, "enforcement", logger)
 	var got []string
 	for _, s := range specs {
 		got = append(got, fmt.Sprintf("%s/%s %v cm=%s regions=%v projects=%v release=%v %v", s.Ref.Kind, s.Ref.SecretName, s.Filters, s.ConfigMap,
@@ -127,6 +132,41 @@ func TestSourcesFromRules(t *testing.T) {
 		if s.Ref.ID != wantIDs[name] {
 			t.Errorf("%s: id %s, want %s", name, s.Ref.ID, wantIDs[name])
 		}
+	}
+}
+
+// TestTenantRulesScanOnlyWhatAGrantAllows: a rule outside the operator namespace makes the
+// scanner list its source only when a ClusterRuleGrant of the operator namespace covers the rule's
+// namespace and allows the source's kind and Secret; a grant elsewhere, a deleted grant or one for
+// another Secret counts for nothing. Rules in the operator namespace need no grant.
+func TestTenantRulesScanOnlyWhatAGrantAllows(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	teamA := v1beta1.ClusterRuleGrant{ObjectMeta: metav1.ObjectMeta{Namespace: "enforcement", Name: "team-a"},
+		Spec: v1beta1.ClusterRuleGrantSpec{SourceNamespaces: []string{"team-a"},
+			Sources: []v1beta1.GrantSource{{Kind: "rancher"}, {Kind: "eks", SecretNames: []string{"eks-team-*"}}}}}
+	deleted := *teamA.DeepCopy()
+	deleted.Name, deleted.Spec.SourceNamespaces = "team-b", []string{"team-b"}
+	deleted.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	rules := []v1beta1.ClusterRule{
+		*rule("team-a", "granted", v1beta1.Source{Rancher: &v1beta1.RancherSource{}}),
+		*rule("team-a", "granted-secret", v1beta1.Source{SecretName: "eks-team-a", EKS: &v1beta1.EKSSource{}}),
+		*rule("team-a", "other-secret", v1beta1.Source{SecretName: "eks-prod", EKS: &v1beta1.EKSSource{}}),
+		*rule("team-a", "other-kind", v1beta1.Source{GKE: &v1beta1.GKESource{Projects: []string{"p"}}}),
+		*rule("team-b", "deleted-grant", v1beta1.Source{Static: &v1beta1.StaticSource{}}),
+		*rule("team-c", "no-grant", v1beta1.Source{OCM: &v1beta1.OCMSource{}}),
+		*rule("enforcement", "operator", v1beta1.Source{AKS: &v1beta1.AKSSource{Subscriptions: []string{"s"}}}),
+	}
+	specs, _ := sourcesFromRules(rules, []v1beta1.ClusterRuleGrant{teamA, deleted}, "enforcement", logger)
+	var got []string
+	for _, s := range specs {
+		got = append(got, strings.Join(s.Rules, ","))
+	}
+	slices.Sort(got)
+	if want := []string{"enforcement/operator", "team-a/granted", "team-a/granted-secret"}; !slices.Equal(got, want) {
+		t.Errorf("scanned the sources of %v, want %v", got, want)
+	}
+	if specs, _ := sourcesFromRules(rules, nil, "enforcement", logger); len(specs) != 1 || specs[0].Rules[0] != "enforcement/operator" {
+		t.Errorf("without grants: %d sources, want only the operator's rule's", len(specs))
 	}
 }
 

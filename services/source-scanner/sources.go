@@ -82,15 +82,22 @@ func sourceOf(rule *v1beta1.ClusterRule, operatorNamespace string) (spec sourceS
 }
 
 // sourcesFromRules groups the rules by source, in source id order, with the release annotations
-// of the rules in the operator namespace. A release annotation on a rule in another namespace, or
-// a malformed one, releases nothing and is returned in ignored.
-func sourcesFromRules(rules []v1beta1.ClusterRule, operatorNamespace string, logger *slog.Logger) (specs []*sourceSpec, ignored []ignoredRelease) {
+// of the rules in the operator namespace. A rule in another namespace counts only when one of the
+// grants (the ClusterRuleGrants of the operator namespace) covers its namespace and allows its
+// source kind and Secret: a tenant's rule that nothing grants is NotPermitted at the rule engine,
+// and must not make the scanner call a provider either. A release annotation on a rule in another
+// namespace, or a malformed one, releases nothing and is returned in ignored.
+func sourcesFromRules(rules []v1beta1.ClusterRule, grants []v1beta1.ClusterRuleGrant, operatorNamespace string, logger *slog.Logger) (specs []*sourceSpec, ignored []ignoredRelease) {
 	byID := map[string]*sourceSpec{}
 	for i := range rules {
 		rule := &rules[i]
 		spec, ok := sourceOf(rule, operatorNamespace)
 		if !ok {
 			logger.Debug("Skipping rule: it names no source kind", "rule", rule.Namespace+"/"+rule.Name)
+			continue
+		}
+		if rule.Namespace != operatorNamespace && !granted(grants, rule.Namespace, spec.Ref) {
+			logger.Debug("Skipping rule: no ClusterRuleGrant allows its source", "rule", rule.Namespace+"/"+rule.Name, "source", spec.Ref.ID)
 			continue
 		}
 		cur, seen := byID[spec.Ref.ID]
@@ -123,6 +130,18 @@ func sourcesFromRules(rules []v1beta1.ClusterRule, operatorNamespace string, log
 	}
 	sort.Slice(specs, func(i, j int) bool { return specs[i].Ref.ID < specs[j].Ref.ID })
 	return specs, ignored
+}
+
+// granted says whether one of the grants covers namespace ns and allows the source's kind and
+// Secret (the rule engine picks among them and checks the rest of the rule).
+func granted(grants []v1beta1.ClusterRuleGrant, ns string, src events.SourceRef) bool {
+	for i := range grants {
+		g := &grants[i].Spec
+		if grants[i].DeletionTimestamp.IsZero() && g.Covers(ns) && g.PermitsSource(src.Kind, src.SecretName) {
+			return true
+		}
+	}
+	return false
 }
 
 // sourceLister lists one source. The scan loop keeps one per source id for as long as some rule
