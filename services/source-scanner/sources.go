@@ -96,24 +96,27 @@ func sourcesFromRules(rules []v1beta1.ClusterRule, grants []v1beta1.ClusterRuleG
 			logger.Debug("Skipping rule: it names no source kind", "rule", rule.Namespace+"/"+rule.Name)
 			continue
 		}
-		if rule.Namespace != operatorNamespace && !granted(grants, rule.Namespace, spec.Ref) {
-			logger.Debug("Skipping rule: no ClusterRuleGrant allows its source", "rule", rule.Namespace+"/"+rule.Name, "source", spec.Ref.ID)
-			continue
+		name := rule.Namespace + "/" + rule.Name
+		v, set := rule.Annotations[scanner.ReleaseAnnotation]
+		// No release, or rule-engine's release of a rule edit's held removals.
+		releases := set && !strings.HasPrefix(strings.TrimSpace(v), "generation/")
+		if rule.Namespace != operatorNamespace {
+			if releases {
+				ignored = append(ignored, ignoredRelease{Rule: name, Value: v, Object: rule,
+					Why: "held removals are released only from ClusterRules in the operator namespace " + operatorNamespace})
+			}
+			if !granted(grants, rule.Namespace, spec.Ref) {
+				logger.Debug("Skipping rule: no ClusterRuleGrant allows its source", "rule", name, "source", spec.Ref.ID)
+				continue
+			}
 		}
 		cur, seen := byID[spec.Ref.ID]
 		if !seen {
 			cur = &spec
 			byID[spec.Ref.ID] = cur
 		}
-		name := rule.Namespace + "/" + rule.Name
 		cur.Rules = append(cur.Rules, name)
-		v, set := rule.Annotations[scanner.ReleaseAnnotation]
-		if !set || strings.HasPrefix(strings.TrimSpace(v), "generation/") {
-			continue // no release, or rule-engine's release of a rule edit's held removals
-		}
-		if rule.Namespace != operatorNamespace {
-			ignored = append(ignored, ignoredRelease{Rule: name, Value: v, Object: rule,
-				Why: "held removals are released only from ClusterRules in the operator namespace " + operatorNamespace})
+		if !releases || rule.Namespace != operatorNamespace {
 			continue
 		}
 		trip, err := scanner.ParseReleaseValue(v, spec.Ref.ID)

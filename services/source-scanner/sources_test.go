@@ -62,6 +62,14 @@ func newServiceEnv(t *testing.T, prefix string) *serviceEnv {
 		"NATS_URL": srvNATS.URL(), "KUBECONFIG": kube.Kubeconfig, "OPERATOR_NAMESPACE": e.ns,
 		"SCAN_INTERVAL": "100ms", "GONE_GRACE_PERIOD": "300ms", "LIST_TIMEOUT": "5s",
 	}
+	// The rules live in a namespace of their own, which a grant lets use every source (the
+	// scanner lists a tenant rule's source only under a grant; TestTenantRulesScanOnlyWhatAGrantAllows).
+	grant := &v1beta1.ClusterRuleGrant{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "rules"},
+		Spec: v1beta1.ClusterRuleGrantSpec{SourceNamespaces: []string{e.rulesNS}, SourceRepos: []string{"*"}, DestinationNamespaces: []string{"*"}}}
+	for _, kind := range events.SourceKinds {
+		grant.Spec.Sources = append(grant.Spec.Sources, v1beta1.GrantSource{Kind: kind, SecretNames: []string{"*"}})
+	}
+	e.must(k.Create(context.Background(), grant))
 	t.Cleanup(func() {
 		_ = k.DeleteAllOf(context.Background(), &v1beta1.ClusterRule{}, client.InNamespace(e.rulesNS))
 		_ = k.DeleteAllOf(context.Background(), &v1beta1.ClusterRule{}, client.InNamespace(e.ns)) // release tests' rules
