@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
@@ -63,7 +64,8 @@ func ruleQuery(key string) (streamQuery, error) {
 	return streamQuery{filters: filters}, err
 }
 
-// runExplain prints the history of decisions about a cluster or a rule, oldest first.
+// runExplain prints the history of decisions about a cluster or a rule, oldest first; for a
+// cluster, then which rules match it now and why the others do not (printRulesNow).
 func runExplain(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) != 2 || (args[0] != "cluster" && args[0] != "rule") {
 		return fmt.Errorf("explain: want cluster NAME or rule NAMESPACE/NAME\n%s", usage)
@@ -91,12 +93,58 @@ func runExplain(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	if n == 0 {
 		fmt.Fprintf(stdout, "No event about %s %s in the stream %s (it keeps events for its max age, 30 days by default).\n", args[0], args[1], events.StreamName)
+	}
+	if args[0] == "cluster" {
+		printRulesNow(ctx, nc, args[1], stdout)
 		return nil
 	}
-	if args[0] == "rule" {
+	if n > 0 {
 		fmt.Fprintf(stdout, "To see which clusters the rule selects now and why: enforcement preview -f <the rule's manifest>\n")
 	}
 	return nil
+}
+
+// printRulesNow asks the rule engine which live rules match the clusters named name now, and
+// prints the section "Rules now:" after the history: per cluster of that name, one line per rule.
+// When the rule engine cannot answer, the section says so and why; the history printed above
+// stands, so the command still succeeds.
+func printRulesNow(ctx context.Context, nc *nats.Conn, name string, w io.Writer) {
+	var res events.ExplainClusterResult
+	if err := askRuleEngine(ctx, nc, events.ExplainClusterSubject, events.ExplainClusterRequest{Cluster: name}, &res); err != nil {
+		fmt.Fprintf(w, "\nRules now: unavailable, the history above is all there is: %v\n", err)
+		return
+	}
+	if len(res.Clusters) == 0 {
+		fmt.Fprintf(w, "\nRules now: no source lists a cluster named %s in the rule engine's view, so no rule matches it.\n", name)
+		return
+	}
+	fmt.Fprintf(w, "\nRules now:\n")
+	for _, c := range res.Clusters {
+		eligible := "eligible"
+		if !c.Eligible {
+			eligible = "not eligible"
+		}
+		fmt.Fprintf(w, "Cluster %s of source %s %s: %s (state %s)%s\n", name, c.Source.Kind, c.Source.ID, eligible, valueOr(c.State, "-"), labelList(c.Labels))
+		if len(c.Rules) == 0 {
+			fmt.Fprintf(w, "  no ClusterRule in the namespaces the rule engine watches\n")
+		}
+		for _, v := range c.Rules {
+			fmt.Fprintf(w, "  %s\n", verdictLine(v))
+		}
+	}
+}
+
+// verdictLine is one rule's verdict on a cluster: "ns/name: matches, installs a, b", or
+// "ns/name: does not match: reason", with what the rule's records still hold there.
+func verdictLine(v events.RuleVerdict) string {
+	if v.Matches {
+		return fmt.Sprintf("%s: matches, installs %s", v.Rule, strings.Join(v.Installs, ", "))
+	}
+	line := fmt.Sprintf("%s: does not match: %s", v.Rule, v.Reason)
+	if len(v.Installed) > 0 {
+		line += "; still has " + strings.Join(v.Installed, ", ")
+	}
+	return line
 }
 
 // runEvents prints the stored events that pass the filters, then, with --follow, the new ones

@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
@@ -45,7 +50,9 @@ func explainFleet(t *testing.T, pub *events.Publisher) {
 // TestExplain: explain cluster and explain rule print, oldest first and one line each, exactly
 // the decisions about the cluster or the rule (the other cluster's and rule's events left out by
 // the subject filters, the source's held removals kept because they name the cluster), and a
-// name with no events or a malformed rule name says so.
+// name with no events or a malformed rule name says so. No rule engine runs here: explain
+// cluster prints the history, then says why the rules' current verdicts are unavailable, and
+// succeeds (TestExplainClusterCommand asks a running one).
 func TestExplain(t *testing.T) {
 	srv := testenv.StartNATS(t)
 	_, js := eventstest.Bus(t, srv.URL())
@@ -78,6 +85,8 @@ func TestExplain(t *testing.T) {
 		"Created Application argocd/prod-eu-guestbook",
 		"Source static/static-1 degraded (RemovalsHeld): 2 of 2 clusters absent; nothing removed; held removals: prod-eu",
 		"Rule team-a/fleet (generation 2) lets go of guestbook on prod-eu: NoLongerMatches, deletionPolicy Orphan",
+		"",
+		"Rules now: unavailable, the history above is all there is: no rule engine answers on enforcement-api.rule-engine.explain-cluster: is rule-engine running, in a version that serves it?",
 	}
 	if got := lines(out); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("explain cluster prod-eu:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -168,5 +177,87 @@ func TestEventsFilters(t *testing.T) {
 	}
 	if count(out2.String()) != 1 {
 		t.Errorf("events --follow printed stored events too:\n%s", out2.String())
+	}
+}
+
+// TestExplainClusterCommand runs `enforcement explain cluster` against the real rule-engine
+// (built and started as a process with its own NATS user of the shipped authorization, as
+// deployed) on a real API server: after the cluster's history, "Rules now:" gives each live
+// rule's verdict (the one that matches and what it installs, one whose label differs, a tenant's
+// rule no ClusterRuleGrant permits); a name no source lists says so; before the rule engine runs
+// the history is printed with a line saying why the verdicts are unavailable, and the command
+// succeeds.
+func TestExplainClusterCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs rule-engine")
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	srv := testenv.StartNATS(t, testenv.WithAuthorization(t, testenv.ShippedAuthorization(t)))
+	const operator = "enforcement-operator"
+	js := srv.JetStream(t, nats.UserInfo(operator, testenv.NATSPassword(operator)))
+	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	kube := testenv.StartKube(t)
+	kube.InstallCRDsFromDir(t, filepath.Join(root, "deploy", "k8s", "enforcement-crds", "crds"))
+	ns, tenant := kube.Namespace(t, "enforcement"), kube.Namespace(t, "team-x")
+	for _, manifest := range []string{
+		"metadata: {name: fleet, namespace: enforcement}\nspec: {source: {static: {labels: {env: prod}}}, enforcements: [{name: guestbook, repo: https://git.example/guestbook}]}",
+		"metadata: {name: dev, namespace: enforcement}\nspec: {source: {static: {labels: {env: dev}}}, enforcements: [{name: debug, repo: https://git.example/debug}]}",
+		"metadata: {name: tenant, namespace: team-x}\nspec: {source: {static: {labels: {env: prod}}}, enforcements: [{name: team, repo: https://git.example/team}]}",
+	} {
+		rule := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte("apiVersion: enforcement.globo.com/v1beta1\nkind: ClusterRule\n"+manifest), &rule.Object); err != nil {
+			t.Fatal(err)
+		}
+		if err := kube.Client.Create(ctx, rule); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := events.NewSourceRef(events.SourceKindStatic, "enforcement", "", nil)
+	pub := events.NewPublisher(js, "/test")
+	for i, c := range []events.Cluster{
+		{Name: "prod-a", Key: "prod-a", URL: "https://prod-a.example", Source: src, Eligible: true, State: "active", Labels: map[string]string{"env": "prod"}},
+		{Name: "dev-b", Key: "dev-b", URL: "https://dev-b.example", Source: src, Eligible: true, Labels: map[string]string{"env": "dev"}},
+	} {
+		if _, err := pub.Publish(ctx, &events.ClusterAppeared{Cluster: c, Revision: uint64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := map[string]string{"NATS_URL": srv.URL(), "NATS_USER": operator, "NATS_PASSWORD": testenv.NATSPassword(operator)}
+	cli := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(ctx, append([]string{"explain", "cluster"}, args...), func(k string) string { return env[k] }, &out, &out)
+		return out.String(), err
+	}
+
+	out, err := cli("prod-a")
+	if err != nil || !strings.Contains(out, "Discovered cluster prod-a (static, eligible); labels env=prod\n\n"+
+		"Rules now: unavailable, the history above is all there is: no rule engine answers on enforcement-api.rule-engine.explain-cluster: is rule-engine running") {
+		t.Errorf("explain without a rule engine: %v\n%s", err, out)
+	}
+
+	startRuleEngine(t, root, srv.URL(), kube.Kubeconfig, ns+","+tenant)
+	want := "\nRules now:\n" +
+		"Cluster prod-a of source static " + src.ID + ": eligible (state active); labels env=prod\n" +
+		"  enforcement/dev: does not match: label env is \"prod\" (want \"dev\")\n" +
+		"  enforcement/fleet: matches, installs guestbook\n" +
+		"  team-x/tenant: does not match: no ClusterRuleGrant permits the rule (NotPermitted): no ClusterRuleGrant in enforcement covers namespace team-x; rules outside enforcement act only within a grant\n"
+	testenv.Eventually(t, 30*time.Second, func() error {
+		out, err = cli("prod-a")
+		if err != nil || !strings.HasSuffix(out, want) || !strings.Contains(out, "Rule enforcement/fleet (generation 1) matched prod-a: install guestbook\n") {
+			return fmt.Errorf("explain cluster prod-a: %v\n%s\nwant it to end with:\n%s", err, out, want)
+		}
+		return nil
+	})
+
+	out, err = cli("nowhere")
+	if err != nil || !strings.HasSuffix(out, "No event about cluster nowhere in the stream ENFORCEMENT (it keeps events for its max age, 30 days by default).\n\n"+
+		"Rules now: no source lists a cluster named nowhere in the rule engine's view, so no rule matches it.\n") {
+		t.Errorf("explain cluster nowhere: %v\n%s", err, out)
 	}
 }

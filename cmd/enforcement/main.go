@@ -5,7 +5,7 @@
 //	enforcement dead-letters replay SEQ  publish a dead letter's event again after fixing the cause
 //	enforcement watch                    narrate the events as they happen (see watch.go)
 //	enforcement preview -f RULE.yaml     what applying a ClusterRule would do (see preview.go)
-//	enforcement explain cluster|rule X   the history of decisions about X (see explain.go)
+//	enforcement explain cluster|rule X   the history of decisions about X; for a cluster, which rules match it now (see explain.go)
 //	enforcement events [--follow]        the events, one line each, filtered (see explain.go)
 //	enforcement release-removals         list the trips of the removal breaker and the rule edits that hold removals
 //	enforcement release-removals SOURCE TRIP  release the removals one trip holds
@@ -49,7 +49,10 @@ const usage = `usage:
                                        (asks rule-engine; -f - reads standard input)
   enforcement explain cluster NAME     the history of decisions about a cluster, oldest first:
                                        appeared, changed, matched by rules, installs, triggers,
-                                       removals held and released (from the event stream)
+                                       removals held and released (from the event stream); then
+                                       "Rules now:", each live rule's verdict: matches and what
+                                       it installs, or why not (asks rule-engine; when it cannot
+                                       answer, a line says why and the command still succeeds)
   enforcement explain rule NAMESPACE/NAME
                                        the history of decisions of a rule, oldest first
   enforcement events [--follow] [--since 1h] [--cluster NAME] [--rule NAMESPACE/NAME] [--type T]...

@@ -78,30 +78,40 @@ func runPreview(ctx context.Context, args []string, getenv func(string) string, 
 
 // requestPreview sends the manifest to the rule engine's preview endpoint and decodes the answer.
 func requestPreview(ctx context.Context, nc *nats.Conn, manifest []byte) (*events.PreviewResult, error) {
-	body, err := json.Marshal(events.PreviewRequest{Rule: string(manifest)})
+	var res events.PreviewResult
+	if err := askRuleEngine(ctx, nc, events.PreviewSubject, events.PreviewRequest{Rule: string(manifest)}, &res); err != nil {
+		return nil, fmt.Errorf("preview: %w", err)
+	}
+	return &res, nil
+}
+
+// askRuleEngine sends req, as JSON, to the rule engine's endpoint subject and decodes its answer
+// into res, within previewTimeout. Its errors say what a user can do: no rule engine answers, it
+// refused the request (code 400: the reason alone), or it could not answer.
+func askRuleEngine(ctx context.Context, nc *nats.Conn, subject string, req, res any) error {
+	body, err := json.Marshal(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, previewTimeout)
 	defer cancel()
-	msg, err := nc.RequestWithContext(ctx, events.PreviewSubject, body)
+	msg, err := nc.RequestWithContext(ctx, subject, body)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return nil, fmt.Errorf("preview: no rule engine answers on %s: is rule-engine running, in a version that previews?", events.PreviewSubject)
+		return fmt.Errorf("no rule engine answers on %s: is rule-engine running, in a version that serves it?", subject)
 	case err != nil:
-		return nil, fmt.Errorf("preview: ask the rule engine on %s: %w", events.PreviewSubject, err)
+		return fmt.Errorf("ask the rule engine on %s: %w", subject, err)
 	}
 	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" {
 		if msg.Header.Get(micro.ErrorCodeHeader) == "400" {
-			return nil, fmt.Errorf("preview: %s", desc)
+			return errors.New(desc)
 		}
-		return nil, fmt.Errorf("preview: the rule engine could not answer: %s", desc)
+		return fmt.Errorf("the rule engine could not answer: %s", desc)
 	}
-	var res events.PreviewResult
-	if err := json.Unmarshal(msg.Data, &res); err != nil {
-		return nil, fmt.Errorf("preview: decode the rule engine's answer: %w", err)
+	if err := json.Unmarshal(msg.Data, res); err != nil {
+		return fmt.Errorf("decode the rule engine's answer: %w", err)
 	}
-	return &res, nil
+	return nil
 }
 
 // printPreview writes the preview for a person: the clusters, then the Application changes with

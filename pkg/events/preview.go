@@ -1,7 +1,8 @@
 package events
 
 // The rule engine's request-reply API, a NATS micro service: the operator's command line asks it
-// what a rule would do (`enforcement preview`). Nothing here is an event: its subjects begin
+// what a rule would do (`enforcement preview`) and which rules match a cluster now, and why the
+// others do not (`enforcement explain cluster`). Nothing here is an event: its subjects begin
 // with APISubjectRoot, outside the ENFORCEMENT stream's SubjectRoot + ".>", so requests and
 // replies are never stored.
 
@@ -14,7 +15,58 @@ const (
 	// "400": the rule cannot be previewed, the description says why; "500": the engine could
 	// not read its state).
 	PreviewSubject = APISubjectRoot + ".rule-engine.preview"
+	// ExplainClusterSubject answers an ExplainClusterRequest with an ExplainClusterResult, or a
+	// micro error (code "400": the request is malformed; "500": the engine could not read its
+	// state or the rules).
+	ExplainClusterSubject = APISubjectRoot + ".rule-engine.explain-cluster"
 )
+
+// ExplainClusterRequest asks which ClusterRules match a cluster now, and why the others do not.
+type ExplainClusterRequest struct {
+	// Cluster is the cluster's name, as sources list it and Argo CD registers it.
+	Cluster string `json:"cluster"`
+}
+
+// ExplainClusterResult is the rule engine's verdict, from its own cluster view and selection
+// code, on every live ClusterRule it watches for each cluster of the requested name.
+type ExplainClusterResult struct {
+	// Cluster is the requested name.
+	Cluster string `json:"cluster"`
+	// Clusters are the clusters of that name in the engine's view, one per source that lists it
+	// (and per identity), ordered by source id; empty when no source lists the name.
+	Clusters []ExplainedCluster `json:"clusters"`
+}
+
+// ExplainedCluster is one cluster of the requested name as its source lists it, with the verdict
+// of every rule on it.
+type ExplainedCluster struct {
+	Source   SourceRef         `json:"source"`
+	Identity string            `json:"identity,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	State    string            `json:"state,omitempty"`
+	// Eligible reports whether the cluster may receive new installs.
+	Eligible bool `json:"eligible"`
+	// Rules are the verdicts of the live ClusterRules, by namespace and name.
+	Rules []RuleVerdict `json:"rules"`
+}
+
+// RuleVerdict is whether one rule gives its enforcements to the cluster now, and why not.
+type RuleVerdict struct {
+	Rule RuleRef `json:"rule"`
+	// Matches: the rule selects the cluster, which is eligible, and its render for the cluster
+	// succeeds, so the cluster gets Installs.
+	Matches bool `json:"matches"`
+	// Installs are the names of the enforcements the rule renders for the cluster (set when
+	// Matches).
+	Installs []string `json:"installs,omitempty"`
+	// Reason says why not when Matches is false: the rule reads another source, is invalid,
+	// being deleted or NotPermitted, does not select the cluster (the first selection test that
+	// fails), the cluster is not eligible, or the render fails for it.
+	Reason string `json:"reason,omitempty"`
+	// Installed are the enforcements the rule's install records hold for the cluster now: a
+	// rule that no longer matches may keep them (not eligible, invalid rule, removal held).
+	Installed []string `json:"installed,omitempty"`
+}
 
 // PreviewRequest asks what applying a ClusterRule would do.
 type PreviewRequest struct {

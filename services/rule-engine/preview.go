@@ -56,7 +56,7 @@ type previewer struct {
 type userError struct{ error }
 
 // serveAPI registers the rule engine's micro service (events.RuleEngineAPIName) with its preview
-// endpoint, on every replica, and stops it at the beginning of the service's stop.
+// and explain-cluster endpoints, on every replica, and stops it at the beginning of the service's stop.
 func serveAPI(svc *service.Service, eng *engine, cfg config) error {
 	scheme := runtime.NewScheme()
 	if err := v1beta1.AddToScheme(scheme); err != nil {
@@ -70,36 +70,51 @@ func serveAPI(svc *service.Service, eng *engine, cfg config) error {
 	p := &previewer{store: eng.store, renderer: eng.renderer, degradedTTL: eng.degradedTTL, maxRemovalFraction: eng.maxRemovalFraction,
 		operatorNamespace: cfg.OperatorNamespace, watchNamespaces: cfg.WatchNamespaces, rules: rules}
 	ms, err := micro.AddService(svc.NATS, micro.Config{Name: events.RuleEngineAPIName, Version: "1.0.0",
-		Description: "Enforcement rule engine: previews what a ClusterRule would do"})
+		Description: "Enforcement rule engine: previews what a ClusterRule would do, explains which rules match a cluster"})
 	if err != nil {
 		return fmt.Errorf("register micro service %s: %w", events.RuleEngineAPIName, err)
 	}
 	svc.OnStop(func() { _ = ms.Stop() })
 	err = ms.AddEndpoint("preview", micro.ContextHandler(svc.Context(), func(ctx context.Context, req micro.Request) {
-		ctx, cancel := context.WithTimeout(ctx, previewTimeout)
-		defer cancel()
 		var in events.PreviewRequest
-		if err := json.Unmarshal(req.Data(), &in); err != nil {
-			_ = req.Error("400", "request: "+err.Error(), nil)
-			return
-		}
-		res, err := p.preview(ctx, []byte(in.Rule))
-		var ue userError
-		switch {
-		case errors.As(err, &ue):
-			_ = req.Error("400", ue.Error(), nil)
-		case err != nil:
-			svc.Logger.Warn("Preview failed", "error", err)
-			_ = req.Error("500", err.Error(), nil)
-		default:
-			_ = req.RespondJSON(res)
-		}
+		answer(ctx, svc.Logger, req, &in, func(ctx context.Context) (any, error) { return p.preview(ctx, []byte(in.Rule)) })
 	}), micro.WithEndpointSubject(events.PreviewSubject))
 	if err != nil {
 		_ = ms.Stop()
 		return fmt.Errorf("register endpoint %s: %w", events.PreviewSubject, err)
 	}
+	err = ms.AddEndpoint("explain-cluster", micro.ContextHandler(svc.Context(), func(ctx context.Context, req micro.Request) {
+		var in events.ExplainClusterRequest
+		answer(ctx, svc.Logger, req, &in, func(ctx context.Context) (any, error) { return p.explainCluster(ctx, in.Cluster) })
+	}), micro.WithEndpointSubject(events.ExplainClusterSubject))
+	if err != nil {
+		_ = ms.Stop()
+		return fmt.Errorf("register endpoint %s: %w", events.ExplainClusterSubject, err)
+	}
 	return nil
+}
+
+// answer decodes a request into in, then replies with what compute returns, within
+// previewTimeout: a request that does not decode or a userError is a 400 with the reason, any
+// other error a 500.
+func answer(ctx context.Context, log *slog.Logger, req micro.Request, in any, compute func(context.Context) (any, error)) {
+	ctx, cancel := context.WithTimeout(ctx, previewTimeout)
+	defer cancel()
+	if err := json.Unmarshal(req.Data(), in); err != nil {
+		_ = req.Error("400", "request: "+err.Error(), nil)
+		return
+	}
+	res, err := compute(ctx)
+	var ue userError
+	switch {
+	case errors.As(err, &ue):
+		_ = req.Error("400", ue.Error(), nil)
+	case err != nil:
+		log.Warn("API request failed", "subject", req.Subject(), "error", err)
+		_ = req.Error("500", err.Error(), nil)
+	default:
+		_ = req.RespondJSON(res)
+	}
 }
 
 // parseRule reads one ClusterRule manifest. Unknown fields are errors, as the API server's

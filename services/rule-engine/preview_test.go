@@ -74,6 +74,23 @@ func (e *env) lastSeqs() string {
 	return strings.Join(out, " ")
 }
 
+// waitStill waits until the stream and the rule engine's buckets stop moving (the records are
+// written after the intents are published) and returns their last sequences (lastSeqs).
+func (e *env) waitStill() string {
+	e.t.Helper()
+	before := e.lastSeqs()
+	testenv.Eventually(e.t, 10*time.Second, func() error {
+		time.Sleep(300 * time.Millisecond)
+		now := e.lastSeqs()
+		if now != before {
+			before = now
+			return fmt.Errorf("still writing: %s", now)
+		}
+		return nil
+	})
+	return before
+}
+
 // changeLines summarises changes as "action cluster enforcement [reason] [held]".
 func changeLines(res *events.PreviewResult) string {
 	var s []string
@@ -110,17 +127,7 @@ func TestPreview(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitIntentSet("install prod-a guestbook", "install prod-a agent", "install prod-b guestbook", "install prod-b agent")
-	// The records are written after the intents are published: wait until nothing moves.
-	before := e.lastSeqs()
-	testenv.Eventually(t, 10*time.Second, func() error {
-		time.Sleep(300 * time.Millisecond)
-		now := e.lastSeqs()
-		if now != before {
-			before = now
-			return fmt.Errorf("still writing: %s", now)
-		}
-		return nil
-	})
+	before := e.waitStill()
 
 	// The same manifest: nothing to do.
 	res, msg := e.previewOf(fleetRule)
