@@ -9,12 +9,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/enforcement-io/enforcement/pkg/api/crds"
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
@@ -29,8 +29,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.RunWithSharedKube(m)) }
 
-// crdDir is the generated CRD of ClusterRule.
-var crdDir = filepath.Join("..", "..", "deploy", "k8s", "enforcement-crds", "crds")
 
 // testNamespaces makes every test's namespace distinct on the shared API server.
 var testNamespaces atomic.Int32
@@ -51,7 +49,12 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	kube := testenv.SharedKube(t)
-	kube.InstallCRDsFromDir(t, crdDir)
+	// The CRDs the preview validates against (pkg/api/crds, a copy of the chart's).
+	enforcementCRDs, err := crds.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube.InstallCRDs(t, enforcementCRDs...)
 	c := kube.TypedClient(t, v1beta1.AddToScheme)
 	n := testenv.StartNATS(t)
 	nc, js := eventstest.Bus(t, n.URL())

@@ -28,9 +28,11 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 )
@@ -50,10 +52,15 @@ type previewer struct {
 	watchNamespaces    []string
 	// rules reads the live ClusterRule of the previewed name (its uid and generation).
 	rules client.Reader
+	// schema is the ClusterRule CRD's, applied to every manifest (schema.go).
+	schema *ruleSchema
 }
 
 // userError is a request that cannot be previewed as it is: the reply says why (code 400).
 type userError struct{ error }
+
+// Unwrap returns the reason, so that errors.As finds the API server's kind of error in it.
+func (e userError) Unwrap() error { return e.error }
 
 // serveAPI registers the rule engine's micro service (events.RuleEngineAPIName) with its preview
 // and explain-cluster endpoints, on every replica, and stops it at the beginning of the service's stop.
@@ -62,13 +69,17 @@ func serveAPI(svc *service.Service, eng *engine, cfg config) error {
 	if err := v1beta1.AddToScheme(scheme); err != nil {
 		return err
 	}
+	rs, err := clusterRuleSchema()
+	if err != nil {
+		return err
+	}
 	// A direct client: a standby's manager (and its cache) has not started.
 	rules, err := client.New(svc.Kube, client.Options{Scheme: scheme})
 	if err != nil {
 		return fmt.Errorf("preview client: %w", err)
 	}
 	p := &previewer{store: eng.store, renderer: eng.renderer, degradedTTL: eng.degradedTTL, maxRemovalFraction: eng.maxRemovalFraction,
-		operatorNamespace: cfg.OperatorNamespace, watchNamespaces: cfg.WatchNamespaces, rules: rules}
+		operatorNamespace: cfg.OperatorNamespace, watchNamespaces: cfg.WatchNamespaces, rules: rules, schema: rs}
 	ms, err := micro.AddService(svc.NATS, micro.Config{Name: events.RuleEngineAPIName, Version: "1.0.0",
 		Description: "Enforcement rule engine: previews what a ClusterRule would do, explains which rules match a cluster"})
 	if err != nil {
@@ -117,27 +128,50 @@ func answer(ctx context.Context, log *slog.Logger, req micro.Request, in any, co
 	}
 }
 
-// parseRule reads one ClusterRule manifest. Unknown fields are errors, as the API server's
-// strict field validation makes them, so that a misspelt field is not previewed as absent.
-func parseRule(manifest []byte) (*v1beta1.ClusterRule, error) {
+// parseRule reads one ClusterRule manifest as the API server would on create (schema.go): unknown
+// fields are errors, as the API server's strict field validation makes them, so that a misspelt
+// field is not previewed as absent; the CRD's defaults are filled in, so that the spec is the
+// one the applied rule will have; and the CRD's validation runs, so that a rule the API server
+// would refuse is refused here, with its message.
+func parseRule(ctx context.Context, rs *ruleSchema, manifest []byte) (*v1beta1.ClusterRule, error) {
 	if len(bytes.TrimSpace(manifest)) == 0 {
 		return nil, userError{errors.New("the rule manifest is empty")}
 	}
 	if docs := splitDocuments(manifest); len(docs) > 1 {
 		return nil, userError{fmt.Errorf("the manifest holds %d documents; preview takes one ClusterRule", len(docs))}
 	}
-	var cr v1beta1.ClusterRule
-	if err := yaml.UnmarshalStrict(manifest, &cr); err != nil {
+	js, err := yaml.YAMLToJSONStrict(manifest)
+	if err != nil {
 		return nil, userError{fmt.Errorf("read the ClusterRule: %w", err)}
 	}
+	var obj map[string]any
+	if err := utiljson.Unmarshal(js, &obj); err != nil || obj == nil {
+		return nil, userError{errors.New("read the ClusterRule: not a YAML object (key: value mapping)")}
+	}
+	u := &unstructured.Unstructured{Object: obj}
 	want := v1beta1.GroupVersion.String()
 	switch {
-	case cr.APIVersion != want || cr.Kind != "ClusterRule":
-		return nil, userError{fmt.Errorf("apiVersion %q, kind %q: want %s, ClusterRule", cr.APIVersion, cr.Kind, want)}
-	case cr.Name == "":
+	case u.GetAPIVersion() != want || u.GetKind() != "ClusterRule":
+		return nil, userError{fmt.Errorf("apiVersion %q, kind %q: want %s, ClusterRule", u.GetAPIVersion(), u.GetKind(), want)}
+	case u.GetName() == "":
 		return nil, userError{errors.New("metadata.name is required")}
-	case cr.Namespace == "":
+	case u.GetNamespace() == "":
 		return nil, userError{errors.New("metadata.namespace is required (the preview does not guess the namespace kubectl would use)")}
+	}
+	if err := rs.admit(ctx, obj); err != nil {
+		return nil, userError{err}
+	}
+	// The schema let every field through: the typed decoding can only fail on a difference
+	// between the Go type and the CRD, strictly, so that it is seen.
+	js, err = json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	var cr v1beta1.ClusterRule
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cr); err != nil {
+		return nil, fmt.Errorf("decode the admitted ClusterRule: %w", err)
 	}
 	return &cr, nil
 }
@@ -155,7 +189,7 @@ func splitDocuments(manifest []byte) [][]byte {
 
 // preview computes what applying the manifest would do. See the file comment.
 func (p *previewer) preview(ctx context.Context, manifest []byte) (*events.PreviewResult, error) {
-	cr, err := parseRule(manifest)
+	cr, err := parseRule(ctx, p.schema, manifest)
 	if err != nil {
 		return nil, err
 	}

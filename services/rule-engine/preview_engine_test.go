@@ -31,8 +31,12 @@ func TestPreviewRuleDecisions(t *testing.T) {
 	}
 	// In OPERATOR_NAMESPACE: a rule of another namespace would need its ClusterRuleGrant read
 	// from the API server (TestPreview covers that).
+	rs, err := clusterRuleSchema()
+	if err != nil {
+		t.Fatal(err)
+	}
 	parse := func(manifest string) *v1beta1.ClusterRule {
-		cr, err := parseRule([]byte(strings.ReplaceAll(manifest, "NS", "enforcement")))
+		cr, err := parseRule(ctx, rs, []byte(strings.ReplaceAll(manifest, "NS", "enforcement")))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -193,12 +193,15 @@ func TestPreview(t *testing.T) {
 	for _, tt := range []struct{ manifest, want string }{
 		{"", "400: the rule manifest is empty"},
 		{fleetRule + "---\n" + fresh, "400: the manifest holds 2 documents; preview takes one ClusterRule"},
-		{strings.Replace(fleetRule, "path: guestbook", "paht: guestbook", 1), `400: read the ClusterRule: error unmarshaling JSON: while decoding JSON: json: unknown field "paht"`},
+		{strings.Replace(fleetRule, "path: guestbook", "paht: guestbook", 1), `400: ClusterRule in version "v1beta1" cannot be handled as a ClusterRule: strict decoding error: unknown field "spec.enforcements[0].paht"`},
 		{strings.Replace(fleetRule, "kind: ClusterRule", "kind: Application", 1), `400: apiVersion "enforcement.globo.com/v1beta1", kind "Application": want enforcement.globo.com/v1beta1, ClusterRule`},
 		{strings.Replace(fleetRule, "  namespace: NS\n", "", 1), "400: metadata.namespace is required"},
 		{strings.Replace(fleetRule, "  name: fleet\n", "", 1), "400: metadata.name is required"},
 		{strings.Replace(fleetRule, "namespace: NS", "namespace: elsewhere", 1), "400: namespace elsewhere is not one this rule engine watches"},
-		{strings.Replace(fleetRule, "rancher:", "rancher: {}\n    matchExpressions: [{key: env, operator: Sideways}]\n    unused:", 1), "400: read the ClusterRule"},
+		{strings.Replace(fleetRule, "rancher:", "rancher: {}\n    matchExpressions: [{key: env, operator: Sideways}]\n    unused:", 1), `400: ClusterRule in version "v1beta1" cannot be handled as a ClusterRule: strict decoding error: unknown field "spec.source.unused"`},
+		{"just: [text", "400: read the ClusterRule: yaml: line 1: did not find expected ',' or ']'"},
+		{"- a list", "400: read the ClusterRule: not a YAML object"},
+		{strings.Replace(fleetRule, "  name: fleet\n", "  name: fleet\n  name: twice\n", 1), `400: read the ClusterRule: yaml: unmarshal errors:   line 5: key "name" already set in map`},
 		{strings.Replace(fleetRule, "rancher:\n      labels: {env: prod}", "rancher: {}\n    matchExpressions: [{key: env, operator: Sideways}]", 1),
 			"400: the rule is invalid, so applying it would change nothing (its status would say so): source.matchLabels/matchExpressions"},
 	} {
