@@ -29,7 +29,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.RunWithSharedKube(m)) }
 
-
 // testNamespaces makes every test's namespace distinct on the shared API server.
 var testNamespaces atomic.Int32
 
