@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
@@ -10,8 +11,12 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
+	"github.com/enforcement-io/enforcement/pkg/testenv/compat"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"sigs.k8s.io/yaml"
 )
 
 // BenchmarkPreview measures one preview of an edit of the README's dynamic rule on a real NATS
@@ -58,4 +63,55 @@ func BenchmarkPreview(b *testing.B) {
 			b.Fatalf("%d changes, want 1000", len(res.Changes))
 		}
 	}
+}
+
+// BenchmarkPreviewSchema measures what the CRD's schema adds to a preview (schema.go), on the
+// README's dynamic rule manifest: "typed" is the strict typed decoding a preview did before,
+// "parse" the whole of parseRule now (YAML to JSON, decoding, schema, typed decoding), "schema"
+// the schema step alone (unknown fields, defaults, OpenAPI and CEL validation) on a fresh copy of
+// the decoded manifest (the copy is counted).
+func BenchmarkPreviewSchema(b *testing.B) {
+	ctx := context.Background()
+	manifest := compat.Manifest(b, examples+"readme-02-dynamic-rule-jinja.yaml")
+	manifest = bytes.Replace(manifest, []byte("metadata:\n"), []byte("metadata:\n  namespace: enforcement\n"), 1) // as kubectl -n would
+	rs, err := clusterRuleSchema()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := parseRule(ctx, rs, manifest); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("typed", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			var cr v1beta1.ClusterRule
+			if err := yaml.UnmarshalStrict(manifest, &cr); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parse", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := parseRule(ctx, rs, manifest); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	js, err := yaml.YAMLToJSON(manifest)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var obj map[string]any
+	if err := utiljson.Unmarshal(js, &obj); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("schema", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if err := rs.admit(ctx, runtime.DeepCopyJSON(obj)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
