@@ -40,12 +40,12 @@ require (
 	k8s.io/utils v0.0.0-20240711033017-18e509b52bc8 // indirect
 	sigs.k8s.io/json v0.0.0-20221116044647-bc3834ca7abd // indirect
 	sigs.k8s.io/structured-merge-diff/v4 v4.4.1 // indirect
-	sigs.k8s.io/yaml v1.4.0 // indirect
 )
 
 require (
 	github.com/enforcement-io/enforcement/pkg/events v0.0.0
 	github.com/gobwas/glob v0.2.3
+	sigs.k8s.io/yaml v1.4.0
 )
 
 replace github.com/enforcement-io/enforcement/pkg/events => ../events
