@@ -98,12 +98,11 @@ func (rs *ruleSchema) admit(ctx context.Context, obj map[string]any) error {
 	}
 	unknown = append(unknown, structuralpruning.PruneWithOptions(obj, rs.structural, true,
 		structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true})...)
-	if ferr, paths := schemaobjectmeta.CoerceWithOptions(nil, obj, rs.structural, false,
-		schemaobjectmeta.CoerceOptions{ReturnUnknownFieldPaths: true}); ferr != nil {
+	ferr, embedded := schemaobjectmeta.CoerceWithOptions(nil, obj, rs.structural, false, schemaobjectmeta.CoerceOptions{ReturnUnknownFieldPaths: true})
+	if ferr != nil {
 		return notHandled(ferr)
-	} else {
-		unknown = append(unknown, paths...)
 	}
+	unknown = append(unknown, embedded...)
 	if len(unknown) > 0 {
 		errs := make([]error, len(unknown))
 		for i, p := range unknown {
