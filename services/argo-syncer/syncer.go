@@ -281,6 +281,11 @@ func (s *Syncer) install(ctx context.Context, in *events.InstallIntent, gate, re
 	if err != nil {
 		return res, err
 	}
+	writes, err = s.clearUnregisterPending(ctx, cluster)
+	res.Writes += writes
+	if err != nil {
+		return res, err
+	}
 	if in.Grant != nil {
 		writes, err = s.ensureTenantProject(ctx, in.Cluster, names.project, in.Grant)
 	} else {
@@ -606,8 +611,7 @@ func (s *Syncer) secretRef(src events.SourceRef) secretRef {
 }
 
 // ensureProject makes the cluster's AppProject (n.project) allow repo (and the repositories it
-// already allows). It writes only when something is missing, and clears a pending
-// unregistration.
+// already allows). It writes only when something is missing.
 func (s *Syncer) ensureProject(ctx context.Context, t events.Target, n objectNames, repo string) (int, error) {
 	name := n.project
 	existing, exists, _ := s.projects.get(name)
@@ -633,16 +637,6 @@ func (s *Syncer) ensureProject(ctx context.Context, t events.Target, n objectNam
 		desired.Metadata.Annotations[AnnotationIdentity] = t.Identity
 	}
 	desired.seal()
-	if exists && existing.Annotations[AnnotationUnregister] != "" {
-		patch := []byte(`{"metadata":{"annotations":{"` + AnnotationUnregister + `":null}}}`)
-		p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-		s.metrics.write("AppProject", "patch", err)
-		writes++
-		if err != nil {
-			return writes, classify(err, "clear unregistration of appproject "+name)
-		}
-		s.projects.wrote(p)
-	}
 	if exists && owned(existing) && inSync(existing.Labels, existing.Annotations, existing.Spec, desired) {
 		return writes, nil
 	}
@@ -692,21 +686,81 @@ func (s *Syncer) ensureTenantProject(ctx context.Context, t events.Target, name 
 }
 
 // deleteTenantProjects deletes the grants' AppProjects of a cluster (Enforcement's only), once
-// none of its Applications is left.
-func (s *Syncer) deleteTenantProjects(ctx context.Context, cluster string) error {
-	for _, p := range s.projects.list(indexTenantCluster, cluster) {
-		if !owned(p) || p.Annotations[AnnotationGrant] == "" {
+// none of its Applications is left. A grant project that Applications Enforcement does not manage
+// use is kept, and marked for the unregistration to finish once they are gone (keepProject);
+// held says so, and the cluster must then stay registered for them.
+func (s *Syncer) deleteTenantProjects(ctx context.Context, cluster string) (held bool, err error) {
+	for _, p := range s.tenantProjects(cluster) {
+		if foreign := s.foreignApplications(p.Name); len(foreign) > 0 {
+			held = true
+			if err := s.keepProject(ctx, cluster, p, foreign); err != nil {
+				return held, err
+			}
 			continue
 		}
 		err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
 		s.metrics.write("AppProject", "delete", err)
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return classify(err, "delete appproject "+p.Name)
+			return held, classify(err, "delete appproject "+p.Name)
 		}
 		s.projects.removed(p.Name, p.UID, false)
 		s.logger.Info("Deleted AppProject", "appproject", p.Name, "cluster", cluster, "grant", p.Annotations[AnnotationGrant])
 	}
-	return nil
+	return held, nil
+}
+
+// tenantProjects lists, sorted by name, Enforcement's grant AppProjects of the cluster (from the
+// cache).
+func (s *Syncer) tenantProjects(cluster string) []*argov1.AppProject {
+	var out []*argov1.AppProject
+	for _, p := range s.projects.list(indexTenantCluster, cluster) {
+		if owned(p) && p.Annotations[AnnotationGrant] != "" {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b *argov1.AppProject) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// registrationProjects lists Enforcement's AppProjects of the cluster (from the cache): its own
+// first, when it has one, then its grants' (a cluster with only tenant Applications has no
+// project of its own). A pending unregistration is marked on one of them.
+func (s *Syncer) registrationProjects(cluster string) []*argov1.AppProject {
+	var out []*argov1.AppProject
+	if p, ok, _ := s.projects.get(s.names(cluster, "").project); ok && owned(p) {
+		out = append(out, p)
+	}
+	return append(out, s.tenantProjects(cluster)...)
+}
+
+// unregisterPending reports whether one of projects carries AnnotationUnregister: the
+// unregistration of their cluster waits for Applications to go.
+func unregisterPending(projects []*argov1.AppProject) bool {
+	return slices.ContainsFunc(projects, func(p *argov1.AppProject) bool { return p.Annotations[AnnotationUnregister] != "" })
+}
+
+// clearUnregisterPending removes AnnotationUnregister from the cluster's AppProjects that carry
+// it: an install wants the cluster registered, so an Application deleted later for another
+// reason must not unregister it (finishUnregister). It returns the writes sent.
+func (s *Syncer) clearUnregisterPending(ctx context.Context, cluster string) (int, error) {
+	writes := 0
+	patch := []byte(`{"metadata":{"annotations":{"` + AnnotationUnregister + `":null}}}`)
+	for _, project := range s.registrationProjects(cluster) {
+		if project.Annotations[AnnotationUnregister] == "" {
+			continue
+		}
+		p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, project.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		s.metrics.write("AppProject", "patch", err)
+		writes++
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return writes, classify(err, "clear unregistration of appproject "+project.Name)
+		}
+		s.projects.wrote(p)
+	}
+	return writes, nil
 }
 
 // UninstallResult says what an uninstall did.
@@ -870,20 +924,21 @@ func (s *Syncer) unregister(ctx context.Context, cluster string) (bool, error) {
 	if alive > 0 {
 		return false, nil
 	}
-	names := s.names(cluster, "")
-	name := names.project
-	project, exists, _ := s.projects.get(name)
 	if terminating > 0 {
-		if exists && owned(project) && project.Annotations[AnnotationUnregister] == "" {
-			return false, s.markUnregisterPending(ctx, cluster, terminating)
+		if projects := s.registrationProjects(cluster); len(projects) > 0 && !unregisterPending(projects) {
+			return false, s.markUnregisterPending(ctx, cluster, projects[0], terminating)
 		}
 		return false, nil
 	}
 	// Applications are gone (above), then the AppProjects that name the cluster (its grants',
 	// then its own), then the cluster Secret: each step removes only what nothing left depends on.
-	if err := s.deleteTenantProjects(ctx, cluster); err != nil {
+	// A grant project foreign Applications use keeps the rest too: they deploy to this cluster.
+	if held, err := s.deleteTenantProjects(ctx, cluster); held || err != nil {
 		return false, err
 	}
+	names := s.names(cluster, "")
+	name := names.project
+	project, exists, _ := s.projects.get(name)
 	if exists && owned(project) {
 		// Applications of someone else's in the project deploy to this cluster (the project
 		// allows no other destination): the project and the registration stay for them.
@@ -911,10 +966,10 @@ func (s *Syncer) unregister(ctx context.Context, cluster string) (bool, error) {
 	return true, nil
 }
 
-// markUnregisterPending marks the cluster's AppProject so that the unregistration finishes once
-// its terminating Applications are gone (finishUnregister).
-func (s *Syncer) markUnregisterPending(ctx context.Context, cluster string, terminating int) error {
-	name := s.names(cluster, "").project
+// markUnregisterPending marks project, one of the cluster's (registrationProjects), so that the
+// unregistration finishes once its terminating Applications are gone (finishUnregister).
+func (s *Syncer) markUnregisterPending(ctx context.Context, cluster string, project *argov1.AppProject, terminating int) error {
+	name := project.Name
 	patch := []byte(`{"metadata":{"annotations":{"` + AnnotationUnregister + `":"pending"}}}`)
 	p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	s.metrics.write("AppProject", "patch", err)
@@ -941,8 +996,8 @@ func (s *Syncer) foreignApplications(project string) []string {
 	return names
 }
 
-// keepProject leaves the cluster's AppProject and cluster Secret in place because foreign
-// Applications use the project, and marks the project so that the unregistration finishes once
+// keepProject leaves the cluster's AppProject (its own or a grant's) and cluster Secret in place
+// because foreign Applications use the project, and marks the project so that the unregistration finishes once
 // they are gone (the informer's delete events bring the cluster back to finishUnregister).
 func (s *Syncer) keepProject(ctx context.Context, cluster string, project *argov1.AppProject, foreign []string) error {
 	s.metrics.unregistrationHeld()
@@ -963,14 +1018,13 @@ func (s *Syncer) keepProject(ctx context.Context, cluster string, project *argov
 	return nil
 }
 
-// finishUnregister completes an unregistration that waited for terminating Applications. It
-// only acts on AppProjects marked pending, so an Application deleted for another reason does
-// not unregister a cluster.
+// finishUnregister completes an unregistration that waited for terminating or foreign
+// Applications. It only acts on a cluster one of whose AppProjects is marked pending, so an
+// Application deleted for another reason does not unregister a cluster.
 func (s *Syncer) finishUnregister(ctx context.Context, cluster string) error {
 	unlock := s.clusters.lock(cluster)
 	defer unlock()
-	project, exists, _ := s.projects.get(s.names(cluster, "").project)
-	if !exists || !owned(project) || project.Annotations[AnnotationUnregister] == "" {
+	if !unregisterPending(s.registrationProjects(cluster)) {
 		return nil
 	}
 	_, err := s.unregister(ctx, cluster)
