@@ -1,8 +1,9 @@
 package events
 
 // The rule engine's request-reply API, a NATS micro service: the operator's command line asks it
-// what a rule would do (`enforcement preview`) and which rules match a cluster now, and why the
-// others do not (`enforcement explain cluster`). Nothing here is an event: its subjects begin
+// what a rule would do (`enforcement preview`), which rules match a cluster now, and why the
+// others do not (`enforcement explain cluster`), and which clusters a rule matches now, and why
+// not the others (`enforcement explain rule`). Nothing here is an event: its subjects begin
 // with APISubjectRoot, outside the ENFORCEMENT stream's SubjectRoot + ".>", so requests and
 // replies are never stored.
 
@@ -19,7 +20,51 @@ const (
 	// micro error (code "400": the request is malformed; "500": the engine could not read its
 	// state or the rules).
 	ExplainClusterSubject = APISubjectRoot + ".rule-engine.explain-cluster"
+	// ExplainRuleSubject answers an ExplainRuleRequest with an ExplainRuleResult, or a micro
+	// error (code "404": no ClusterRule of that namespace and name on the API server; "400": the
+	// request is malformed or names a namespace the engine does not watch; "500": the engine
+	// could not read its state or the rule).
+	ExplainRuleSubject = APISubjectRoot + ".rule-engine.explain-rule"
 )
+
+// ExplainRuleRequest asks which clusters of its source a live ClusterRule matches now, and why
+// not the others.
+type ExplainRuleRequest struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// ExplainRuleResult is the rule engine's verdict on the live rule for every cluster of its
+// source: the preview's answer for the rule as it is (PreviewResult's Clusters, Held and
+// TemplateErrors), except that it names no cluster a rule outside OPERATOR_NAMESPACE may not
+// target, as the rule's status names none: those are counted in Withheld.
+type ExplainRuleResult struct {
+	// Rule is the live rule: its uid and generation.
+	Rule   RuleRef   `json:"rule"`
+	Source SourceRef `json:"source"`
+	// Inactive says why the rule selects no cluster at all, whatever its source lists: it is
+	// being deleted, or its spec is invalid (it keeps what it has). Clusters is empty then.
+	Inactive string `json:"inactive,omitempty"`
+	// Clusters are the clusters of the rule's source the answer may name, by name: matching or
+	// not and why (as PreviewCluster).
+	Clusters []PreviewCluster `json:"clusters"`
+	// Withheld counts, by reason, the clusters of the source a rule outside OPERATOR_NAMESPACE
+	// may not target (no ClusterRuleGrant permits the rule, or outside its grant's cluster
+	// selector); they are not named.
+	Withheld []WithheldClusters `json:"withheld,omitempty"`
+	// Held is the hold the rule edit breaker has on the rule's removals, if any (its Clusters
+	// are empty for a rule outside OPERATOR_NAMESPACE, whose Message names none either).
+	Held *PreviewHeld `json:"held,omitempty"`
+	// TemplateErrors are the selected clusters whose render fails: they keep what they have.
+	TemplateErrors []PreviewTemplateError `json:"templateErrors,omitempty"`
+}
+
+// WithheldClusters is how many clusters of a rule's source the rule does not match for one
+// reason, unnamed.
+type WithheldClusters struct {
+	Reason string `json:"reason"`
+	Count  int    `json:"count"`
+}
 
 // ExplainClusterRequest asks which ClusterRules match a cluster now, and why the others do not.
 type ExplainClusterRequest struct {

@@ -1,7 +1,9 @@
 package main
 
 // Explain: which ClusterRules give their enforcements to a cluster now, and why the others do not
-// (`enforcement explain cluster NAME`, after the cluster's history from the stream). Like a
+// (`enforcement explain cluster NAME`, after the cluster's history from the stream), and which
+// clusters a rule gives them to now (`enforcement explain rule NAMESPACE/NAME`: explainRule, the
+// preview of the live rule as it is). Like a
 // preview it runs on a scratch engine loaded from the state bucket, with the engine's own
 // selection code (selection.selects and whyNot) and each live rule compiled with its
 // ClusterRuleGrant as the controller compiles it (compileRule), so a verdict is the one the
@@ -22,6 +24,8 @@ import (
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -169,4 +173,79 @@ func (e *engine) installedBy(rule, cid string) []string {
 		return nil
 	}
 	return slices.Sorted(maps.Keys(p.Enforcements))
+}
+
+// explainRule returns the live rule's verdict on every cluster of its source now: the preview's
+// answer for the rule as it is (previewCompiled with the live rule as both the candidate and the
+// live one), its clusters, held removals and template errors. A rule outside OPERATOR_NAMESPACE
+// gets no cluster named that it may not target (withholdUntargetable), as its status names none.
+func (p *previewer) explainRule(ctx context.Context, ns, name string) (*events.ExplainRuleResult, error) {
+	if strings.TrimSpace(ns) == "" || strings.TrimSpace(name) == "" {
+		return nil, userError{errors.New("the rule's namespace and name are both required")}
+	}
+	if err := p.checkWatched(ns); err != nil {
+		return nil, err
+	}
+	var cr v1beta1.ClusterRule
+	err := p.rules.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &cr)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, notFoundError{fmt.Errorf("no ClusterRule %s/%s on the API server", ns, name)}
+	case err != nil:
+		return nil, fmt.Errorf("read ClusterRule %s/%s: %w", ns, name, err)
+	}
+	res := &events.ExplainRuleResult{Rule: events.RuleRef{Namespace: ns, Name: name, UID: string(cr.UID), Generation: cr.Generation},
+		Clusters: []events.PreviewCluster{}}
+	if !cr.DeletionTimestamp.IsZero() {
+		res.Inactive = "the rule is being deleted"
+		return res, nil
+	}
+	r, err := compileWithGrants(ctx, p.rules, &cr, p.operatorNamespace)
+	if err != nil {
+		return nil, err
+	}
+	if r.sel != nil {
+		res.Source = r.sel.source
+	}
+	if r.invalid != nil {
+		res.Inactive = "the rule is invalid (its status says so): " + r.invalid.Error()
+		return res, nil
+	}
+	pr := &events.PreviewResult{Existing: true, LiveGeneration: cr.Generation}
+	if err := p.previewCompiled(ctx, r, r, pr); err != nil {
+		return nil, err
+	}
+	res.Held, res.TemplateErrors = pr.Held, pr.TemplateErrors
+	res.Clusters, res.Withheld = withholdUntargetable(r, pr.Clusters)
+	if r.tenant && res.Held != nil {
+		res.Held.Clusters = nil // heldMessage names none for such a rule either
+	}
+	return res, nil
+}
+
+// withholdUntargetable splits the preview's clusters of rule r into those the answer may name
+// and, for a rule outside OPERATOR_NAMESPACE, the counts by reason of those its grant does not
+// let it target (no grant permits the rule, with the reason why, or outside the grant's cluster
+// selector). A rule of OPERATOR_NAMESPACE may target every cluster: all are named.
+func withholdUntargetable(r *ruleState, clusters []events.PreviewCluster) ([]events.PreviewCluster, []events.WithheldClusters) {
+	named := []events.PreviewCluster{}
+	if !r.tenant {
+		return append(named, clusters...), nil
+	}
+	counts := map[string]int{}
+	for _, c := range clusters {
+		switch c.Reason {
+		case reasonNotPermitted:
+			counts[c.Reason+": "+strings.TrimPrefix(r.denied.Error(), errNotPermitted.Error()+": ")]++
+		case reasonOutsideGrant:
+			counts[c.Reason]++
+		default:
+			named = append(named, c)
+		}
+	}
+	var withheld []events.WithheldClusters
+	for _, reason := range slices.Sorted(maps.Keys(counts)) {
+		withheld = append(withheld, events.WithheldClusters{Reason: reason, Count: counts[reason]})
+	}
+	return named, withheld
 }

@@ -62,8 +62,11 @@ type userError struct{ error }
 // Unwrap returns the reason, so that errors.As finds the API server's kind of error in it.
 func (e userError) Unwrap() error { return e.error }
 
-// serveAPI registers the rule engine's micro service (events.RuleEngineAPIName) with its preview
-// and explain-cluster endpoints, on every replica, and stops it at the beginning of the service's stop.
+// notFoundError is a request about something that does not exist: the reply says what (code 404).
+type notFoundError struct{ error }
+
+// serveAPI registers the rule engine's micro service (events.RuleEngineAPIName) with its preview,
+// explain-cluster and explain-rule endpoints, on every replica, and stops it at the beginning of the service's stop.
 func serveAPI(svc *service.Service, eng *engine, cfg config) error {
 	scheme := runtime.NewScheme()
 	if err := v1beta1.AddToScheme(scheme); err != nil {
@@ -81,7 +84,7 @@ func serveAPI(svc *service.Service, eng *engine, cfg config) error {
 	p := &previewer{store: eng.store, renderer: eng.renderer, degradedTTL: eng.degradedTTL, maxRemovalFraction: eng.maxRemovalFraction,
 		operatorNamespace: cfg.OperatorNamespace, watchNamespaces: cfg.WatchNamespaces, rules: rules, schema: rs}
 	ms, err := micro.AddService(svc.NATS, micro.Config{Name: events.RuleEngineAPIName, Version: "1.0.0",
-		Description: "Enforcement rule engine: previews what a ClusterRule would do, explains which rules match a cluster"})
+		Description: "Enforcement rule engine: previews what a ClusterRule would do, explains which rules match a cluster and which clusters a rule matches"})
 	if err != nil {
 		return fmt.Errorf("register micro service %s: %w", events.RuleEngineAPIName, err)
 	}
@@ -102,12 +105,20 @@ func serveAPI(svc *service.Service, eng *engine, cfg config) error {
 		_ = ms.Stop()
 		return fmt.Errorf("register endpoint %s: %w", events.ExplainClusterSubject, err)
 	}
+	err = ms.AddEndpoint("explain-rule", micro.ContextHandler(svc.Context(), func(ctx context.Context, req micro.Request) {
+		var in events.ExplainRuleRequest
+		answer(ctx, svc.Logger, req, &in, func(ctx context.Context) (any, error) { return p.explainRule(ctx, in.Namespace, in.Name) })
+	}), micro.WithEndpointSubject(events.ExplainRuleSubject))
+	if err != nil {
+		_ = ms.Stop()
+		return fmt.Errorf("register endpoint %s: %w", events.ExplainRuleSubject, err)
+	}
 	return nil
 }
 
 // answer decodes a request into in, then replies with what compute returns, within
-// previewTimeout: a request that does not decode or a userError is a 400 with the reason, any
-// other error a 500.
+// previewTimeout: a request that does not decode or a userError is a 400 with the reason, a
+// notFoundError a 404, any other error a 500.
 func answer(ctx context.Context, log *slog.Logger, req micro.Request, in any, compute func(context.Context) (any, error)) {
 	ctx, cancel := context.WithTimeout(ctx, previewTimeout)
 	defer cancel()
@@ -117,9 +128,12 @@ func answer(ctx context.Context, log *slog.Logger, req micro.Request, in any, co
 	}
 	res, err := compute(ctx)
 	var ue userError
+	var nf notFoundError
 	switch {
 	case errors.As(err, &ue):
 		_ = req.Error("400", ue.Error(), nil)
+	case errors.As(err, &nf):
+		_ = req.Error("404", nf.Error(), nil)
 	case err != nil:
 		log.Warn("API request failed", "subject", req.Subject(), "error", err)
 		_ = req.Error("500", err.Error(), nil)
@@ -193,8 +207,8 @@ func (p *previewer) preview(ctx context.Context, manifest []byte) (*events.Previ
 	if err != nil {
 		return nil, err
 	}
-	if len(p.watchNamespaces) > 0 && !slices.Contains(p.watchNamespaces, cr.Namespace) {
-		return nil, userError{fmt.Errorf("namespace %s is not one this rule engine watches (WATCH_NAMESPACES %s)", cr.Namespace, strings.Join(p.watchNamespaces, ","))}
+	if err := p.checkWatched(cr.Namespace); err != nil {
+		return nil, err
 	}
 	var live v1beta1.ClusterRule
 	err = p.rules.Get(ctx, types.NamespacedName{Namespace: cr.Namespace, Name: cr.Name}, &live)
@@ -205,6 +219,14 @@ func (p *previewer) preview(ctx context.Context, manifest []byte) (*events.Previ
 		return nil, fmt.Errorf("read ClusterRule %s/%s: %w", cr.Namespace, cr.Name, err)
 	}
 	return p.previewRule(ctx, cr, &live)
+}
+
+// checkWatched refuses a namespace outside WATCH_NAMESPACES: the engine never acts on its rules.
+func (p *previewer) checkWatched(ns string) error {
+	if len(p.watchNamespaces) > 0 && !slices.Contains(p.watchNamespaces, ns) {
+		return userError{fmt.Errorf("namespace %s is not one this rule engine watches (WATCH_NAMESPACES %s)", ns, strings.Join(p.watchNamespaces, ","))}
+	}
+	return nil
 }
 
 // previewRule previews the candidate cr, an edit of live (nil: a new rule).
@@ -228,18 +250,27 @@ func (p *previewer) previewRule(ctx context.Context, cr, live *v1beta1.ClusterRu
 	if r.invalid != nil {
 		return nil, userError{fmt.Errorf("the rule is invalid, so applying it would change nothing (its status would say so): %w", r.invalid)}
 	}
-	e := newEngine(slog.New(slog.DiscardHandler), readOnlyStore{p.store}, noPublisher{}, p.renderer, newMetrics(nil), p.degradedTTL)
-	e.maxRemovalFraction = p.maxRemovalFraction
-	if err := e.load(ctx); err != nil {
-		return nil, err
-	}
 	var liveRule *ruleState
 	if live != nil {
 		if liveRule, err = compileWithGrants(ctx, p.rules, live, p.operatorNamespace); err != nil {
 			return nil, err
 		}
 	}
-	err = e.evaluate(ctx, func(rs *renders) error {
+	if err := p.previewCompiled(ctx, r, liveRule, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// previewCompiled fills res with what the valid compiled rule r, an edit of the compiled live
+// rule (nil: a new rule), would do, on a scratch engine loaded from the state bucket.
+func (p *previewer) previewCompiled(ctx context.Context, r, liveRule *ruleState, res *events.PreviewResult) error {
+	e := newEngine(slog.New(slog.DiscardHandler), readOnlyStore{p.store}, noPublisher{}, p.renderer, newMetrics(nil), p.degradedTTL)
+	e.maxRemovalFraction = p.maxRemovalFraction
+	if err := e.load(ctx); err != nil {
+		return err
+	}
+	err := e.evaluate(ctx, func(rs *renders) error {
 		prev := e.held[r.key]
 		delete(e.held, r.key)
 		ch := e.evalRule(r, rs)
@@ -275,10 +306,10 @@ func (p *previewer) previewRule(ctx context.Context, cr, live *v1beta1.ClusterRu
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	res.Rule, res.Source = r.ref, r.sel.source
-	return res, nil
+	return nil
 }
 
 // previewChanges turns the intents of an evaluation into Application changes, with the spec
@@ -430,18 +461,25 @@ func valueOrDash(s string) string {
 	return s
 }
 
+// The reasons of whyNot that say a rule may not target a cluster at all: its grant does not
+// allow it (explainRule does not name such clusters of a rule outside OPERATOR_NAMESPACE).
+const (
+	reasonNotPermitted = "no ClusterRuleGrant permits the rule (NotPermitted)"
+	reasonOutsideGrant = "outside the cluster selector of the rule's ClusterRuleGrant"
+)
+
 // whyNot says why the selection does not select a cluster of its source: the first test of
 // selects that fails. It is only called when selects said no, and falls back to a plain "not
 // selected" should the two ever disagree.
 func (s *selection) whyNot(c *events.Cluster) string {
 	if s.denyAll {
-		return "no ClusterRuleGrant permits the rule (NotPermitted)"
+		return reasonNotPermitted
+	}
+	if s.grant != nil && !s.grant.Matches(labels.Set(c.Labels)) {
+		return reasonOutsideGrant
 	}
 	if s.ignore[c.Name] {
 		return "ignored by name"
-	}
-	if s.grant != nil && !s.grant.Matches(labels.Set(c.Labels)) {
-		return "outside the cluster selector of the rule's ClusterRuleGrant"
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.labels)) {
 		if got, ok := c.Labels[k]; !ok {

@@ -98,13 +98,16 @@ func compileSelection(src v1beta1.Source, secretNamespace string) (*selection, e
 }
 
 // selects reports whether the rule selects the cluster, regardless of its eligibility: same
-// source, not ignored, inside the rule's grant (tenancy.go), every source label present with the
+// source, inside the rule's grant (tenancy.go), not ignored, every source label present with the
 // same value, and the label selector (extension) satisfied.
 func (s *selection) selects(c *events.Cluster) bool {
-	if s.denyAll || c.Source.ID != s.source.ID || s.ignore[c.Name] {
+	if s.denyAll || c.Source.ID != s.source.ID {
 		return false
 	}
 	if s.grant != nil && !s.grant.Matches(labels.Set(c.Labels)) {
+		return false
+	}
+	if s.ignore[c.Name] {
 		return false
 	}
 	for k, v := range s.labels {
