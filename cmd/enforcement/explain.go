@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -64,11 +65,26 @@ func ruleQuery(key string) (streamQuery, error) {
 	return streamQuery{filters: filters}, err
 }
 
-// runExplain prints the history of decisions about a cluster or a rule, oldest first; for a
-// cluster, then which rules match it now and why the others do not (printRulesNow).
+// runExplain prints the history of decisions about a cluster or a rule, oldest first; then, for
+// a cluster, which rules match it now and why the others do not (printRulesNow), for a rule, which
+// clusters it matches now and why not the others (printClustersNow; --all lists every cluster of a
+// long list).
 func runExplain(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	all := false
+	var rest []string
+	for _, a := range args {
+		if a == "--all" || a == "-all" {
+			all = true
+		} else {
+			rest = append(rest, a)
+		}
+	}
+	args = rest
 	if len(args) != 2 || (args[0] != "cluster" && args[0] != "rule") {
-		return fmt.Errorf("explain: want cluster NAME or rule NAMESPACE/NAME\n%s", usage)
+		return fmt.Errorf("explain: want cluster NAME or rule [--all] NAMESPACE/NAME\n%s", usage)
+	}
+	if all && args[0] != "rule" {
+		return fmt.Errorf("explain: --all goes with explain rule\n%s", usage)
 	}
 	var q streamQuery
 	var err error
@@ -98,9 +114,8 @@ func runExplain(ctx context.Context, args []string, getenv func(string) string, 
 		printRulesNow(ctx, nc, args[1], stdout)
 		return nil
 	}
-	if n > 0 {
-		fmt.Fprintf(stdout, "To see which clusters the rule selects now and why: enforcement preview -f <the rule's manifest>\n")
-	}
+	ns, name, _ := strings.Cut(args[1], "/") // ruleQuery checked the shape
+	printClustersNow(ctx, nc, ns, name, all, stdout)
 	return nil
 }
 
@@ -145,6 +160,110 @@ func verdictLine(v events.RuleVerdict) string {
 		line += "; still has " + strings.Join(v.Installed, ", ")
 	}
 	return line
+}
+
+// longClusterList is how many clusters explain rule lists one per line; beyond it, without
+// --all, it prints the matched count and the others grouped by reason, with a few names each.
+const longClusterList = 50
+
+// namesPerReason is how many cluster names a group of a long list shows.
+const namesPerReason = 5
+
+// printClustersNow asks the rule engine which clusters of its source the live rule ns/name
+// matches now, and prints the section "Clusters now:" after the history: one line per cluster
+// ("prod-a: matches", "dev-b: does not match: reason"), or, for more than longClusterList
+// clusters without all, the groups by reason; then the clusters a tenant's rule may not target,
+// counted, and the rule edit breaker's hold. When the rule engine cannot answer, the section says
+// so and why; a rule the API server does not have is said to be gone. The history printed above
+// stands either way.
+func printClustersNow(ctx context.Context, nc *nats.Conn, ns, name string, all bool, w io.Writer) {
+	var res events.ExplainRuleResult
+	err := askRuleEngine(ctx, nc, events.ExplainRuleSubject, events.ExplainRuleRequest{Namespace: ns, Name: name}, &res)
+	var nf notFoundError
+	switch {
+	case errors.As(err, &nf):
+		fmt.Fprintf(w, "\nClusters now: none, there is no ClusterRule %s/%s on the API server.\n", ns, name)
+		return
+	case err != nil:
+		fmt.Fprintf(w, "\nClusters now: unavailable, the history above is all there is: %v\n", err)
+		return
+	case res.Inactive != "":
+		fmt.Fprintf(w, "\nClusters now: none, %s.\n", res.Inactive)
+		fmt.Fprintf(w, "To check an edit of the rule before applying it: enforcement preview -f <the edited manifest>\n")
+		return
+	}
+	renderFails := map[string]string{}
+	for _, te := range res.TemplateErrors {
+		renderFails[te.Cluster] = te.Message
+	}
+	total, matching := len(res.Clusters), 0
+	for _, c := range res.Clusters {
+		if c.Matches {
+			matching++
+		}
+	}
+	for _, wc := range res.Withheld {
+		total += wc.Count
+	}
+	fmt.Fprintf(w, "\nClusters now: rule %s (generation %d) matches %d of the %d cluster(s) of source %s %s\n",
+		res.Rule, res.Rule.Generation, matching, total, res.Source.Kind, res.Source.ID)
+	if len(res.Clusters) <= longClusterList || all {
+		for _, c := range res.Clusters {
+			fmt.Fprintf(w, "  %s: %s\n", c.Name, clusterVerdict(c, renderFails))
+		}
+	} else {
+		printClusterGroups(w, res.Clusters, renderFails)
+		fmt.Fprintf(w, "  (enforcement explain rule --all %s/%s lists each cluster)\n", ns, name)
+	}
+	for _, wc := range res.Withheld {
+		fmt.Fprintf(w, "  %d cluster(s): does not match: %s (not named: the rule is outside the operator's namespace and may not target them)\n", wc.Count, wc.Reason)
+	}
+	if res.Held != nil {
+		fmt.Fprintf(w, "Held removals: %s\n", res.Held.Message)
+		if len(res.Held.Clusters) > 0 && (len(res.Held.Clusters) <= longClusterList || all) {
+			fmt.Fprintf(w, "  held: %s\n", strings.Join(res.Held.Clusters, ", "))
+		}
+	}
+	if res.Held != nil || len(res.TemplateErrors) > 0 {
+		fmt.Fprintf(w, "To check an edit of the rule before applying it: enforcement preview -f <the edited manifest>\n")
+	}
+}
+
+// clusterVerdict is what a rule does to one cluster of its source now: "matches" (with its
+// render's failure, if any: the cluster keeps what it has), or "does not match: reason".
+func clusterVerdict(c events.PreviewCluster, renderFails map[string]string) string {
+	switch {
+	case !c.Matches:
+		return "does not match: " + c.Reason
+	case renderFails[c.Name] != "":
+		return "matches, but its render fails, so it keeps what it has: " + renderFails[c.Name]
+	}
+	return "matches"
+}
+
+// printClusterGroups prints a long list of clusters as groups with the same verdict, the largest
+// first, each with its count and the first namesPerReason names.
+func printClusterGroups(w io.Writer, clusters []events.PreviewCluster, renderFails map[string]string) {
+	groups := map[string][]string{}
+	for _, c := range clusters {
+		v := clusterVerdict(c, renderFails)
+		groups[v] = append(groups[v], c.Name)
+	}
+	verdicts := slices.Collect(maps.Keys(groups))
+	slices.SortFunc(verdicts, func(a, b string) int {
+		if d := len(groups[b]) - len(groups[a]); d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
+	for _, v := range verdicts {
+		names := groups[v]
+		shown := strings.Join(names[:min(len(names), namesPerReason)], ", ")
+		if len(names) > namesPerReason {
+			shown += ", ..."
+		}
+		fmt.Fprintf(w, "  %d cluster(s): %s (%s)\n", len(names), v, shown)
+	}
 }
 
 // runEvents prints the stored events that pass the filters, then, with --follow, the new ones

@@ -51,8 +51,8 @@ func explainFleet(t *testing.T, pub *events.Publisher) {
 // the decisions about the cluster or the rule (the other cluster's and rule's events left out by
 // the subject filters, the source's held removals kept because they name the cluster), and a
 // name with no events or a malformed rule name says so. No rule engine runs here: explain
-// cluster prints the history, then says why the rules' current verdicts are unavailable, and
-// succeeds (TestExplainClusterCommand asks a running one).
+// cluster and explain rule print the history, then say why the current verdicts are
+// unavailable, and succeed (TestExplainClusterCommand asks a running one).
 func TestExplain(t *testing.T) {
 	srv := testenv.StartNATS(t)
 	_, js := eventstest.Bus(t, srv.URL())
@@ -99,16 +99,21 @@ func TestExplain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := lines(out); len(got) != 2 || got[0] != "Rule team-b/other (generation 1) matched prod-us: install agent" ||
-		!strings.Contains(got[1], "enforcement preview -f") {
-		t.Errorf("explain rule team-b/other:\n%s", out)
+	want = []string{
+		"Rule team-b/other (generation 1) matched prod-us: install agent",
+		"",
+		"Clusters now: unavailable, the history above is all there is: no rule engine answers on enforcement-api.rule-engine.explain-rule: is rule-engine running, in a version that serves it?",
+	}
+	if got := lines(out); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("explain rule team-b/other:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 
 	out, err = cli("explain", "cluster", "nowhere")
 	if err != nil || !strings.Contains(out, "No event about cluster nowhere in the stream ENFORCEMENT") {
 		t.Errorf("explain cluster nowhere: %v\n%s", err, out)
 	}
-	for _, args := range [][]string{{"explain"}, {"explain", "rule", "fleet"}, {"explain", "node", "x"}, {"explain", "rule", "a/b/c"}} {
+	for _, args := range [][]string{{"explain"}, {"explain", "rule", "fleet"}, {"explain", "node", "x"}, {"explain", "rule", "a/b/c"},
+		{"explain", "cluster", "--all", "prod-eu"}} {
 		if _, err := cli(args...); err == nil {
 			t.Errorf("%q succeeded", args)
 		}
@@ -180,13 +185,16 @@ func TestEventsFilters(t *testing.T) {
 	}
 }
 
-// TestExplainClusterCommand runs `enforcement explain cluster` against the real rule-engine
-// (built and started as a process with its own NATS user of the shipped authorization, as
-// deployed) on a real API server: after the cluster's history, "Rules now:" gives each live
-// rule's verdict (the one that matches and what it installs, one whose label differs, a tenant's
-// rule no ClusterRuleGrant permits); a name no source lists says so; before the rule engine runs
-// the history is printed with a line saying why the verdicts are unavailable, and the command
-// succeeds.
+// TestExplainClusterCommand runs `enforcement explain cluster` and `explain rule` against the
+// real rule-engine (built and started as a process with its own NATS user of the shipped
+// authorization, as deployed) on a real API server: after the cluster's history, "Rules now:"
+// gives each live rule's verdict (the one that matches and what it installs, one whose label
+// differs, a tenant's rule no ClusterRuleGrant permits); a name no source lists says so; before
+// the rule engine runs the history is printed with a line saying why the verdicts are
+// unavailable, and the command succeeds. After a rule's history, "Clusters now:" gives each
+// cluster of its source (matches, or why not); a tenant's rule without a grant gets its clusters
+// counted as NotPermitted and none named; a rule the API server does not have says so; over 50
+// clusters are grouped by reason, and --all lists each one.
 func TestExplainClusterCommand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs rule-engine")
@@ -259,5 +267,58 @@ func TestExplainClusterCommand(t *testing.T) {
 	if err != nil || !strings.HasSuffix(out, "No event about cluster nowhere in the stream ENFORCEMENT (it keeps events for its max age, 30 days by default).\n\n"+
 		"Rules now: no source lists a cluster named nowhere in the rule engine's view, so no rule matches it.\n") {
 		t.Errorf("explain cluster nowhere: %v\n%s", err, out)
+	}
+	rule := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(ctx, append([]string{"explain", "rule"}, args...), func(k string) string { return env[k] }, &out, &out)
+		return out.String(), err
+	}
+	out, err = rule("enforcement/fleet")
+	want = "\nClusters now: rule enforcement/fleet (generation 1) matches 1 of the 2 cluster(s) of source static " + src.ID + "\n" +
+		"  dev-b: does not match: label env is \"dev\" (want \"prod\")\n" +
+		"  prod-a: matches\n"
+	if err != nil || !strings.HasSuffix(out, want) || !strings.Contains(out, "Rule enforcement/fleet (generation 1) matched prod-a: install guestbook\n") {
+		t.Errorf("explain rule enforcement/fleet: %v\n%s\nwant it to end with:\n%s", err, out, want)
+	}
+	noEvent := func(rule string) string {
+		return "No event about rule " + rule + " in the stream ENFORCEMENT (it keeps events for its max age, 30 days by default).\n\n"
+	}
+	out, err = rule("team-x/tenant")
+	want = noEvent("team-x/tenant") +
+		"Clusters now: rule team-x/tenant (generation 1) matches 0 of the 2 cluster(s) of source static " + src.ID + "\n" +
+		"  2 cluster(s): does not match: no ClusterRuleGrant permits the rule (NotPermitted): no ClusterRuleGrant in enforcement covers namespace team-x; " +
+		"rules outside enforcement act only within a grant (not named: the rule is outside the operator's namespace and may not target them)\n"
+	if err != nil || out != want {
+		t.Errorf("explain rule team-x/tenant: %v\n%s\nwant:\n%s", err, out, want)
+	}
+	out, err = rule("enforcement/nope")
+	if want := noEvent("enforcement/nope") + "Clusters now: none, there is no ClusterRule enforcement/nope on the API server.\n"; err != nil || out != want {
+		t.Errorf("explain rule enforcement/nope: %v\n%s\nwant:\n%s", err, out, want)
+	}
+
+	// A long list: 55 more clusters no rule selects.
+	for i := range 55 {
+		name := fmt.Sprintf("bulk-%02d", i)
+		c := events.Cluster{Name: name, Key: name, URL: "https://" + name + ".example", Source: src, Eligible: true, Labels: map[string]string{"env": "stage"}}
+		if _, err := pub.Publish(ctx, &events.ClusterAppeared{Cluster: c, Revision: uint64(i + 3)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want = "\nClusters now: rule enforcement/fleet (generation 1) matches 1 of the 57 cluster(s) of source static " + src.ID + "\n" +
+		"  55 cluster(s): does not match: label env is \"stage\" (want \"prod\") (bulk-00, bulk-01, bulk-02, bulk-03, bulk-04, ...)\n" +
+		"  1 cluster(s): does not match: label env is \"dev\" (want \"prod\") (dev-b)\n" +
+		"  1 cluster(s): matches (prod-a)\n" +
+		"  (enforcement explain rule --all enforcement/fleet lists each cluster)\n"
+	testenv.Eventually(t, 30*time.Second, func() error {
+		out, err = rule("enforcement/fleet")
+		if err != nil || !strings.HasSuffix(out, want) {
+			return fmt.Errorf("explain rule enforcement/fleet with 57 clusters: %v\n%s\nwant it to end with:\n%s", err, out, want)
+		}
+		return nil
+	})
+	out, err = rule("--all", "enforcement/fleet")
+	_, section, _ := strings.Cut(out, "\nClusters now: ")
+	if err != nil || strings.Count(section, "\n  ") != 57 || !strings.Contains(section, "\n  bulk-54: does not match: label env is \"stage\" (want \"prod\")\n") {
+		t.Errorf("explain rule --all enforcement/fleet: %v\n%s", err, out)
 	}
 }

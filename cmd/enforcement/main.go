@@ -5,7 +5,7 @@
 //	enforcement dead-letters replay SEQ  publish a dead letter's event again after fixing the cause
 //	enforcement watch                    narrate the events as they happen (see watch.go)
 //	enforcement preview -f RULE.yaml     what applying a ClusterRule would do (see preview.go)
-//	enforcement explain cluster|rule X   the history of decisions about X; for a cluster, which rules match it now (see explain.go)
+//	enforcement explain cluster|rule X   the history of decisions about X; then which rules match the cluster, or which clusters the rule matches, now (see explain.go)
 //	enforcement events [--follow]        the events, one line each, filtered (see explain.go)
 //	enforcement release-removals         list the trips of the removal breaker and the rule edits that hold removals
 //	enforcement release-removals SOURCE TRIP  release the removals one trip holds
@@ -53,8 +53,14 @@ const usage = `usage:
                                        "Rules now:", each live rule's verdict: matches and what
                                        it installs, or why not (asks rule-engine; when it cannot
                                        answer, a line says why and the command still succeeds)
-  enforcement explain rule NAMESPACE/NAME
-                                       the history of decisions of a rule, oldest first
+  enforcement explain rule [--all] NAMESPACE/NAME
+                                       the history of decisions of a rule, oldest first; then
+                                       "Clusters now:", each cluster of its source: matches, or
+                                       why not (over 50 clusters: grouped by reason, 5 names
+                                       each; --all lists each one); clusters a tenant's rule may
+                                       not target are counted, not named (asks rule-engine; when
+                                       it cannot answer, a line says why and the command still
+                                       succeeds)
   enforcement events [--follow] [--since 1h] [--cluster NAME] [--rule NAMESPACE/NAME] [--type T]...
                                        the stored events, one line each; --follow then prints new
                                        ones as they come (alone: only new ones); --type takes

@@ -85,9 +85,16 @@ func requestPreview(ctx context.Context, nc *nats.Conn, manifest []byte) (*event
 	return &res, nil
 }
 
+// notFoundError is the rule engine's answer that what the request names does not exist (code
+// 404); its message says what.
+type notFoundError struct{ message string }
+
+func (e notFoundError) Error() string { return e.message }
+
 // askRuleEngine sends req, as JSON, to the rule engine's endpoint subject and decodes its answer
 // into res, within previewTimeout. Its errors say what a user can do: no rule engine answers, it
-// refused the request (code 400: the reason alone), or it could not answer.
+// refused the request (code 400: the reason alone), the request names nothing it knows (code
+// 404: a notFoundError), or it could not answer.
 func askRuleEngine(ctx context.Context, nc *nats.Conn, subject string, req, res any) error {
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -103,8 +110,11 @@ func askRuleEngine(ctx context.Context, nc *nats.Conn, subject string, req, res 
 		return fmt.Errorf("ask the rule engine on %s: %w", subject, err)
 	}
 	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" {
-		if msg.Header.Get(micro.ErrorCodeHeader) == "400" {
+		switch msg.Header.Get(micro.ErrorCodeHeader) {
+		case "400":
 			return errors.New(desc)
+		case "404":
+			return notFoundError{desc}
 		}
 		return fmt.Errorf("the rule engine could not answer: %s", desc)
 	}
