@@ -258,7 +258,7 @@ func TestExplainClusterCommand(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, func() error {
 		out, err = cli("prod-a")
 		if err != nil || !strings.HasSuffix(out, want) || !strings.Contains(out, "Rule enforcement/fleet (generation 1) matched prod-a: install guestbook\n") {
-			return fmt.Errorf("explain cluster prod-a: %v\n%s\nwant it to end with:\n%s", err, out, want)
+			return fmt.Errorf("explain cluster prod-a: %w\n%s\nwant it to end with:\n%s", err, out, want)
 		}
 		return nil
 	})
@@ -312,7 +312,7 @@ func TestExplainClusterCommand(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, func() error {
 		out, err = rule("enforcement/fleet")
 		if err != nil || !strings.HasSuffix(out, want) {
-			return fmt.Errorf("explain rule enforcement/fleet with 57 clusters: %v\n%s\nwant it to end with:\n%s", err, out, want)
+			return fmt.Errorf("explain rule enforcement/fleet with 57 clusters: %w\n%s\nwant it to end with:\n%s", err, out, want)
 		}
 		return nil
 	})

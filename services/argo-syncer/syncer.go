@@ -890,39 +890,14 @@ func (s *Syncer) refetch(ctx context.Context, name string) (*argov1.Application,
 	return app, nil
 }
 
-// unregister removes the cluster's AppProject and then its Secret (only those Enforcement owns)
-// once no Application targets the cluster. It lists the cluster's Applications from the API
-// server (one label-selected request), because the cache may not yet show an Application another
-// instance just wrote. While some are still being deleted it marks the AppProject; the informer's
-// delete events bring the cluster back to finishUnregister.
+// unregister removes the cluster's grant AppProjects, its own AppProject and then its Secret
+// (only those Enforcement owns) once no Application targets the cluster (applicationsLeft). While
+// some are still being deleted it marks one of the cluster's AppProjects; the informer's delete
+// events bring the cluster back to finishUnregister.
 func (s *Syncer) unregister(ctx context.Context, cluster string) (bool, error) {
-	// The cache is enough to see that Applications remain (the common case of a shared cluster).
-	// Earlier versions may have labelled them with another value (names.go): both count.
-	labels := clusterLabels(cluster)
-	for _, l := range labels {
-		for _, a := range s.apps.list(indexCluster, l) {
-			if _, ok, terminating := s.apps.get(a.Name); ok && !terminating {
-				return false, nil
-			}
-		}
-	}
-	selector := LabelCluster + " in (" + strings.Join(labels, ",") + ")"
-	apps, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		return false, classify(err, "list applications of cluster "+cluster)
-	}
-	// Count from the API server's answer: terminating Applications (a cascade in progress) still
-	// need the cluster registered, or Argo CD could not delete their resources.
-	alive, terminating := 0, 0
-	for _, a := range apps.Items {
-		if a.DeletionTimestamp != nil {
-			terminating++
-		} else {
-			alive++
-		}
-	}
-	if alive > 0 {
-		return false, nil
+	alive, terminating, err := s.applicationsLeft(ctx, cluster)
+	if err != nil || alive > 0 {
+		return false, err
 	}
 	if terminating > 0 {
 		if projects := s.registrationProjects(cluster); len(projects) > 0 && !unregisterPending(projects) {
@@ -936,6 +911,44 @@ func (s *Syncer) unregister(ctx context.Context, cluster string) (bool, error) {
 	if held, err := s.deleteTenantProjects(ctx, cluster); held || err != nil {
 		return false, err
 	}
+	return s.deleteRegistration(ctx, cluster)
+}
+
+// applicationsLeft counts the cluster's Applications that are alive and those being deleted.
+// The cache is enough to see that some remain (the common case of a shared cluster: then it
+// answers alive 1 without a request); otherwise the API server's answer counts, since the cache
+// may not yet show an Application another instance just wrote. Earlier versions may have
+// labelled them with another value (names.go): both count.
+func (s *Syncer) applicationsLeft(ctx context.Context, cluster string) (alive, terminating int, err error) {
+	labels := clusterLabels(cluster)
+	for _, l := range labels {
+		for _, a := range s.apps.list(indexCluster, l) {
+			if _, ok, terminating := s.apps.get(a.Name); ok && !terminating {
+				return 1, 0, nil
+			}
+		}
+	}
+	selector := LabelCluster + " in (" + strings.Join(labels, ",") + ")"
+	apps, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return 0, 0, classify(err, "list applications of cluster "+cluster)
+	}
+	// Terminating Applications (a cascade in progress) still need the cluster registered, or
+	// Argo CD could not delete their resources.
+	for _, a := range apps.Items {
+		if a.DeletionTimestamp != nil {
+			terminating++
+		} else {
+			alive++
+		}
+	}
+	return alive, terminating, nil
+}
+
+// deleteRegistration deletes the cluster's own AppProject, unless Applications Enforcement does
+// not manage still use it, and then its cluster Secret (Enforcement's only), once no
+// Application and no grant project of the cluster is left.
+func (s *Syncer) deleteRegistration(ctx context.Context, cluster string) (bool, error) {
 	names := s.names(cluster, "")
 	name := names.project
 	project, exists, _ := s.projects.get(name)

@@ -209,6 +209,7 @@ func (p *previewer) explainRule(ctx context.Context, ns, name string) (*events.E
 	}
 	if r.invalid != nil {
 		res.Inactive = "the rule is invalid (its status says so): " + r.invalid.Error()
+		//nolint:nilerr // an invalid rule is the answer (it selects nothing), not a failure of the request
 		return res, nil
 	}
 	pr := &events.PreviewResult{Existing: true, LiveGeneration: cr.Generation}
