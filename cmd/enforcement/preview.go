@@ -140,7 +140,11 @@ func printPreview(w io.Writer, res *events.PreviewResult) error {
 			matching++
 		}
 	}
-	fmt.Fprintf(w, "\nClusters: %d of %d match\n", matching, len(res.Clusters))
+	withheld := 0
+	for _, wc := range res.Withheld {
+		withheld += wc.Count
+	}
+	fmt.Fprintf(w, "\nClusters: %d of %d match\n", matching, len(res.Clusters)+withheld)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, c := range res.Clusters {
 		mark := "match"
@@ -148,6 +152,9 @@ func printPreview(w io.Writer, res *events.PreviewResult) error {
 			mark = "-"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", mark, c.Name, c.Reason)
+	}
+	for _, wc := range res.Withheld {
+		fmt.Fprintf(tw, "  -\t%d not named\t%s\n", wc.Count, wc.Reason)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -136,8 +136,13 @@ type PreviewResult struct {
 	Existing       bool      `json:"existing"`
 	LiveGeneration int64     `json:"liveGeneration,omitempty"`
 	Source         SourceRef `json:"source"`
-	// Clusters are the clusters the rule's source lists in the engine's view, by name.
+	// Clusters are the clusters the rule's source lists in the engine's view, by name, except
+	// those a rule outside OPERATOR_NAMESPACE may not target, which are counted in Withheld.
 	Clusters []PreviewCluster `json:"clusters"`
+	// Withheld counts, by reason, the clusters of the source a rule outside OPERATOR_NAMESPACE
+	// may not target (no ClusterRuleGrant permits the rule, or outside its grant's cluster
+	// selector); they are not named, as the rule's status names none.
+	Withheld []WithheldClusters `json:"withheld,omitempty"`
 	// Changes are the Application changes the rule would make now, by cluster and enforcement,
 	// held ones included (Held set).
 	Changes []PreviewChange `json:"changes"`

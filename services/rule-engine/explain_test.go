@@ -232,6 +232,12 @@ func TestExplainRule(t *testing.T) {
 			t.Errorf("the answer for a NotPermitted rule names cluster %s: %s", name, raw)
 		}
 	}
+	// The preview of the same rule names none either: it counts them.
+	tenantRule := strings.Replace(strings.Replace(fleetRule, "namespace: NS", "namespace: "+tenantNS, 1), "name: fleet", "name: tenant", 1)
+	if pr, msg := e.previewOf(tenantRule); msg != "" || len(pr.Clusters) != 0 || len(pr.Withheld) != 1 || pr.Withheld[0].Count != 3 ||
+		!strings.Contains(pr.Withheld[0].Reason, "NotPermitted") {
+		t.Errorf("preview of the NotPermitted rule: %s %+v", msg, pr)
+	}
 
 	for _, c := range []struct{ ns, name, want string }{
 		{ns, "nope", "404: no ClusterRule " + ns + "/nope on the API server"},

@@ -259,6 +259,7 @@ func (p *previewer) previewRule(ctx context.Context, cr, live *v1beta1.ClusterRu
 	if err := p.previewCompiled(ctx, r, liveRule, res); err != nil {
 		return nil, err
 	}
+	res.Clusters, res.Withheld = withholdUntargetable(r, res.Clusters)
 	return res, nil
 }
 
