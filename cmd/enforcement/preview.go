@@ -134,29 +134,7 @@ func printPreview(w io.Writer, res *events.PreviewResult) error {
 		what = fmt.Sprintf("edit: generation %d -> %d", res.LiveGeneration, res.Rule.Generation)
 	}
 	fmt.Fprintf(w, "Rule %s (%s), source %s %s\n", res.Rule, what, res.Source.Kind, res.Source.ID)
-	matching := 0
-	for _, c := range res.Clusters {
-		if c.Matches {
-			matching++
-		}
-	}
-	withheld := 0
-	for _, wc := range res.Withheld {
-		withheld += wc.Count
-	}
-	fmt.Fprintf(w, "\nClusters: %d of %d match\n", matching, len(res.Clusters)+withheld)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	for _, c := range res.Clusters {
-		mark := "match"
-		if !c.Matches {
-			mark = "-"
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", mark, c.Name, c.Reason)
-	}
-	for _, wc := range res.Withheld {
-		fmt.Fprintf(tw, "  -\t%d not named\t%s\n", wc.Count, wc.Reason)
-	}
-	if err := tw.Flush(); err != nil {
+	if err := printPreviewClusters(w, res); err != nil {
 		return err
 	}
 	counts := map[string]int{}
@@ -200,4 +178,33 @@ func printPreview(w io.Writer, res *events.PreviewResult) error {
 	}
 	fmt.Fprintln(w, "\nNothing was applied: kubectl apply -f the rule to make it so.")
 	return nil
+}
+
+// printPreviewClusters writes the clusters of the rule's source, whether each matches and why
+// not, and how many are not named (a rule outside OPERATOR_NAMESPACE and the clusters its grant
+// does not let it target).
+func printPreviewClusters(w io.Writer, res *events.PreviewResult) error {
+	matching := 0
+	for _, c := range res.Clusters {
+		if c.Matches {
+			matching++
+		}
+	}
+	withheld := 0
+	for _, wc := range res.Withheld {
+		withheld += wc.Count
+	}
+	fmt.Fprintf(w, "\nClusters: %d of %d match\n", matching, len(res.Clusters)+withheld)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, c := range res.Clusters {
+		mark := "match"
+		if !c.Matches {
+			mark = "-"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", mark, c.Name, c.Reason)
+	}
+	for _, wc := range res.Withheld {
+		fmt.Fprintf(tw, "  -\t%d not named\t%s\n", wc.Count, wc.Reason)
+	}
+	return tw.Flush()
 }
