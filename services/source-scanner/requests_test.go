@@ -203,6 +203,13 @@ func TestClusterProfileRequestsPerScan(t *testing.T) {
 		cp.Object["spec"] = map[string]any{"displayName": cp.GetName(), "clusterManager": map[string]any{"name": "fleet"}}
 		return cp
 	})
+	t.Cleanup(func() { // the API server has no namespace controller to delete them with their namespaces
+		for _, ns := range namespaces {
+			cp := &unstructured.Unstructured{}
+			cp.SetGroupVersionKind(clusterprofile.ListKind.GroupVersion().WithKind("ClusterProfile"))
+			_ = k.DeleteAllOf(context.Background(), cp, client.InNamespace(ns))
+		}
+	})
 
 	l := newCountedLister(t, &sourceSpec{Namespaces: namespaces,
 		Ref: events.SourceRef{Kind: events.SourceKindClusterProfile, ID: "cp-requests", SecretNamespace: operator, SecretName: "clusterprofile"}})
