@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,50 +35,24 @@ func TestMain(m *testing.M) {
 }
 
 // request is one API request seen by the counting transport.
-type request struct {
-	Method, Path string
-	Watch        bool
-}
+type request = testenv.Request
 
-// requestLog wraps a rest.Config's transport and records every request, so tests can count the
-// API requests a batch of intents costs and check the order of deletes.
-type requestLog struct {
-	mu   sync.Mutex
-	reqs []request
-}
+// requestLog records every request of the harness's clients, so tests can count the API
+// requests a batch of intents costs and check the order of deletes.
+type requestLog struct{ testenv.RequestLog }
 
 func (l *requestLog) wrap(cfg *rest.Config) *rest.Config {
-	cfg = rest.CopyConfig(cfg)
+	cfg = l.Wrap(cfg)
 	cfg.QPS, cfg.Burst = -1, 0 // no client-side rate limit in tests
 	// Argo CD's finalizer name is not domain-qualified; the API server warns on every write.
 	cfg.WarningHandler = rest.NoWarnings{}
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			l.mu.Lock()
-			l.reqs = append(l.reqs, request{Method: r.Method, Path: r.URL.Path, Watch: r.URL.Query().Get("watch") == "true"})
-			l.mu.Unlock()
-			return rt.RoundTrip(r)
-		})
-	})
 	return cfg
 }
 
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
 // mark returns the current position; since returns the requests after it.
-func (l *requestLog) mark() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.reqs)
-}
+func (l *requestLog) mark() int { return l.Mark() }
 
-func (l *requestLog) since(mark int) []request {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]request(nil), l.reqs[mark:]...)
-}
+func (l *requestLog) since(mark int) []request { return l.Since(mark) }
 
 // writes filters the requests that change something.
 func writes(reqs []request) []request {

@@ -470,11 +470,17 @@ func TestRejectedObjectIsPermanentFailure(t *testing.T) {
 	h.noOutcome(200*time.Millisecond, failed(in.ID()))
 }
 
-// TestRequestsPerBatch counts the API requests a batch of new clusters costs: three writes per
-// cluster, one read of the source Secret for the whole batch, and no read per Application.
+// TestRequestsPerBatch counts the API requests a batch of 200 new clusters costs: reads are
+// O(1) per batch (the informers listed Applications, AppProjects and cluster Secrets once at
+// start, the source Secret is read once for the whole batch, no GET per cluster or package),
+// writes are one per new object (a Secret create, an AppProject and an Application apply), and
+// the same batch delivered again through the stream sends no request at all.
 func TestRequestsPerBatch(t *testing.T) {
 	h := newHarness(t)
-	const n = 20
+	const n = 200
+	if got := informerLists(h.log.since(0)); !reflect.DeepEqual(got, map[string]int{"applications": 1, "appprojects": 1, "secrets": 1}) {
+		t.Fatalf("LIST requests at start: %v, want one per informer", got)
+	}
 	mark := h.log.mark()
 	h.consume()
 	var ins []*events.InstallIntent
@@ -496,6 +502,35 @@ func TestRequestsPerBatch(t *testing.T) {
 		t.Fatalf("requests for %d new clusters: %v, want %v", n, byKind, want)
 	}
 	t.Logf("%d install intents for %d clusters: %d API requests (%v)", n, n, len(reqs), byKind)
+
+	// The same batch again, stored anew in the stream (a replay, or a publisher retrying after
+	// the duplicate window): every intent is handled and acknowledged without a request.
+	mark = h.log.mark()
+	ctx := context.Background()
+	var last uint64
+	for _, in := range ins {
+		m, err := events.Encode(in, "/enforcement/test", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Header.Set("Nats-Msg-Id", in.ID()+"-replay")
+		ack, err := h.js.PublishMsg(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = ack.Sequence
+	}
+	eventually(t, "the replayed batch handled", func() bool {
+		c, err := h.js.Consumer(ctx, events.StreamName, events.ConsumerArgoSyncer)
+		if err != nil {
+			return false
+		}
+		ci, err := c.Info(ctx)
+		return err == nil && ci.AckFloor.Stream >= last && ci.NumAckPending == 0
+	})
+	if r := nonWatch(h.log.since(mark)); len(r) != 0 {
+		t.Fatalf("the replayed batch of %d intents sent %d requests, want none: %v", n, len(r), r[:min(len(r), 10)])
+	}
 
 	// A second rule for the same clusters: one write per Application (and one per project for
 	// its new repository), no registration.
@@ -551,6 +586,22 @@ func TestConcurrentRulesShareProject(t *testing.T) {
 }
 
 func itoa(i int) string { return strconvItoa(i) }
+
+// informerLists counts, per resource, the LIST requests among reqs (GETs of a collection that
+// are not watches).
+func informerLists(reqs []request) map[string]int {
+	lists := map[string]int{}
+	for _, r := range reqs {
+		if r.Method != http.MethodGet || r.Watch {
+			continue
+		}
+		parts := strings.Split(r.Path, "/")
+		if res := parts[len(parts)-1]; res == "applications" || res == "appprojects" || res == "secrets" {
+			lists[res]++
+		}
+	}
+	return lists
+}
 
 // resourceOf is the resource a request is about: the last path segment of a collection request
 // (POST, list), the one before the name otherwise.

@@ -309,3 +309,51 @@ func TestStateAndEligible(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestsPerScan counts the Azure calls of scans of 1,000 clusters in two subscriptions
+// (600 and 400) with ARM pages of 100: a first scan costs ceil(n_subscription / 100) list pages
+// per subscription, one ListClusterUserCredentials per cluster (its CA) and one token; a rescan
+// only the pages, and a cluster new since one credentials call more.
+func TestRequestsPerScan(t *testing.T) {
+	f := aksfake.New(t)
+	f.Configure(func(f *aksfake.Server) { f.PageSize = 100 })
+	for i := range 1000 {
+		sub := subA
+		if i%5 >= 3 {
+			sub = subB
+		}
+		f.Add(sub, "rg-fleet", fmt.Sprintf("fleet-%04d", i), "Succeeded", "Running", nil)
+	}
+	l, calls := newTestLister(t, f, Options{Subscriptions: []string{subA, subB}}, secretCreds)
+	var lists, creds, tokens int // totals so far
+	scan := func(what string, wantClusters, wantLists, wantCreds, wantTokens int) {
+		t.Helper()
+		cs, err := l.List(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cs) != wantClusters {
+			t.Fatalf("%s: listed %d clusters, want %d", what, len(cs), wantClusters)
+		}
+		lists, creds, tokens = lists+wantLists, creds+wantCreds, tokens+wantTokens
+		f.Configure(func(f *aksfake.Server) {
+			got := 0
+			for _, n := range f.Creds {
+				got += n
+			}
+			if f.Lists[subA]+f.Lists[subB] != lists || got != creds || f.Issued != tokens {
+				t.Errorf("%s: %d list pages %v, %d credentials calls, %d tokens in all; want %d, %d, %d",
+					what, f.Lists[subA]+f.Lists[subB], f.Lists, got, f.Issued, lists, creds, tokens)
+			}
+		})
+		for op, want := range map[string]int{"List": lists, "ListClusterUserCredentials": creds, "Token": tokens} {
+			if got := testutil.ToFloat64(calls.WithLabelValues(op, "success")); got != float64(want) {
+				t.Errorf("%s: counted %s = %v, want %d", what, op, got, want)
+			}
+		}
+	}
+	scan("first scan", 1000, 6+4, 1000, 1)
+	scan("rescan", 1000, 6+4, 0, 0)
+	f.Add(subB, "rg-fleet", "fleet-new", "Succeeded", "Running", nil)
+	scan("rescan with a new cluster", 1001, 6+5, 1, 0)
+}

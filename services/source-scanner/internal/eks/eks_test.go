@@ -504,3 +504,41 @@ func TestMetricsLint(t *testing.T) {
 		t.Fatalf("lint: %v %v", problems, err)
 	}
 }
+
+// TestRequestsPerScan counts the AWS calls of scans of 1,000 ACTIVE clusters in two regions
+// (600 and 400): a first scan costs ceil(n_region / 100) ListClusters pages per region and one
+// DescribeCluster per cluster; a rescan within the re-describe interval only the pages, and a
+// cluster new since costs one describe more.
+func TestRequestsPerScan(t *testing.T) {
+	f := eksfake.New(t)
+	for i := range 1000 {
+		region := "eu-west-1"
+		if i%5 >= 3 {
+			region = "us-east-1"
+		}
+		f.Add(region, fmt.Sprintf("fleet-%04d", i), "ACTIVE", nil)
+	}
+	l, _, clk := newTestLister(f, []string{"eu-west-1", "us-east-1"}, nil)
+	scan := func(what string, wantClusters, wantLists, wantDescribes int) {
+		t.Helper()
+		f.ResetCounts()
+		if got := len(scannertest.ListOK(t, l)); got != wantClusters {
+			t.Fatalf("%s: listed %d clusters, want %d", what, got, wantClusters)
+		}
+		if got := f.Count("ListClusters"); got != wantLists {
+			t.Errorf("%s: ListClusters calls = %d, want %d", what, got, wantLists)
+		}
+		if got := f.Count("DescribeCluster"); got != wantDescribes {
+			t.Errorf("%s: DescribeCluster calls = %d, want %d", what, got, wantDescribes)
+		}
+		if got := f.Count("AssumeRole"); got != 0 {
+			t.Errorf("%s: AssumeRole calls = %d, want 0 (no role_arn)", what, got)
+		}
+	}
+	scan("first scan", 1000, 6+4, 1000)
+	clk.Add(time.Minute)
+	scan("rescan", 1000, 6+4, 0)
+	f.Add("us-east-1", "fleet-new", "ACTIVE", nil)
+	clk.Add(time.Minute)
+	scan("rescan with a new cluster", 1001, 6+5, 1)
+}

@@ -373,3 +373,36 @@ func TestMetricsLint(t *testing.T) {
 		t.Fatalf("lint: %v %v", problems, err)
 	}
 }
+
+// TestRequestsPerScan counts the Google calls of scans of 1,000 clusters in three projects:
+// the container API answers a project's clusters of every location in one unpaged list, so a
+// scan costs one ListClusters per project whatever the fleet's size, and the OAuth token is
+// fetched once, at the first scan.
+func TestRequestsPerScan(t *testing.T) {
+	f := gkefake.New(t)
+	projects := []string{"proj-a", "proj-b", "proj-c"}
+	for i := range 1000 {
+		f.Add(projects[i%3], []string{"europe-west1", "us-central1-a"}[i%2], fmt.Sprintf("fleet-%04d", i), "RUNNING", nil)
+	}
+	l, calls := newTestLister(t, f, func(o *Options) { o.Projects = projects })
+	for scan := 1; scan <= 3; scan++ {
+		if got := len(scannertest.ListOK(t, l)); got != 1000 {
+			t.Fatalf("scan %d listed %d clusters, want 1000", scan, got)
+		}
+		var lists int
+		f.Configure(func(f *gkefake.Server) {
+			for _, p := range projects {
+				if f.Lists[p] != scan {
+					t.Errorf("after scan %d: %d lists of %s, want one per scan", scan, f.Lists[p], p)
+				}
+				lists += f.Lists[p]
+			}
+			if f.Issued != 1 {
+				t.Errorf("after scan %d: %d tokens issued, want 1", scan, f.Issued)
+			}
+		})
+		if got := testutil.ToFloat64(calls.WithLabelValues("ListClusters", "success")); got != float64(lists) {
+			t.Errorf("after scan %d: counted ListClusters = %v, want %d", scan, got, lists)
+		}
+	}
+}

@@ -258,3 +258,37 @@ func TestSensitive(t *testing.T) {
 }
 
 func benchLister(b *testing.B, srv *rancherfake.Server) *rancher.Lister { return lister(b, srv, nil) }
+
+// TestRequestsPerScan counts the requests of scans of a 1,000-cluster Rancher: one GET per page
+// of the server's page size, ceil(n / page size), at every scan (nothing is cached between
+// scans: a listing is complete or fails).
+func TestRequestsPerScan(t *testing.T) {
+	for _, tt := range []struct{ clusters, pageSize, wantRequests int }{
+		{1000, 100, 10},
+		{1000, 1000, 1},
+		{1001, 100, 11},
+	} {
+		t.Run(fmt.Sprintf("%d clusters in pages of %d", tt.clusters, tt.pageSize), func(t *testing.T) {
+			srv := rancherfake.New(t, "tok-1", tt.pageSize)
+			fleet := make([]map[string]any, tt.clusters)
+			for i := range fleet {
+				fleet[i] = rancherfake.Cluster(fmt.Sprintf("c-%04d", i), fmt.Sprintf("fleet-%04d", i), "active", nil)
+			}
+			srv.SetClusters(fleet...)
+			l := lister(t, srv, nil)
+			for scan := range 2 {
+				before := len(srv.Requests())
+				got, err := l.List(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != tt.clusters {
+					t.Fatalf("scan %d listed %d clusters, want %d", scan+1, len(got), tt.clusters)
+				}
+				if n := len(srv.Requests()) - before; n != tt.wantRequests {
+					t.Errorf("scan %d: %d requests, want %d", scan+1, n, tt.wantRequests)
+				}
+			}
+		})
+	}
+}
