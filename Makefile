@@ -72,10 +72,12 @@ tidy:
 generate:
 	hack/generate.sh
 
-# bench prints the throughput and cost figures quoted in the READMEs (medians of 5 runs).
+# bench prints the throughput and cost figures quoted in the READMEs (medians of 5 runs), then
+# pkg/events' publish and consume figures next to the stock `nats bench` (hack/bench-bus.sh).
 bench: tools
 	@export KUBEBUILDER_ASSETS="$$(hack/build-tools.sh)"; \
 	for m in $(MODULES); do (cd $$m && go test -run XXX -bench . -count 5 ./...) || exit 1; done
+	hack/bench-bus.sh
 
 # build compiles every service binary into bin/ (ignored by git).
 build:

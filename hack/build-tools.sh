@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build-tools.sh compiles the real servers the tests run (etcd, kube-apiserver, nats-server) from
 # the Go modules pinned under tools/, outside go.work, and caches each binary under
-# $ENFORCEMENT_TOOLS_CACHE/<name>-<version>/ (default ~/.cache/enforcement/tools). A warm cache
+# $ENFORCEMENT_TOOLS_CACHE/<name>-<version>/ (default ~/.cache/enforcement/tools); with
+# --with nats it builds the NATS CLI too (for hack/bench-bus.sh only). A warm cache
 # costs nothing; a cold one takes a few minutes on two cores. It prints the asset directory that
 # envtest's BinaryAssetsDirectory (KUBEBUILDER_ASSETS) expects: etcd and kube-apiserver side by side.
 set -euo pipefail
@@ -46,6 +47,17 @@ flock 9
 build etcd "$etcd_v" .
 build kube-apiserver "$kube_v" k8s.io/kubernetes/cmd/kube-apiserver
 build nats-server "$nats_v" github.com/nats-io/nats-server/v2
+
+# --with nats also builds the NATS CLI (tools/nats), which only the bus benchmark needs
+# (hack/bench-bus.sh runs its stock `nats bench`), linked as $cache/nats.
+if [[ "${1:-}" == "--with" && "${2:-}" == "nats" ]]; then
+	natscli_v="$(version_of nats github.com/nats-io/natscli)"
+	build nats "$natscli_v" github.com/nats-io/natscli/nats
+	ln -sf "$cache/nats-$natscli_v/nats" "$cache/nats"
+elif [[ -n "${1:-}" ]]; then
+	echo "build-tools.sh: unknown option ${*}; use --missing or --with nats" >&2
+	exit 2
+fi
 
 # envtest wants both control-plane binaries in one folder.
 assets="$cache/envtest-$kube_v-etcd-$etcd_v"

@@ -2,19 +2,58 @@ package events
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Benchmarks of the bus on a real nats-server with file storage. Run:
 //
 //	go test -run XXX -bench . -benchtime 20000x -count 5 ./pkg/events
 //
-// and compare medians (benchstat). Each reports events/s next to ns/op.
+// and compare medians (benchstat). Each reports events/s next to ns/op. hack/bench-bus.sh runs
+// them against a nats-server binary (EVENTS_BENCH_NATS_URL) next to the stock `nats bench`.
+
+// benchNATSURLEnv names a running nats-server the benchmarks use instead of an embedded one; the
+// ENFORCEMENT stream on it is deleted and declared again before each benchmark.
+const benchNATSURLEnv = "EVENTS_BENCH_NATS_URL"
+
+// benchJetStream returns a JetStream client on an empty ENFORCEMENT stream with the topology
+// applied: on the server named by EVENTS_BENCH_NATS_URL, else on an embedded one.
+func benchJetStream(b *testing.B) jetstream.JetStream {
+	b.Helper()
+	url := os.Getenv(benchNATSURLEnv)
+	if url == "" {
+		_, js := connect(b, startNATS(b, ""), TopologyOptions{})
+		return js
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		b.Fatalf("%s=%s: %v", benchNATSURLEnv, url, err)
+	}
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := js.DeleteStream(ctx, StreamName); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		b.Fatal(err)
+	}
+	if err := DefaultTopology(TopologyOptions{}).Apply(ctx, js); err != nil {
+		b.Fatal(err)
+	}
+	return js
+}
 
 func benchEvents(n, keys int) []Event {
 	evs := make([]Event, n)
@@ -24,9 +63,26 @@ func benchEvents(n, keys int) []Event {
 	return evs
 }
 
+// reportEncodedSize reports the size of one encoded benchmark event on the wire: its JSON body
+// and its header block (as nats.go writes it), which hack/bench-bus.sh gives the stock bench too.
+func reportEncodedSize(b *testing.B, e Event) {
+	m, err := Encode(e, "/bench", time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	headers := len("NATS/1.0\r\n\r\n")
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			headers += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	b.ReportMetric(float64(len(m.Data)), "body-B/event")
+	b.ReportMetric(float64(headers), "header-B/event")
+}
+
 // BenchmarkPublishAsync publishes with PublishAll in batches of 256, waiting for every ack.
 func BenchmarkPublishAsync(b *testing.B) {
-	_, js := connect(b, startNATS(b, ""), TopologyOptions{})
+	js := benchJetStream(b)
 	p := NewPublisher(js, "/bench")
 	evs := benchEvents(b.N, 1000)
 	b.ResetTimer()
@@ -36,11 +92,12 @@ func BenchmarkPublishAsync(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	reportEncodedSize(b, evs[len(evs)-1])
 }
 
 // BenchmarkPublishSync publishes one event at a time, waiting for each ack.
 func BenchmarkPublishSync(b *testing.B) {
-	_, js := connect(b, startNATS(b, ""), TopologyOptions{})
+	js := benchJetStream(b)
 	p := NewPublisher(js, "/bench")
 	evs := benchEvents(b.N, 1000)
 	b.ResetTimer()
@@ -55,7 +112,7 @@ func BenchmarkPublishSync(b *testing.B) {
 // BenchmarkConsume measures the consumer end to end: pull, decode, per-key dispatch over 1,000
 // keys, handler, ack; the events are published before the timer starts.
 func BenchmarkConsume(b *testing.B) {
-	_, js := connect(b, startNATS(b, ""), TopologyOptions{})
+	js := benchJetStream(b)
 	if err := NewPublisher(js, "/bench").PublishAll(context.Background(), benchEvents(b.N, 1000)); err != nil {
 		b.Fatal(err)
 	}
