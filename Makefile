@@ -5,7 +5,7 @@
 MODULES := $(shell go list -m -f '{{.Dir}}')
 SHELL := /bin/bash
 
-.PHONY: test check lint tools fmt vet tidy generate bench build images compose-check fuzz
+.PHONY: test deps check lint tools fmt vet tidy generate bench build images compose-check fuzz
 
 # FUZZ lists the fuzz targets as <module dir>:<package>:<FuzzName>. Their seeds and the inputs
 # found so far (testdata/fuzz/<FuzzName>/ next to each test, committed) run in every go test.
@@ -16,9 +16,9 @@ FUZZ := pkg/events:.:FuzzDecode pkg/events:.:FuzzEscapeToken services/rule-engin
 FUZZTIME ?= 30s
 FUZZTIME_SHORT ?= 3s
 
-# test is the one command CI runs (.ci/run): tools, hygiene checks, then every module's tests
-# with the race detector against the real servers.
-test: tools check
+# test is the one command CI runs (.ci/run): system packages, tools, hygiene checks, then every
+# module's tests with the race detector against the real servers.
+test: deps tools check
 	@export KUBEBUILDER_ASSETS="$$(hack/build-tools.sh)"; \
 	failed=0; \
 	for m in $(MODULES); do \
@@ -39,9 +39,13 @@ fuzz:
 	done; \
 	exit $$failed
 
-# tools builds (once, then cached by version) etcd, kube-apiserver and nats-server.
+# deps installs what the tests need beyond Go modules: Debian's redis-server (for argocd-server).
+deps:
+	@hack/test-deps.sh
+
+# tools builds (once, then cached by version) etcd, kube-apiserver, nats-server and argocd-server.
 tools:
-	@hack/build-tools.sh >/dev/null
+	@hack/build-tools.sh --with argocd-server >/dev/null
 
 # check fails on unformatted code, vet findings, untidy go.mod files, a k8s.io version other
 # than the one argo-cd/v2 pins, generated files that differ from their sources, and lint findings.

@@ -5,6 +5,12 @@
 # --with nats it builds the NATS CLI too (for hack/bench-bus.sh only). A warm cache
 # costs nothing; a cold one takes a few minutes on two cores. It prints the asset directory that
 # envtest's BinaryAssetsDirectory (KUBEBUILDER_ASSETS) expects: etcd and kube-apiserver side by side.
+#
+# --with argocd-server also builds Argo CD's API server (tools/argocd-server, argo-cd/v2 at the
+# version services/argo-syncer pins), linked as <cache>/argocd-server: about 3 minutes on two
+# cores with the modules downloaded. Only the Argo CD API tests need it (pkg/testenv's
+# StartArgoCD asks for it; `make test` builds it up front), so the local run command does not
+# wait for it. Those tests also need Debian's redis-server: hack/test-deps.sh installs it.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -13,13 +19,14 @@ cache="${ENFORCEMENT_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/enforcement/to
 # version_of prints the version a tool module pins for a dependency.
 version_of() { GOWORK=off go -C "$root/tools/$1" list -m -f '{{.Version}}' "$2"; }
 
-# build compiles package $3 of tool module $1 as $cache/$1-$2/$1 unless it is already there.
+# build compiles package $3 of tool module $1 as $cache/$1-$2/$1 unless it is already there;
+# $4, if given, adds linker flags (such as -X for a version variable).
 build() {
-	local name="$1" version="$2" pkg="$3" dir="$cache/$1-$2"
+	local name="$1" version="$2" pkg="$3" ldflags="-s -w ${4:-}" dir="$cache/$1-$2"
 	if [[ -x "$dir/$name" ]]; then return; fi
 	mkdir -p "$dir"
 	local start=$SECONDS
-	CGO_ENABLED=0 GOWORK=off go -C "$root/tools/$name" build -trimpath -ldflags='-s -w' -o "$dir/$name.tmp" "$pkg"
+	CGO_ENABLED=0 GOWORK=off go -C "$root/tools/$name" build -trimpath -ldflags="$ldflags" -o "$dir/$name.tmp" "$pkg"
 	mv "$dir/$name.tmp" "$dir/$name"
 	echo "built $name $version in $((SECONDS - start))s" >&2
 }
@@ -28,11 +35,37 @@ etcd_v="$(version_of etcd go.etcd.io/etcd/server/v3)"
 kube_v="$(version_of kube-apiserver k8s.io/kubernetes)"
 nats_v="$(version_of nats-server github.com/nats-io/nats-server/v2)"
 
+missing=false
+with_argocd=false
+while (($# > 0)); do
+	case "$1" in
+	--missing) missing=true ;;
+	--with)
+		if [[ "${2:-}" != argocd-server ]]; then
+			echo "build-tools.sh: --with takes argocd-server (the only optional tool), got '${2:-}'" >&2
+			exit 2
+		fi
+		with_argocd=true
+		shift
+		;;
+	*)
+		echo "build-tools.sh: unknown argument '$1'; usage: build-tools.sh [--missing] [--with argocd-server]" >&2
+		exit 2
+		;;
+	esac
+	shift
+done
+tools=("etcd $etcd_v go.etcd.io/etcd/server/v3" "kube-apiserver $kube_v k8s.io/kubernetes"
+	"nats-server $nats_v github.com/nats-io/nats-server/v2")
+if $with_argocd; then
+	argocd_v="$(version_of argocd-server github.com/argoproj/argo-cd/v2)"
+	tools+=("argocd-server $argocd_v github.com/argoproj/argo-cd/v2")
+fi
+
 # --missing builds nothing: it prints "<name> <version> <module>" for every tool not built yet,
 # so that a caller can say what a first run is about to compile (cmd/enforcement local does).
-if [[ "${1:-}" == "--missing" ]]; then
-	for tool in "etcd $etcd_v go.etcd.io/etcd/server/v3" "kube-apiserver $kube_v k8s.io/kubernetes" \
-		"nats-server $nats_v github.com/nats-io/nats-server/v2"; do
+if $missing; then
+	for tool in "${tools[@]}"; do
 		read -r name version module <<<"$tool"
 		[[ -x "$cache/$name-$version/$name" ]] || echo "$name $version $module"
 	done
@@ -47,6 +80,11 @@ flock 9
 build etcd "$etcd_v" .
 build kube-apiserver "$kube_v" k8s.io/kubernetes/cmd/kube-apiserver
 build nats-server "$nats_v" github.com/nats-io/nats-server/v2
+if $with_argocd; then
+	# Argo CD's Makefile stamps the version the same way; /api/version reports it.
+	build argocd-server "$argocd_v" . "-X github.com/argoproj/argo-cd/v2/common.version=${argocd_v#v}"
+	ln -sf "$cache/argocd-server-$argocd_v/argocd-server" "$cache/argocd-server"
+fi
 
 # --with nats also builds the NATS CLI (tools/nats), which only the bus benchmark needs
 # (hack/bench-bus.sh runs its stock `nats bench`), linked as $cache/nats.

@@ -35,18 +35,27 @@ func RepoRoot() (string, error) {
 // buildTools runs hack/build-tools.sh once per process and remembers the envtest asset
 // directory it prints. A warm cache makes this instant; a cold one compiles etcd,
 // kube-apiserver and nats-server, which takes minutes (the script reports progress on stderr).
-var buildTools = sync.OnceValues(func() (string, error) {
+var buildTools = sync.OnceValues(func() (string, error) { return runBuildTools() })
+
+// buildToolsWithArgoCD is buildTools that also builds argocd-server (--with argocd-server).
+var buildToolsWithArgoCD = sync.OnceValues(func() (string, error) {
+	return runBuildTools("--with", "argocd-server")
+})
+
+// runBuildTools runs hack/build-tools.sh with args and returns the envtest asset directory it
+// prints last.
+func runBuildTools(args ...string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
 	var stdout bytes.Buffer
-	cmd := exec.Command("bash", filepath.Join(root, "hack", "build-tools.sh"))
+	cmd := exec.Command("bash", append([]string{filepath.Join(root, "hack", "build-tools.sh")}, args...)...)
 	cmd.Dir = root
 	cmd.Stdout = &stdout
 	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("run hack/build-tools.sh: %w", err)
+		return "", fmt.Errorf("run %s: %w", strings.Join(append([]string{"hack/build-tools.sh"}, args...), " "), err)
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	assets := strings.TrimSpace(lines[len(lines)-1])
@@ -54,7 +63,7 @@ var buildTools = sync.OnceValues(func() (string, error) {
 		return "", errors.New("run hack/build-tools.sh: it printed no asset directory")
 	}
 	return assets, nil
-})
+}
 
 // kubeAssets returns the directory holding the etcd and kube-apiserver binaries:
 // $KUBEBUILDER_ASSETS when set, else the directory hack/build-tools.sh builds.
