@@ -13,6 +13,10 @@
 //   - ArgoCDCRDs and OCMCRDs return the upstream CRDs, copied byte for byte from the pinned
 //     module versions (a test checks for drift), so the API server validates Applications,
 //     Policies and ClusterClaims exactly as a real cluster with those products would.
+//   - StartArgoCD runs Argo CD's API server (argocd-server, built from argo-cd/v2 by
+//     hack/build-tools.sh --with argocd-server) and a Debian redis-server for it against a Kube,
+//     with the settings it needs in a namespace and a random admin password: the real server for
+//     tests of Argo CD's API (login, clusters, projects, Applications; no repo server runs).
 //   - StartService runs a service's run function with a map environment, free health and metrics
 //     ports and captured logs (shown when the test fails); TypedClient gives a controller-runtime
 //     client for the given schemes.
