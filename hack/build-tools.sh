@@ -5,6 +5,7 @@
 # --with nats it builds the NATS CLI too (for hack/bench-bus.sh only). A warm cache
 # costs nothing; a cold one takes a few minutes on two cores. It prints the asset directory that
 # envtest's BinaryAssetsDirectory (KUBEBUILDER_ASSETS) expects: etcd and kube-apiserver side by side.
+# --with may be given more than once.
 #
 # --with argocd-server also builds Argo CD's API server (tools/argocd-server, argo-cd/v2 at the
 # version services/argo-syncer pins), linked as <cache>/argocd-server: about 3 minutes on two
@@ -37,19 +38,23 @@ nats_v="$(version_of nats-server github.com/nats-io/nats-server/v2)"
 
 missing=false
 with_argocd=false
+with_nats=false
 while (($# > 0)); do
 	case "$1" in
 	--missing) missing=true ;;
 	--with)
-		if [[ "${2:-}" != argocd-server ]]; then
-			echo "build-tools.sh: --with takes argocd-server (the only optional tool), got '${2:-}'" >&2
+		case "${2:-}" in
+		argocd-server) with_argocd=true ;;
+		nats) with_nats=true ;;
+		*)
+			echo "build-tools.sh: --with takes argocd-server or nats (the optional tools), got '${2:-}'" >&2
 			exit 2
-		fi
-		with_argocd=true
+			;;
+		esac
 		shift
 		;;
 	*)
-		echo "build-tools.sh: unknown argument '$1'; usage: build-tools.sh [--missing] [--with argocd-server]" >&2
+		echo "build-tools.sh: unknown option '$1'; usage: build-tools.sh [--missing] [--with argocd-server] [--with nats]" >&2
 		exit 2
 		;;
 	esac
@@ -60,6 +65,10 @@ tools=("etcd $etcd_v go.etcd.io/etcd/server/v3" "kube-apiserver $kube_v k8s.io/k
 if $with_argocd; then
 	argocd_v="$(version_of argocd-server github.com/argoproj/argo-cd/v2)"
 	tools+=("argocd-server $argocd_v github.com/argoproj/argo-cd/v2")
+fi
+if $with_nats; then
+	natscli_v="$(version_of nats github.com/nats-io/natscli)"
+	tools+=("nats $natscli_v github.com/nats-io/natscli")
 fi
 
 # --missing builds nothing: it prints "<name> <version> <module>" for every tool not built yet,
@@ -88,13 +97,9 @@ fi
 
 # --with nats also builds the NATS CLI (tools/nats), which only the bus benchmark needs
 # (hack/bench-bus.sh runs its stock `nats bench`), linked as $cache/nats.
-if [[ "${1:-}" == "--with" && "${2:-}" == "nats" ]]; then
-	natscli_v="$(version_of nats github.com/nats-io/natscli)"
+if $with_nats; then
 	build nats "$natscli_v" github.com/nats-io/natscli/nats
 	ln -sf "$cache/nats-$natscli_v/nats" "$cache/nats"
-elif [[ -n "${1:-}" ]]; then
-	echo "build-tools.sh: unknown option ${*}; use --missing or --with nats" >&2
-	exit 2
 fi
 
 # envtest wants both control-plane binaries in one folder.
