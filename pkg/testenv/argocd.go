@@ -36,8 +36,8 @@ const (
 // ArgoCD is a running argocd-server (Argo CD's API server, from the module version
 // services/argo-syncer pins) with its own redis-server, started by StartArgoCD. It reads and
 // writes Argo CD's resources (Applications, AppProjects, cluster Secrets) in Namespace of the
-// Kube it was given, which is also the cluster "in-cluster" it knows. No application
-// controller, repo server or Dex runs: the API serves logins and the CRUD of clusters,
+// Kube it was given; register that API server as a cluster by its URL (Kube.Config.Host) and
+// client certificate to deploy to it. No application controller, repo server or Dex runs: the API serves logins and the CRUD of clusters,
 // projects and Applications, while anything that asks the repo server (an Application create
 // or update with validation, manifests, sync) fails after a connection error.
 type ArgoCD struct {
@@ -66,12 +66,15 @@ type ArgoCD struct {
 // nothing on disk.
 //
 // Servers sharing one Kube need distinct namespaces. StartArgoCD fails the test when namespace
-// is not a valid namespace name, a binary is missing or cannot be built, or a server does not
+// is not a valid namespace name, kube is nil, a binary is missing or cannot be built, or a server does not
 // become ready within a minute (redis-server: 10 seconds).
 func StartArgoCD(t testing.TB, kube *Kube, namespace string) *ArgoCD {
 	t.Helper()
 	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
 		t.Fatalf("start Argo CD: namespace %q: %s", namespace, strings.Join(errs, "; "))
+	}
+	if kube == nil {
+		t.Fatal("start Argo CD: no Kube given: argocd-server needs an API server for its settings and resources")
 	}
 	redisBin, err := exec.LookPath("redis-server")
 	if err != nil {

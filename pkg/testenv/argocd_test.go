@@ -72,7 +72,8 @@ func postSession(t *testing.T, url, username, password string) int {
 	return resp.StatusCode
 }
 
-// StartArgoCD refuses a namespace name the API server would refuse, before it starts anything.
+// StartArgoCD refuses a namespace name the API server would refuse, and a nil Kube, before it
+// starts anything.
 func TestStartArgoCDRejectsAnInvalidNamespace(t *testing.T) {
 	for _, ns := range []string{"", "Argo_CD", strings.Repeat("a", 64)} {
 		rec := &fatalRecorder{TB: t}
@@ -86,6 +87,16 @@ func TestStartArgoCDRejectsAnInvalidNamespace(t *testing.T) {
 			t.Errorf("StartArgoCD(%q) failed with %q, want a message naming the namespace", ns, rec.fatal)
 		}
 	}
+	rec := &fatalRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		testenv.StartArgoCD(rec, nil, "argocd")
+	}()
+	<-done
+	if !strings.Contains(rec.fatal, "no Kube given") {
+		t.Errorf("StartArgoCD without a Kube failed with %q, want it said", rec.fatal)
+	}
 }
 
 // Without redis-server on PATH, StartArgoCD says what is missing and how to install it.
@@ -95,7 +106,7 @@ func TestStartArgoCDWithoutRedisSaysHowToInstallIt(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		testenv.StartArgoCD(rec, nil, "argocd")
+		testenv.StartArgoCD(rec, &testenv.Kube{}, "argocd") // looks for redis-server before it uses the Kube
 	}()
 	<-done
 	if !strings.Contains(rec.fatal, "redis-server") || !strings.Contains(rec.fatal, "hack/test-deps.sh") {
@@ -112,5 +123,10 @@ type fatalRecorder struct {
 
 func (r *fatalRecorder) Fatalf(format string, args ...any) {
 	r.fatal = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func (r *fatalRecorder) Fatal(args ...any) {
+	r.fatal = fmt.Sprint(args...)
 	runtime.Goexit()
 }
