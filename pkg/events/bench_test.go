@@ -46,13 +46,61 @@ func benchJetStream(b *testing.B) jetstream.JetStream {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := js.DeleteStream(ctx, StreamName); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		b.Fatal(err)
-	}
-	if err := DefaultTopology(TopologyOptions{}).Apply(ctx, js); err != nil {
+	if err := redeclareStream(ctx, js); err != nil {
 		b.Fatal(err)
 	}
 	return js
+}
+
+// redeclareStream deletes the ENFORCEMENT stream and declares the topology again, and makes sure
+// every consumer starts without state. A consumer recreated right after its stream was deleted
+// can inherit the deleted consumer's last flushed state (nats-server v2.15.3's file store: the old
+// consumer's state write races with the stream deletion), for example "delivered 1, ack floor 0":
+// the new consumer then believes stream sequence 1 is waiting for an ack, never delivers it and
+// redelivers it only after AckWait (30 s), behind the later events of its key. Such a consumer is
+// deleted and declared again.
+func redeclareStream(ctx context.Context, js jetstream.JetStream) error {
+	if err := js.DeleteStream(ctx, StreamName); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	topology := DefaultTopology(TopologyOptions{})
+	for attempt := 1; ; attempt++ {
+		if err := topology.Apply(ctx, js); err != nil {
+			return err
+		}
+		stale, err := consumersWithState(ctx, js, topology)
+		if err != nil || len(stale) == 0 {
+			return err
+		}
+		if attempt == 5 {
+			return fmt.Errorf("consumers %v still carry the deleted stream's state after %d declarations", stale, attempt)
+		}
+		for _, name := range stale {
+			if err := js.DeleteConsumer(ctx, StreamName, name); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// consumersWithState names the consumers of topology on the ENFORCEMENT stream that record a
+// delivery or an ack although the stream is new.
+func consumersWithState(ctx context.Context, js jetstream.JetStream, topology Topology) ([]string, error) {
+	var stale []string
+	for _, c := range topology.Consumers {
+		cons, err := js.Consumer(ctx, StreamName, c.Durable)
+		if err != nil {
+			return nil, err
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if info.Delivered.Consumer != 0 || info.AckFloor.Consumer != 0 || info.NumAckPending != 0 {
+			stale = append(stale, c.Durable)
+		}
+	}
+	return stale, nil
 }
 
 func benchEvents(n, keys int) []Event {
@@ -136,4 +184,56 @@ func BenchmarkConsume(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	_ = c.Stop(context.Background())
+}
+
+// TestRedeclareStreamStartsConsumersAfresh checks what the benchmarks rely on: after
+// redeclareStream, the first event published is delivered at once, as its first delivery, even
+// right after the deleted stream's consumer delivered and acknowledged an event of its own.
+func TestRedeclareStreamStartsConsumersAfresh(t *testing.T) {
+	ctx := context.Background()
+	_, js := connect(t, startNATS(t, ""), TopologyOptions{})
+	p := NewPublisher(js, "/t")
+	for round := range 200 {
+		if err := p.PublishAll(ctx, benchEvents(1, 1)); err != nil {
+			t.Fatal(err)
+		}
+		fetchOne(t, js, round) // delivers and acknowledges: the consumer has state to flush
+		if err := redeclareStream(ctx, js); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// fetchOne fetches one message from the rule-engine consumer, fails unless it is stream
+// sequence 1 on its first delivery, and acknowledges it.
+func fetchOne(t *testing.T, js jetstream.JetStream, round int) {
+	t.Helper()
+	ctx := context.Background()
+	cons, err := js.Consumer(ctx, StreamName, ConsumerRuleEngine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for m := range batch.Messages() {
+		got++
+		md, err := m.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if md.Sequence.Stream != 1 || md.NumDelivered != 1 {
+			t.Fatalf("round %d: got stream sequence %d delivery %d, want 1 delivery 1", round, md.Sequence.Stream, md.NumDelivered)
+		}
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got == 0 {
+		info, _ := cons.Info(ctx)
+		t.Fatalf("round %d: the new stream's first event was not delivered; consumer delivered %+v, ack floor %+v, %d waiting for an ack",
+			round, info.Delivered, info.AckFloor, info.NumAckPending)
+	}
 }
