@@ -174,10 +174,13 @@ func TestArgoCDServerServesWhatAPIModeNeeds(t *testing.T) {
 	}
 	testenv.Eventually(t, 10*time.Second, func() error {
 		_, err := argoObjects.ArgoprojV1alpha1().Applications(argo.Namespace).Get(ctx, app.Name, metav1.GetOptions{})
-		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("Application %s still there after the delete (%v)", app.Name, err)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return fmt.Errorf("read Application %s after the delete: %w", app.Name, err)
 		}
-		return nil
+		return fmt.Errorf("Application %s still there after the delete", app.Name)
 	})
 	if _, err := argoObjects.ArgoprojV1alpha1().AppProjects(argo.Namespace).Get(ctx, "test-kube", metav1.GetOptions{}); err != nil {
 		t.Errorf("AppProject test-kube after the Application's delete: %v", err)
@@ -208,8 +211,11 @@ func argoLogin(ctx context.Context, baseURL, username, password string) (string,
 	var session struct {
 		Token string `json:"token"`
 	}
-	if err := json.Unmarshal(data, &session); err != nil || session.Token == "" {
-		return "", fmt.Errorf("POST /api/v1/session: no token in %s (%v)", data, err)
+	if err := json.Unmarshal(data, &session); err != nil {
+		return "", fmt.Errorf("POST /api/v1/session: %s: %w", data, err)
+	}
+	if session.Token == "" {
+		return "", fmt.Errorf("POST /api/v1/session: no token in %s", data)
 	}
 	return session.Token, nil
 }
