@@ -17,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -39,8 +38,8 @@ func (p *previewer) explainCluster(ctx context.Context, name string) (*events.Ex
 	if err != nil {
 		return nil, err
 	}
-	e := newEngine(slog.New(slog.DiscardHandler), readOnlyStore{p.store}, noPublisher{}, p.renderer, newMetrics(nil), p.degradedTTL)
-	if err := e.load(ctx); err != nil {
+	e, err := p.scratchEngine(ctx)
+	if err != nil {
 		return nil, err
 	}
 	res := &events.ExplainClusterResult{Cluster: name}

@@ -263,15 +263,26 @@ func (p *previewer) previewRule(ctx context.Context, cr, live *v1beta1.ClusterRu
 	return res, nil
 }
 
-// previewCompiled fills res with what the valid compiled rule r, an edit of the compiled live
-// rule (nil: a new rule), would do, on a scratch engine loaded from the state bucket.
-func (p *previewer) previewCompiled(ctx context.Context, r, liveRule *ruleState, res *events.PreviewResult) error {
+// scratchEngine returns an engine loaded from the state bucket through a read-only store and
+// with no publisher, sharing the live engine's renderer and settings: what a preview or an
+// explain decides on, without writing anything.
+func (p *previewer) scratchEngine(ctx context.Context) (*engine, error) {
 	e := newEngine(slog.New(slog.DiscardHandler), readOnlyStore{p.store}, noPublisher{}, p.renderer, newMetrics(nil), p.degradedTTL)
 	e.maxRemovalFraction = p.maxRemovalFraction
 	if err := e.load(ctx); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// previewCompiled fills res with what the valid compiled rule r, an edit of the compiled live
+// rule (nil: a new rule), would do, on a scratch engine loaded from the state bucket.
+func (p *previewer) previewCompiled(ctx context.Context, r, liveRule *ruleState, res *events.PreviewResult) error {
+	e, err := p.scratchEngine(ctx)
+	if err != nil {
 		return err
 	}
-	err := e.evaluate(ctx, func(rs *renders) error {
+	err = e.evaluate(ctx, func(rs *renders) error {
 		prev := e.held[r.key]
 		delete(e.held, r.key)
 		ch := e.evalRule(r, rs)
