@@ -87,6 +87,21 @@ func String(getenv Getenv, name, def string) string {
 	return def
 }
 
+// Bool parses true/false (also 1/0, any case); def when unset. Anything else is an error naming
+// the variable.
+func Bool(getenv Getenv, name string, def bool) (bool, error) {
+	switch v := strings.ToLower(getenv(name)); v {
+	case "":
+		return def, nil
+	case "true", "1":
+		return true, nil
+	case "false", "0":
+		return false, nil
+	default:
+		return false, fmt.Errorf("%s=%q: want true or false", name, getenv(name))
+	}
+}
+
 // Duration parses a Go duration ("30s", "10m"); def when unset. A value that does not parse, or
 // a negative one, is an error naming the variable.
 func Duration(getenv Getenv, name string, def time.Duration) (time.Duration, error) {

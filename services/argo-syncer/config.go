@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/enforcement-io/enforcement/pkg/service"
@@ -41,6 +42,10 @@ type Config struct {
 	// LeaderElection (LEADER_ELECTION and its namespace and timings, pkg/service) lets two
 	// replicas run: only the one holding the Lease LeaseName consumes intents and writes.
 	LeaderElection service.LeaderElection
+	// ArgoAPI (ARGO_URL and the other ARGO_* variables) switches API mode on: clusters,
+	// AppProjects and Applications go through Argo CD's API server instead of the Kubernetes API
+	// (argocdapi.go).
+	ArgoAPI ArgoAPIConfig
 }
 
 // LeaseName is the Lease the syncer's replicas compete for with LEADER_ELECTION.
@@ -54,11 +59,6 @@ const (
 	ClusterResNone   = "none"
 )
 
-// errAPIMode is returned when the original operator's Argo CD API variables are set: talking
-// to the Argo CD API server instead of writing the objects is not built yet.
-var errAPIMode = errors.New("ARGO_URL/ARGO_USERNAME/ARGO_PASSWORD/ARGO_TOKEN are set: API mode not built yet; " +
-	"unset them to write clusters, AppProjects and Applications through the Kubernetes API (declarative mode)")
-
 // LoadConfig reads and validates the configuration. Errors name the variable.
 func LoadConfig(getenv service.Getenv) (Config, error) {
 	c := Config{
@@ -67,14 +67,11 @@ func LoadConfig(getenv service.Getenv) (Config, error) {
 		ProjectSourceRepos:      service.String(getenv, "PROJECT_SOURCE_REPOS", SourceReposRules),
 		ProjectClusterResources: service.String(getenv, "PROJECT_CLUSTER_RESOURCES", ClusterResAll),
 	}
-	for _, name := range []string{"ARGO_URL", "ARGO_USERNAME", "ARGO_PASSWORD", "ARGO_TOKEN"} {
-		if getenv(name) != "" {
-			// Not built yet: API mode (the original operator's way, through argocd-server).
-			return Config{}, errAPIMode
-		}
-	}
 	var errs []error
 	var err error
+	if c.ArgoAPI, err = loadArgoAPI(getenv); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Concurrency, err = service.PositiveInt(getenv, "SYNC_CONCURRENCY", 16); err != nil {
 		errs = append(errs, err)
 	}
@@ -107,4 +104,52 @@ func LoadConfig(getenv service.Getenv) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// loadArgoAPI reads the ARGO_* variables of API mode; all unset is the declarative mode.
+func loadArgoAPI(getenv service.Getenv) (ArgoAPIConfig, error) {
+	c := ArgoAPIConfig{
+		URL:             getenv("ARGO_URL"),
+		Username:        getenv("ARGO_USERNAME"),
+		Password:        getenv("ARGO_PASSWORD"),
+		Token:           getenv("ARGO_TOKEN"),
+		ServerCRT:       getenv("ARGO_SERVER_CRT"),
+		GRPCWebRootPath: getenv("ARGO_GRPC_WEB_ROOT_PATH"),
+	}
+	var errs []error
+	var err error
+	if c.Insecure, err = service.Bool(getenv, "ARGO_INSECURE", false); err != nil {
+		errs = append(errs, err)
+	}
+	if c.GRPCWeb, err = service.Bool(getenv, "ARGO_GRPC_WEB", false); err != nil {
+		errs = append(errs, err)
+	}
+	if c.PollInterval, err = service.Duration(getenv, "ARGO_POLL_INTERVAL", 30*time.Second); err != nil {
+		errs = append(errs, err)
+	} else if c.PollInterval < time.Second {
+		errs = append(errs, fmt.Errorf("ARGO_POLL_INTERVAL=%q: must be at least 1s", c.PollInterval))
+	}
+	login := c.Username != "" || c.Password != ""
+	switch {
+	case c.URL == "" && (login || c.Token != ""):
+		errs = append(errs, errors.New("ARGO_USERNAME, ARGO_PASSWORD or ARGO_TOKEN is set without ARGO_URL: set ARGO_URL to use Argo CD's API, or unset them to write through the Kubernetes API"))
+	case c.URL == "":
+	case login && c.Token != "":
+		errs = append(errs, errors.New("ARGO_TOKEN and ARGO_USERNAME/ARGO_PASSWORD are both set: use one of them"))
+	case login && (c.Username == "" || c.Password == ""):
+		errs = append(errs, errors.New("ARGO_USERNAME and ARGO_PASSWORD go together: one of them is empty"))
+	case !login && c.Token == "":
+		errs = append(errs, errors.New("ARGO_URL is set without credentials: set ARGO_USERNAME and ARGO_PASSWORD, or ARGO_TOKEN"))
+	}
+	if c.URL != "" {
+		if _, err := c.clientOptions(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.ServerCRT != "" {
+		if _, err := os.Stat(c.ServerCRT); err != nil {
+			errs = append(errs, fmt.Errorf("ARGO_SERVER_CRT=%q: %w", c.ServerCRT, err))
+		}
+	}
+	return c, errors.Join(errs...)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -80,11 +81,20 @@ type harness struct {
 	pub      *events.Publisher
 	outcomes chan events.Event
 	seen     []events.Event
+	// syncerArgo is what the Syncer writes Argo CD's objects through; in API mode (withArgoAPI)
+	// argocd is the server and session the Syncer's session.
+	syncerArgo argoclient.Interface
+	argocd     *testenv.ArgoCD
+	session    *argoSession
+	metrics    *Metrics
+	registry   *prometheus.Registry
 }
 
 var nsCounter atomic.Int64
 
-type harnessOption func(*SyncerOptions)
+// harnessOption changes the harness before its Syncer is built: the Syncer's options, and the
+// Argo CD client it writes through (syncerArgo, the harness's own by default).
+type harnessOption func(h *harness, o *SyncerOptions)
 
 func newHarness(t testing.TB, opts ...harnessOption) *harness {
 	t.Helper()
@@ -117,10 +127,11 @@ func newHarness(t testing.TB, opts ...harnessOption) *harness {
 		SourceSecretTTL: time.Minute,
 		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
+	h.syncerArgo = h.argo
 	for _, o := range opts {
-		o(&so)
+		o(h, &so)
 	}
-	h.syncer = NewSyncer(h.kube, h.argo, so)
+	h.syncer = NewSyncer(h.kube, h.syncerArgo, so)
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan struct{})

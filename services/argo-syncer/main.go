@@ -86,7 +86,10 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 }
 
 // newSyncer creates the Kubernetes and Argo CD clients, which share one rate limit (they talk
-// to the same API server), and the Syncer that writes through them.
+// to the same API server), and the Syncer that writes through them. In API mode the Argo CD
+// objects go through Argo CD's API server instead (argocdapi.go); the Kubernetes client still
+// reads the source Secrets. The session is checked once here, so that a wrong password is an
+// error in the log at start as well as in /readyz (check "argocd") until it is fixed.
 func newSyncer(cfg Config, svc *service.Service, metrics *Metrics) (*Syncer, error) {
 	svc.Kube.QPS, svc.Kube.Burst = cfg.KubeQPS, cfg.KubeBurst
 	svc.Kube.UserAgent = serviceName
@@ -94,8 +97,22 @@ func newSyncer(cfg Config, svc *service.Service, metrics *Metrics) (*Syncer, err
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	argo, err := argoclient.NewForConfig(svc.Kube)
-	if err != nil {
+	var opts SyncerOptions
+	var argo argoclient.Interface
+	if cfg.ArgoAPI.Enabled() {
+		session, err := newArgoSession(cfg.ArgoAPI, metrics)
+		if err != nil {
+			return nil, err
+		}
+		svc.Health.AddCheck("argocd", session.Ready)
+		if _, err := session.clients(svc.Context()); err != nil {
+			svc.Logger.Error("Argo CD API not usable; retrying", "url", cfg.ArgoAPI.URL, "error", err)
+		} else {
+			svc.Logger.Info("Connected to Argo CD API", "url", cfg.ArgoAPI.URL)
+		}
+		argo, opts.ClusterSecrets = argoAPIClients(session, cfg.ArgoCDNamespace, cfg.ArgoAPI.PollInterval, svc.Logger)
+		opts.APIMode = true
+	} else if argo, err = argoclient.NewForConfig(svc.Kube); err != nil {
 		return nil, fmt.Errorf("argo cd client: %w", err)
 	}
 	return NewSyncer(kube, argo, SyncerOptions{
@@ -108,6 +125,8 @@ func newSyncer(cfg Config, svc *service.Service, metrics *Metrics) (*Syncer, err
 		SourceSecretTTL: cfg.SourceSecretTTL,
 		Logger:          svc.Logger,
 		Metrics:         metrics,
+		ClusterSecrets:  opts.ClusterSecrets,
+		APIMode:         opts.APIMode,
 	}), nil
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -83,18 +82,6 @@ func TestRunServesReadyInstallsAndStops(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"msg":"Created Application"`) {
 		t.Errorf("no Created Application log line:\n%s", logs.String())
-	}
-}
-
-func TestRunRefusesAPIMode(t *testing.T) {
-	err := run(context.Background(), func(k string) string {
-		if k == "ARGO_URL" {
-			return "https://argocd.example"
-		}
-		return ""
-	}, &bytes.Buffer{}, &bytes.Buffer{})
-	if !errors.Is(err, errAPIMode) {
-		t.Fatalf("run in API mode: %v, want errAPIMode", err)
 	}
 }
 

@@ -16,6 +16,9 @@ type Metrics struct {
 	writes  *prometheus.CounterVec
 	intents *prometheus.CounterVec
 	held    prometheus.Counter
+	// API mode only.
+	argocdRequests *prometheus.CounterVec
+	argocdLogins   *prometheus.CounterVec
 }
 
 // NewMetrics registers argo-syncer's metrics on reg.
@@ -29,12 +32,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "enforcement_argo_syncer_intents_total",
 			Help: "Intents handled, by intent type and outcome.",
 		}, []string{"type", "outcome"}),
+		argocdRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "enforcement_argo_syncer_argocd_api_requests_total",
+			Help: "Requests sent to Argo CD's API server in API mode, by method and gRPC code (OK when it succeeded).",
+		}, []string{"method", "code"}),
+		argocdLogins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "enforcement_argo_syncer_argocd_api_logins_total",
+			Help: "Log-ins to Argo CD's API server in API mode (the first one, then one per expired session), by result.",
+		}, []string{"result"}),
 		held: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "enforcement_argo_syncer_unregistrations_held_total",
 			Help: "Cluster unregistrations held back because Applications Enforcement does not manage use the cluster's AppProject.",
 		}),
 	}
-	reg.MustRegister(m.writes, m.intents, m.held)
+	reg.MustRegister(m.writes, m.intents, m.held, m.argocdRequests, m.argocdLogins)
 	return m
 }
 
@@ -43,6 +54,24 @@ func (m *Metrics) write(kind, verb string, err error) {
 		return
 	}
 	m.writes.WithLabelValues(kind, verb, resultOf(err)).Inc()
+}
+
+func (m *Metrics) argocdRequest(method, code string) {
+	if m == nil {
+		return
+	}
+	m.argocdRequests.WithLabelValues(method, code).Inc()
+}
+
+func (m *Metrics) argocdLogin(err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.argocdLogins.WithLabelValues(result).Inc()
 }
 
 func (m *Metrics) intent(typ, outcome string) {

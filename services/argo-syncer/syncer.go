@@ -20,9 +20,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	coretyped "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -80,11 +82,16 @@ func classify(err error, what string) error {
 // Syncer writes intents into Argo CD objects. It is safe for concurrent use; intents of one
 // cluster are serialised.
 type Syncer struct {
-	ns       string
-	opNS     string
-	project  ProjectSettings
-	kube     kubernetes.Interface
-	argo     argoclient.Interface
+	ns      string
+	opNS    string
+	project ProjectSettings
+	kube    kubernetes.Interface
+	argo    argoclient.Interface
+	// clusterSecrets writes cluster Secrets: the Kubernetes API's, or Argo CD's clusters in API
+	// mode (argocdapi_objects.go).
+	clusterSecrets coretyped.SecretInterface
+	// apiMode: Argo CD's API keys clusters by URL, so moving one re-registers it with its config.
+	apiMode  bool
 	logger   *slog.Logger
 	metrics  *Metrics
 	apps     *view[*argov1.Application]
@@ -105,6 +112,10 @@ type SyncerOptions struct {
 	SourceSecretTTL   time.Duration
 	Logger            *slog.Logger
 	Metrics           *Metrics
+	// ClusterSecrets, when set, replaces the Kubernetes API's Secrets of ArgoCDNamespace for the
+	// cluster Secrets: API mode sets Argo CD's clusters (APIMode).
+	ClusterSecrets coretyped.SecretInterface
+	APIMode        bool
 }
 
 // NewSyncer builds a Syncer and its informers; call Run to start them.
@@ -115,6 +126,7 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 	s := &Syncer{
 		ns: o.ArgoCDNamespace, opNS: o.OperatorNamespace, project: o.Project,
 		kube: kube, argo: argo, logger: o.Logger, metrics: o.Metrics,
+		clusterSecrets: o.ClusterSecrets, apiMode: o.APIMode,
 		creds: &credentialCache{kube: kube, ttl: o.SourceSecretTTL, entries: map[string]credentialEntry{}},
 		pending: workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](
 			100*time.Millisecond, 30*time.Second)),
@@ -144,10 +156,25 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 			return []string{p.Annotations[AnnotationCluster]}, nil
 		},
 	})
-	secretInformer := coreinformers.NewFilteredSecretInformer(kube, s.ns, 0, cache.Indexers{
-		indexServer: secretDataIndex("server"),
-		indexName:   secretDataIndex("name"),
-	}, func(lo *metav1.ListOptions) { lo.LabelSelector = LabelSecretType + "=" + SecretTypeCluster })
+	if s.clusterSecrets == nil {
+		s.clusterSecrets = kube.CoreV1().Secrets(s.ns)
+	}
+	clusterOnly := LabelSecretType + "=" + SecretTypeCluster
+	secretInformer := cache.NewSharedIndexInformer(&cache.ListWatch{
+		// As client-go's own informers (no context before v0.32): a watch ends with its Stop.
+		ListFunc: func(lo metav1.ListOptions) (runtime.Object, error) {
+			lo.LabelSelector = clusterOnly
+			return s.clusterSecrets.List(context.Background(), lo)
+		},
+		WatchFunc: func(lo metav1.ListOptions) (watch.Interface, error) {
+			lo.LabelSelector = clusterOnly
+			return s.clusterSecrets.Watch(context.Background(), lo)
+		},
+	}, &corev1.Secret{}, 0, cache.Indexers{
+		cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
+		indexServer:          secretDataIndex("server"),
+		indexName:            secretDataIndex("name"),
+	})
 	s.apps = newView[*argov1.Application](s.ns, appInformer)
 	s.projects = newView[*argov1.AppProject](s.ns, projectInformer)
 	s.secrets = newView[*corev1.Secret](s.ns, secretInformer)
@@ -389,7 +416,7 @@ func (s *Syncer) ensureCluster(ctx context.Context, t events.Target, secretName 
 	if from := s.credentialsFrom(t); from != "" {
 		sec.Annotations[AnnotationCredentials] = from
 	}
-	created, err := s.kube.CoreV1().Secrets(s.ns).Create(ctx, sec, metav1.CreateOptions{FieldManager: FieldManager})
+	created, err := s.clusterSecrets.Create(ctx, sec, metav1.CreateOptions{FieldManager: FieldManager})
 	s.metrics.write("Secret", "create", err)
 	if apierrors.IsAlreadyExists(err) {
 		return 1, nil // registered by someone else in the meantime
@@ -438,6 +465,17 @@ func (s *Syncer) updateClusterSecret(ctx context.Context, sec *corev1.Secret, t 
 			annotations[AnnotationCredentials] = s.credentialsFrom(t)
 		}
 	}
+	if s.apiMode && data["server"] != nil && data["config"] == nil {
+		// Argo CD's API keys clusters by URL: the move is a new registration, which needs the
+		// credentials it never returns.
+		cfg, err := s.clusterConfig(ctx, t)
+		if err != nil {
+			return 0, err
+		}
+		if data["config"], err = json.Marshal(cfg); err != nil {
+			return 0, &failure{reason: ReasonSecretInvalid, err: fmt.Errorf("marshal cluster config: %w", err)}
+		}
+	}
 	patch := map[string]any{}
 	if len(data) > 0 {
 		patch["data"] = data
@@ -449,7 +487,7 @@ func (s *Syncer) updateClusterSecret(ctx context.Context, sec *corev1.Secret, t 
 		return 0, nil
 	}
 	body, _ := json.Marshal(patch)
-	updated, err := s.kube.CoreV1().Secrets(s.ns).Patch(ctx, sec.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager})
+	updated, err := s.clusterSecrets.Patch(ctx, sec.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager})
 	s.metrics.write("Secret", "patch", err)
 	if err != nil {
 		return 1, classify(err, "update cluster secret "+sec.Name)
@@ -968,7 +1006,7 @@ func (s *Syncer) deleteRegistration(ctx context.Context, cluster string) (bool, 
 	}
 	secretName := names.secret
 	if sec, ok, _ := s.secrets.get(secretName); ok && owned(sec) {
-		err := s.kube.CoreV1().Secrets(s.ns).Delete(ctx, secretName, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &sec.UID}})
+		err := s.clusterSecrets.Delete(ctx, secretName, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &sec.UID}})
 		s.metrics.write("Secret", "delete", err)
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return false, classify(err, "delete cluster secret "+secretName)
