@@ -4,10 +4,15 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	applicationpkg "github.com/argoproj/argo-cd/v2/pkg/apiclient/application"
+	clusterpkg "github.com/argoproj/argo-cd/v2/pkg/apiclient/cluster"
+	projectpkg "github.com/argoproj/argo-cd/v2/pkg/apiclient/project"
+	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	authv1 "k8s.io/api/authentication/v1"
@@ -322,5 +327,97 @@ func TestAPIModeWrongPassword(t *testing.T) {
 	}
 	if err := session.Ready(context.Background()); err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("readiness with a wrong password: %v, want %q", err, want)
+	}
+}
+
+// TestAPIModeAdoptsTheOriginalsObjects registers a cluster, its AppProject and an Application
+// through Argo CD's API exactly as the original operator did, then installs the same package:
+// the cluster is not registered again, the project and the Application are adopted (labelled,
+// recorded) and updated in place. A Cascade uninstall then asks Argo CD for a cascading delete.
+func TestAPIModeAdoptsTheOriginalsObjects(t *testing.T) {
+	h := newHarness(t, withArgoAPI(time.Second, nil))
+	ctx := context.Background()
+	url := kubeURLs(t)[0]
+	token, err := argoLogin(ctx, h.argocd.URL, testenv.ArgoCDAdmin, h.argocd.Password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	original := argoAPIClient(t, h.argocd.Addr, token)
+	closer, clusters, err := original.NewClusterClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	kube := testenv.SharedKube(t)
+	if _, err := clusters.Create(ctx, &clusterpkg.ClusterCreateRequest{Cluster: &argov1.Cluster{Name: "prod-a", Server: url,
+		Config: argov1.ClusterConfig{TLSClientConfig: argov1.TLSClientConfig{CAData: kube.Config.CAData, CertData: kube.Config.CertData, KeyData: kube.Config.KeyData}}}}); err != nil {
+		t.Fatal(err)
+	}
+	closer, projects, err := original.NewProjectClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	if _, err := projects.Create(ctx, &projectpkg.ProjectCreateRequest{Project: &argov1.AppProject{
+		ObjectMeta: metav1.ObjectMeta{Name: "prod-a"},
+		Spec:       argov1.AppProjectSpec{SourceRepos: []string{"*"}, Destinations: []argov1.ApplicationDestination{{Server: url, Namespace: "*"}}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	in := h.apiIntent("baseline", "prod-a", "agent", url)
+	in.DeletionPolicy = events.DeletionCascade
+	closer, apps, err := original.NewApplicationClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	if _, err := apps.Create(ctx, &applicationpkg.ApplicationCreateRequest{Validate: ptr(false), Application: &argov1.Application{
+		ObjectMeta: metav1.ObjectMeta{Name: "prod-a-agent", Labels: map[string]string{LabelCluster: "prod-a"}},
+		Spec: argov1.ApplicationSpec{
+			Source:      &argov1.ApplicationSource{RepoURL: in.Enforcement.Repo, Path: in.Enforcement.Path, TargetRevision: "v0"},
+			Destination: argov1.ApplicationDestination{Name: "prod-a", Namespace: "monitoring"},
+			SyncPolicy:  &argov1.SyncPolicy{Automated: &argov1.SyncPolicyAutomated{Prune: true, SelfHeal: true}},
+		},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Syncer's caches show the original's objects", func() bool {
+		_, app, _ := h.syncer.apps.get("prod-a-agent")
+		_, project, _ := h.syncer.projects.get("prod-a")
+		return app && project && len(h.syncer.secrets.list(indexServer, url)) == 1
+	})
+
+	h.consume()
+	h.publish(in)
+	if s := h.outcome(func(e events.Event) bool { return succeeded(in.ID())(e) || failed(in.ID())(e) }); s.Type() != (&events.InstallSucceeded{}).Type() {
+		t.Fatalf("install over the original's objects: %+v", s)
+	}
+	app, p := h.app("prod-a-agent"), h.project("prod-a")
+	if !owned(app) || app.Annotations[AnnotationAdoptedFrom] != OriginOriginalOperator || app.Spec.Project != "prod-a" || app.Spec.Source.TargetRevision != "v1" {
+		t.Errorf("Application after the install: labels %v, annotations %v, project %s, revision %s; want adopted, in prod-a, at v1",
+			app.Labels, app.Annotations, app.Spec.Project, app.Spec.Source.TargetRevision)
+	}
+	if !owned(p) || p.Annotations[AnnotationAdoptedFrom] != OriginOriginalOperator {
+		t.Errorf("AppProject after the install: labels %v, annotations %v; want adopted", p.Labels, p.Annotations)
+	}
+	secrets, err := h.kube.CoreV1().Secrets(h.ns).List(ctx, metav1.ListOptions{LabelSelector: LabelSecretType + "=" + SecretTypeCluster})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(secrets.Items) != 1 || owned(&secrets.Items[0]) {
+		t.Errorf("cluster Secrets: %d (Enforcement's: %v), want the original's only, untouched", len(secrets.Items), len(secrets.Items) == 1 && owned(&secrets.Items[0]))
+	}
+
+	// Cascade: Argo CD is asked to delete the workload; with no application controller here the
+	// Application stays, terminating with its finalizer, and the cluster stays registered.
+	un := uninstallIntent(in, "RuleDeleted")
+	h.publish(un)
+	h.outcome(uninstalled(un.ID()))
+	app = h.app("prod-a-agent")
+	if app == nil || app.DeletionTimestamp == nil || !slices.Contains(app.Finalizers, argov1.ResourcesFinalizerName) {
+		t.Fatalf("Application after a Cascade uninstall: %+v, want terminating with %s", app, argov1.ResourcesFinalizerName)
+	}
+	if h.project("prod-a") == nil {
+		t.Error("AppProject deleted while its Application is still being deleted")
 	}
 }

@@ -109,3 +109,47 @@ func grepLines(s, substr string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestRunAPIModeWithAWrongPassword starts the service in API mode with a password Argo CD
+// refuses: the start logs the refusal, and /readyz is 503 naming it, until the service stops.
+func TestRunAPIModeWithAWrongPassword(t *testing.T) {
+	k := testenv.SharedKube(t)
+	argocd := testenv.StartArgoCD(t, k, k.Namespace(t, "argocd-run-api"))
+	nats := testenv.StartNATS(t)
+	health, metrics := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	envMap := map[string]string{
+		"NATS_URL": nats.URL(), "KUBECONFIG": k.Kubeconfig, "HEALTH_ADDR": health, "METRICS_ADDR": metrics,
+		"ARGO_URL": argocd.URL, "ARGO_USERNAME": testenv.ArgoCDAdmin, "ARGO_PASSWORD": "wrong",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs testenv.SyncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, func(k string) string { return envMap[k] }, &logs, &logs) }()
+
+	want := "log in to Argo CD at " + argocd.URL + " as admin (ARGO_USERNAME, ARGO_PASSWORD): refused"
+	var body string
+	eventually(t, "/readyz names the refused log-in", func() bool {
+		resp, err := http.Get("http://" + health + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		body = b.String()
+		return resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(body, want)
+	})
+	if !strings.Contains(logs.String(), "Argo CD API not usable") || !strings.Contains(logs.String(), "refused") {
+		t.Errorf("the start does not log the refused log-in:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), `"wrong"`) || strings.Contains(body, "wrong") {
+		t.Error("the password is in the logs or /readyz")
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("run did not return within 15s of cancel")
+	}
+}
