@@ -208,19 +208,49 @@ spec:
 		t.Errorf("failing afterInstall receiver got token %q, want the rule's", f[0].token)
 	}
 
-	// The Argo CD API mode's password and token: argo-syncer refuses API mode (not built) and
-	// says so without the values.
-	cmd := exec.Command(filepath.Join(binDir, "argo-syncer"))
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "NATS_URL=" + s.nats.URL(), "KUBECONFIG=" + s.kube.Kubeconfig,
-		"ARGO_URL=https://argocd.example", "ARGO_USERNAME=admin", "ARGO_PASSWORD=" + canaries["Argo CD password (API mode)"],
-		"ARGO_TOKEN=" + canaries["Argo CD token (API mode)"], "METRICS_ADDR=" + testenv.FreeAddr(t), "HEALTH_ADDR=" + testenv.FreeAddr(t)}
-	apiMode, _ := cmd.CombinedOutput()
-	if !strings.Contains(string(apiMode), "API mode not built yet") {
-		t.Errorf("argo-syncer in API mode said %q, want it to refuse API mode", apiMode)
+	// The Argo CD API mode's password and token: both at once are refused, naming the variables
+	// only; the password alone, with no Argo CD listening, keeps argo-syncer running, not ready,
+	// and neither its output nor /readyz shows the password.
+	argoSyncer := func(timeout time.Duration, env ...string) (string, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		health := testenv.FreeAddr(t)
+		cmd := exec.CommandContext(ctx, filepath.Join(binDir, "argo-syncer"))
+		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "NATS_URL=" + s.nats.URL(), "KUBECONFIG=" + s.kube.Kubeconfig,
+			"ARGO_URL=http://" + testenv.FreeAddr(t), "ARGO_USERNAME=admin", "ARGO_PASSWORD=" + canaries["Argo CD password (API mode)"],
+			"METRICS_ADDR=" + testenv.FreeAddr(t), "HEALTH_ADDR=" + health}, env...)
+		var out testenv.SyncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var readyz string
+		for ctx.Err() == nil && readyz == "" {
+			time.Sleep(200 * time.Millisecond)
+			if resp, err := http.Get("http://" + health + "/readyz"); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if strings.Contains(string(b), "argocd") {
+					readyz = string(b)
+				}
+			}
+		}
+		cancel()
+		_ = cmd.Wait()
+		return out.String(), readyz
+	}
+	both, _ := argoSyncer(10*time.Second, "ARGO_TOKEN="+canaries["Argo CD token (API mode)"])
+	if !strings.Contains(both, "ARGO_TOKEN and ARGO_USERNAME/ARGO_PASSWORD are both set") {
+		t.Errorf("argo-syncer with a token and a password said %q, want it to refuse the two", both)
+	}
+	unreachable, readyz := argoSyncer(20 * time.Second)
+	if !strings.Contains(readyz, "argocd") {
+		t.Errorf("argo-syncer in API mode without an Argo CD: /readyz %q, want the argocd check failing", readyz)
 	}
 
 	// Everything Enforcement stores, publishes, logs or serves.
-	places := map[string]string{"argo-syncer output in API mode": string(apiMode)}
+	places := map[string]string{"argo-syncer output with a token and a password": both,
+		"argo-syncer output in API mode": unreachable, "argo-syncer /readyz in API mode": readyz}
 	for _, name := range hubServices {
 		b, err := os.ReadFile(filepath.Join(s.logs, name+".log"))
 		if err != nil {
