@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -154,13 +156,31 @@ func Cluster(id, name, state string, labels map[string]string) map[string]any {
 	}
 }
 
+// serveVersion answers GET /k8s/clusters/<id>/version for a cluster the fake lists, in the
+// shape of Kubernetes' version.Info; anything else under the proxy is 404, as an unknown cluster.
+func (h *Handler) serveVersion(w http.ResponseWriter, r *http.Request, rest string) {
+	id, sub, _ := strings.Cut(rest, "/")
+	h.mu.Lock()
+	known := slices.ContainsFunc(h.clusters, func(c map[string]any) bool { return c["id"] == id })
+	h.mu.Unlock()
+	if !known || sub != "version" || r.Method != http.MethodGet {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"major":"1","minor":"31","gitVersion":"v1.31.14","gitCommit":"rancherfake","gitTreeState":"clean","buildDate":"2026-01-01T00:00:00Z","goVersion":"go1.26","compiler":"gc","platform":"linux/amd64"}`))
+}
+
 // ServeHTTP answers GET /v3/clusters as Rancher v2.x does, one page at a time, and fails as
-// told by FailPage and BreakPage.
+// told by FailPage and BreakPage. It also answers GET /k8s/clusters/<id>/version, the
+// downstream cluster's version through Rancher's proxy, which Argo CD asks before it registers a
+// cluster.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	h.requests = append(h.requests, Request{Path: r.URL.Path, Query: r.URL.RawQuery, Authorization: r.Header.Get("Authorization")})
 	h.mu.Unlock()
-	if r.URL.Path != "/v3/clusters" {
+	id, proxied := strings.CutPrefix(r.URL.Path, "/k8s/clusters/")
+	if r.URL.Path != "/v3/clusters" && !proxied {
 		http.NotFound(w, r)
 		return
 	}
@@ -168,6 +188,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusUnauthorized)
 		_, _ = w.Write([]byte(`{"type":"error","status":"401","message":"must authenticate"}`))
+		return
+	}
+	if proxied {
+		h.serveVersion(w, r, id)
 		return
 	}
 	q := r.URL.Query()
