@@ -91,9 +91,11 @@ type argoSession struct {
 	opts    *apiclient.ClientOptions
 	metrics *Metrics
 
-	mu      sync.Mutex
+	mu      sync.Mutex // held while connecting and logging in
 	current *argoClients
-	lastErr error // of the last call; nil after a success
+
+	stateMu sync.Mutex // never held across a request, so that /readyz does not wait for one
+	lastErr error      // of the last call; nil after a success
 }
 
 // argoClients are the service clients of one session.
@@ -131,7 +133,7 @@ func (s *argoSession) clients(ctx context.Context) (*argoClients, error) {
 		token, err = s.login(ctx)
 		s.metrics.argocdLogin(err)
 		if err != nil {
-			s.lastErr = err
+			s.setState(err)
 			return nil, err
 		}
 	}
@@ -212,17 +214,21 @@ func (s *argoSession) record(err error) {
 	if err != nil && !unusable(err) {
 		err = nil
 	}
-	s.mu.Lock()
+	s.setState(err)
+}
+
+func (s *argoSession) setState(err error) {
+	s.stateMu.Lock()
 	s.lastErr = err
-	s.mu.Unlock()
+	s.stateMu.Unlock()
 }
 
 // Ready is the readiness check "argocd".
 func (s *argoSession) Ready(context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
 	if s.lastErr != nil {
-		return fmt.Errorf("Argo CD API at %s: %w", s.cfg.URL, s.lastErr)
+		return fmt.Errorf("the Argo CD API at %s: %w", s.cfg.URL, s.lastErr)
 	}
 	return nil
 }
@@ -245,6 +251,7 @@ func argoCall[T any](ctx context.Context, s *argoSession, method string, fn func
 	c, err := s.clients(ctx)
 	if err != nil {
 		s.metrics.argocdRequest(method, "NotSent")
+		s.record(err)
 		return zero, err
 	}
 	v, err := fn(c)
@@ -263,18 +270,15 @@ func argoCall[T any](ctx context.Context, s *argoSession, method string, fn func
 	return v, err
 }
 
-// unusable reports whether err says the API as a whole cannot be used now: unreachable, 5xx,
-// or the credentials refused.
+// unusable reports whether err says the API as a whole cannot be used now: unreachable or
+// answering 502/503/504 (gRPC's Unavailable), or the credentials refused. An error about one
+// object (Argo CD wraps most of them as Unknown, a cluster it cannot reach among them) is not.
 func unusable(err error) bool {
 	st, ok := status.FromError(err)
 	if !ok {
 		return true // the session's own errors: log-in, connection
 	}
-	switch st.Code() {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Unauthenticated, codes.Internal, codes.Unknown, codes.ResourceExhausted:
-		return true
-	}
-	return false
+	return st.Code() == codes.Unavailable || st.Code() == codes.Unauthenticated
 }
 
 // Argo CD's answers to a create or an upsert that finds an object of that name with another spec.
@@ -318,7 +322,12 @@ func kubeError(err error, resource, name, url string) error {
 	case codes.ResourceExhausted:
 		return apierrors.NewTooManyRequests(fmt.Sprintf("Argo CD API at %s: %s", url, msg), 1)
 	}
-	return apierrors.NewServiceUnavailable(fmt.Sprintf("Argo CD API at %s unavailable (%s): %s", url, st.Code(), msg))
+	if st.Code() == codes.Unavailable {
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("Argo CD API at %s unavailable: %s", url, msg))
+	}
+	// Unknown, Internal, DeadlineExceeded: Argo CD wraps the errors of what it did for the request
+	// (a cluster it could not reach, a Kubernetes API error) as Unknown; retried.
+	return apierrors.NewInternalError(fmt.Errorf("the Argo CD API at %s: %s %s: %s", url, resource, name, msg))
 }
 
 // notYetKnown reports whether a refusal may only mean that argocd-server's cache does not yet
