@@ -536,10 +536,6 @@ func serviceEnv(t *testing.T, dir string) (named, read map[string]bool) {
 	if err != nil {
 		t.Fatalf("scan %s: %v", dir, err)
 	}
-	// The original's Argo CD API mode variables are refused by argo-syncer (not built yet).
-	for _, v := range []string{"ARGO_URL", "ARGO_USERNAME", "ARGO_PASSWORD", "ARGO_TOKEN"} {
-		delete(read, v)
-	}
 	return named, read
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +83,33 @@ func TestLoadConfig(t *testing.T) {
 			}
 			tt.check(t, c)
 		})
+	}
+}
+
+// TestComposeAPIModeExample: the env file compose's API-mode override tells users to copy is a
+// configuration argo-syncer accepts as it stands, in API mode with a password.
+func TestComposeAPIModeExample(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "compose", "argocd-api.env.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || !strings.HasPrefix(k, "ARGO_") {
+			t.Fatalf("line %q: want ARGO_<NAME>=<value>", line)
+		}
+		vars[k] = v
+	}
+	c, err := LoadConfig(env(vars))
+	if err != nil {
+		t.Fatalf("the example is refused: %v", err)
+	}
+	if !c.ArgoAPI.Enabled() || c.ArgoAPI.Username == "" || c.ArgoAPI.Password == "" {
+		t.Errorf("the example does not configure API mode with a password: %+v", c.ArgoAPI)
 	}
 }

@@ -21,6 +21,36 @@
   "LEADER_ELECTION_LEASE_DURATION" .Values.leaderElection.leaseDuration
   "LEADER_ELECTION_RENEW_DEADLINE" .Values.leaderElection.renewDeadline
   "LEADER_ELECTION_RETRY_PERIOD" .Values.leaderElection.retryPeriod) }}
+{{- include "argo-syncer.argocdAPIEnv" . }}
+{{- end }}
+
+{{/* API mode's variables: ARGO_URL and its options, the credentials from argocdAPI.existingSecret
+(either form: the keys are optional, argo-syncer refuses a wrong combination at start). */}}
+{{- define "argo-syncer.argocdAPIEnv" -}}
+{{- with .Values.argocdAPI }}
+{{- if .url }}
+{{- include "argo-syncer.envFromDict" (dict
+  "ARGO_URL" .url
+  "ARGO_INSECURE" (ternary "true" "" (toString .insecure | eq "true"))
+  "ARGO_GRPC_WEB" (ternary "true" "" (toString .grpcWeb | eq "true"))
+  "ARGO_GRPC_WEB_ROOT_PATH" .grpcWebRootPath
+  "ARGO_POLL_INTERVAL" .pollInterval
+  "ARGO_SERVER_CRT" (ternary (printf "%s/%s" (include "argo-syncer.serverCrtDir" $) .serverCrtSecretKey) "" (ne .serverCrtSecret "")) ) }}
+{{- range list "ARGO_USERNAME" "ARGO_PASSWORD" "ARGO_TOKEN" }}
+- name: {{ . }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $.Values.argocdAPI.existingSecret }}
+      key: {{ . }}
+      optional: true
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Where argocdAPI.serverCrtSecret is mounted. */}}
+{{- define "argo-syncer.serverCrtDir" -}}
+/etc/argo-syncer/argocd-server-crt
 {{- end }}
 
 {{/* The namespace of the leader election Lease (LEADER_ELECTION_NAMESPACE). */}}
@@ -35,6 +65,12 @@
 {{- end }}
 {{- if and (not .Values.leaderElection.enabled) (ne (toString (dig "type" "" .Values.strategy)) "Recreate") }}
 {{- fail "strategy: without leaderElection.enabled use {type: Recreate} (a rolling update would run the old and the new pod side by side)" }}
+{{- end }}
+{{- if and .Values.argocdAPI.url (not .Values.argocdAPI.existingSecret) }}
+{{- fail "argocdAPI.existingSecret: API mode (argocdAPI.url) needs a Secret with ARGO_USERNAME and ARGO_PASSWORD, or ARGO_TOKEN; the password is never a value" }}
+{{- end }}
+{{- if and .Values.argocdAPI.url (not (regexMatch "^https?://[^/]+" .Values.argocdAPI.url)) }}
+{{- fail (printf "argocdAPI.url %q: want http(s)://host[:port][/path]" .Values.argocdAPI.url) }}
 {{- end }}
 {{- if not .Values.config.argocdNamespace }}
 {{- fail "config.argocdNamespace: must not be empty" }}
