@@ -76,3 +76,24 @@
 {{- fail "config.argocdNamespace: must not be empty" }}
 {{- end }}
 {{- end }}
+
+{{/* The chart's own volume mounts and volumes (the skeleton's deployment.yaml includes both):
+the Argo CD server certificate in API mode. */}}
+{{- define "argo-syncer.volumeMounts" -}}
+{{- if and .Values.argocdAPI.url .Values.argocdAPI.serverCrtSecret }}
+- name: argocd-server-crt
+  mountPath: {{ include "argo-syncer.serverCrtDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "argo-syncer.volumes" -}}
+{{- if and .Values.argocdAPI.url .Values.argocdAPI.serverCrtSecret }}
+- name: argocd-server-crt
+  secret:
+    secretName: {{ .Values.argocdAPI.serverCrtSecret }}
+    items:
+      - key: {{ .Values.argocdAPI.serverCrtSecretKey }}
+        path: {{ .Values.argocdAPI.serverCrtSecretKey }}
+{{- end }}
+{{- end }}

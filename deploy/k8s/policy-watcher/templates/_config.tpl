@@ -16,3 +16,11 @@
 {{/* Nothing to refuse: every value has a working default. */}}
 {{- define "policy-watcher.validate" -}}
 {{- end }}
+
+{{/* The chart's own volume mounts and volumes, which the skeleton's deployment.yaml includes:
+none. */}}
+{{- define "policy-watcher.volumeMounts" -}}
+{{- end }}
+
+{{- define "policy-watcher.volumes" -}}
+{{- end }}

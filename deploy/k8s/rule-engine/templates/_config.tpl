@@ -37,3 +37,11 @@
 {{- fail "strategy: without leaderElection.enabled use {type: Recreate} (a rolling update would run the old and the new pod side by side)" }}
 {{- end }}
 {{- end }}
+
+{{/* The chart's own volume mounts and volumes, which the skeleton's deployment.yaml includes:
+none. */}}
+{{- define "rule-engine.volumeMounts" -}}
+{{- end }}
+
+{{- define "rule-engine.volumes" -}}
+{{- end }}

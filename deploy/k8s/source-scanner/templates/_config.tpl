@@ -32,3 +32,11 @@
 {{- fail "strategy: without leaderElection.enabled use {type: Recreate} (a rolling update would run the old and the new pod side by side)" }}
 {{- end }}
 {{- end }}
+
+{{/* The chart's own volume mounts and volumes, which the skeleton's deployment.yaml includes:
+none. */}}
+{{- define "source-scanner.volumeMounts" -}}
+{{- end }}
+
+{{- define "source-scanner.volumes" -}}
+{{- end }}

@@ -31,3 +31,11 @@
 {{- fail "strategy: without leaderElection.enabled use {type: Recreate} (a rolling update would run the old and the new pod side by side)" }}
 {{- end }}
 {{- end }}
+
+{{/* The chart's own volume mounts and volumes, which the skeleton's deployment.yaml includes:
+none. */}}
+{{- define "trigger-dispatcher.volumeMounts" -}}
+{{- end }}
+
+{{- define "trigger-dispatcher.volumes" -}}
+{{- end }}
