@@ -57,8 +57,9 @@ type Service struct {
 	Registry *prometheus.Registry
 	// Health holds the readiness checks served at HEALTH_ADDR /readyz; a service may add its own.
 	Health *Health
-	// Kube is the Kubernetes client configuration (nil unless Options.Kubernetes). A service may
-	// set QPS, Burst and UserAgent on it before it creates its clients.
+	// Kube is the Kubernetes client configuration (nil unless Options.Kubernetes), without a
+	// client-side rate limit: the API server paces the service (see serverPacedKube). A service
+	// may set QPS, Burst and UserAgent on it before it creates its clients.
 	Kube *rest.Config
 	// NATS and JetStream are set by ConnectNATS (nil before).
 	NATS      *nats.Conn
@@ -132,6 +133,9 @@ func Start(ctx context.Context, opts Options) (*Service, error) {
 	}
 	if opts.Kubernetes {
 		if s.Kube, err = KubeConfig(opts.Getenv); err != nil {
+			return nil, s.abortStart(err)
+		}
+		if err := serverPacedKube(s.Kube, s.Registry, s.Name); err != nil {
 			return nil, s.abortStart(err)
 		}
 		check, err := KubeReachable(s.Kube)

@@ -209,6 +209,27 @@ func (k *Kube) Namespace(t testing.TB, name string) string {
 	return name
 }
 
+// User writes a kubeconfig for a new user of the API server, name in groups, authenticated by a
+// client certificate, and returns its path. The user has no permission until the test grants one
+// (a RoleBinding to its name); unlike the system:masters users of Config and Kubeconfig, the API
+// server's Priority and Fairness treats it as any client (the exempt level is for masters).
+func (k *Kube) User(t testing.TB, name string, groups ...string) string {
+	t.Helper()
+	user, err := k.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		t.Fatalf("add user %s: %v", name, err)
+	}
+	data, err := user.KubeConfig()
+	if err != nil {
+		t.Fatalf("render the kubeconfig of %s: %v", name, err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // shared is the per-process API server behind SharedKube.
 var shared struct {
 	sync.Mutex

@@ -20,9 +20,11 @@ type Config struct {
 	// Concurrency (SYNC_CONCURRENCY, default 16) bounds how many intents are handled, and so how
 	// many writes are in flight, at once.
 	Concurrency int
-	// KubeQPS and KubeBurst (KUBE_QPS, default 100; KUBE_BURST, default 200) are the client-side
-	// rate limit towards the API server. client-go's own default (5 QPS) would make a burst of
-	// 1,000 new clusters take ten minutes.
+	// KubeQPS and KubeBurst (KUBE_QPS, KUBE_BURST) are an optional client-side rate limit towards
+	// the API server. Unset (0), there is none: the API server's Priority and Fairness paces the
+	// writes and client-go honours its 429s (pkg/service's serverPacedKube), while Concurrency
+	// bounds the writes in flight. Set, they cap the rate, for an API server without Priority and
+	// Fairness; KUBE_BURST defaults to twice KUBE_QPS.
 	KubeQPS   float32
 	KubeBurst int
 	// ProjectSourceRepos (PROJECT_SOURCE_REPOS, default "rules") is what an AppProject allows as
@@ -75,14 +77,16 @@ func LoadConfig(getenv service.Getenv) (Config, error) {
 	if c.Concurrency, err = service.PositiveInt(getenv, "SYNC_CONCURRENCY", 16); err != nil {
 		errs = append(errs, err)
 	}
-	if c.KubeBurst, err = service.PositiveInt(getenv, "KUBE_BURST", 200); err != nil {
-		errs = append(errs, err)
-	}
-	qps, err := service.PositiveInt(getenv, "KUBE_QPS", 100)
+	qps, err := service.PositiveInt(getenv, "KUBE_QPS", 0)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	c.KubeQPS = float32(qps)
+	if c.KubeBurst, err = service.PositiveInt(getenv, "KUBE_BURST", 2*qps); err != nil {
+		errs = append(errs, err)
+	} else if c.KubeBurst > 0 && qps == 0 {
+		errs = append(errs, errors.New("KUBE_BURST is set without KUBE_QPS: set both for a client-side rate limit, or neither to let the API server pace the writes"))
+	}
 	if c.SourceSecretTTL, err = service.Duration(getenv, "SOURCE_SECRET_TTL", 30*time.Second); err != nil {
 		errs = append(errs, err)
 	}

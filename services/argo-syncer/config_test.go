@@ -20,7 +20,7 @@ func TestLoadConfig(t *testing.T) {
 		{name: "defaults", env: map[string]string{}, check: func(t *testing.T, c Config) {
 			if c.ArgoCDNamespace != "argocd" || c.OperatorNamespace != "enforcement" || c.Concurrency != 16 ||
 				c.ProjectSourceRepos != "rules" || c.ProjectClusterResources != "all" || c.SourceSecretTTL != 30*time.Second ||
-				c.KubeQPS != 100 || c.KubeBurst != 200 || c.ResyncInterval != 10*time.Minute {
+				c.KubeQPS != 0 || c.KubeBurst != 0 || c.ResyncInterval != 10*time.Minute {
 				t.Errorf("defaults %+v", c)
 			}
 		}},
@@ -30,6 +30,13 @@ func TestLoadConfig(t *testing.T) {
 					t.Errorf("overrides %+v", c)
 				}
 			}},
+		{name: "client-side rate limit", env: map[string]string{"KUBE_QPS": "300"}, check: func(t *testing.T, c Config) {
+			if c.KubeQPS != 300 || c.KubeBurst != 600 {
+				t.Errorf("KUBE_QPS=300: qps %v burst %d, want 300 and 600", c.KubeQPS, c.KubeBurst)
+			}
+		}},
+		{name: "burst without qps", env: map[string]string{"KUBE_BURST": "50"}, wantErr: "KUBE_BURST is set without KUBE_QPS"},
+		{name: "bad qps", env: map[string]string{"KUBE_QPS": "0"}, wantErr: "KUBE_QPS"},
 		{name: "bad concurrency", env: map[string]string{"SYNC_CONCURRENCY": "0"}, wantErr: "SYNC_CONCURRENCY"},
 		{name: "bad repos", env: map[string]string{"PROJECT_SOURCE_REPOS": "some"}, wantErr: "PROJECT_SOURCE_REPOS"},
 		{name: "bad resources", env: map[string]string{"PROJECT_CLUSTER_RESOURCES": "x"}, wantErr: "PROJECT_CLUSTER_RESOURCES"},

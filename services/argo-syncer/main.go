@@ -91,7 +91,9 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 // reads the source Secrets. The session is checked once here, so that a wrong password is an
 // error in the log at start as well as in /readyz (check "argocd") until it is fixed.
 func newSyncer(cfg Config, svc *service.Service, metrics *Metrics) (*Syncer, error) {
-	svc.Kube.QPS, svc.Kube.Burst = cfg.KubeQPS, cfg.KubeBurst
+	if cfg.KubeQPS > 0 { // otherwise none: the API server paces the writes
+		svc.Kube.QPS, svc.Kube.Burst = cfg.KubeQPS, cfg.KubeBurst
+	}
 	svc.Kube.UserAgent = serviceName
 	kube, err := kubernetes.NewForConfig(svc.Kube)
 	if err != nil {

@@ -117,11 +117,9 @@ func waitForConsumer(svc *service.Service, name string) error {
 // kubeClients creates the dynamic client (Policies, the ClusterClaim) and the typed one (access
 // reviews).
 func kubeClients(svc *service.Service) (dynamic.Interface, kubernetes.Interface, error) {
-	// client-go's default limit (5 requests/s, burst 10) would delay the claim read of an
-	// evaluation behind the poll's own reads with sub-second poll intervals, and so delay the
-	// write the debounce timer asks for. The service's steady load is one list and one get per
-	// poll; this only lifts the cap.
-	svc.Kube.QPS, svc.Kube.Burst = 50, 100
+	// No client-side rate limit (pkg/service): client-go's default (5 requests/s, burst 10) would
+	// delay the claim read of an evaluation behind the poll's own reads with sub-second poll
+	// intervals. The service's steady load is one list and one get per poll.
 	dyn, err := dynamic.NewForConfig(svc.Kube)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes dynamic client: %w", err)

@@ -27,12 +27,6 @@ import (
 // serviceName names the service in logs, metrics, the NATS connection and ce-source.
 const serviceName = "trigger-dispatcher"
 
-// kubeQPS and kubeBurst bound the dispatcher's Kubernetes API requests (signing Secret reads).
-const (
-	kubeQPS   = 100
-	kubeBurst = 200
-)
-
 func main() { service.Main(serviceName, run) }
 
 // run starts the dispatcher and blocks until ctx is cancelled, then shuts down gracefully and
@@ -79,9 +73,8 @@ func run(ctx context.Context, getenv service.Getenv, stdout, stderr io.Writer) e
 // wireDispatcher creates the Kubernetes clients and opens the delivery records, and returns the
 // dispatcher that uses them.
 func wireDispatcher(cfg config, svc *service.Service, m *metrics) (*dispatcher, error) {
-	// client-go's default of 5 requests per second (burst 10) would cap signed deliveries at five
-	// per second, since each one reads its signing Secret.
-	svc.Kube.QPS, svc.Kube.Burst = kubeQPS, kubeBurst
+	// No client-side rate limit (pkg/service): client-go's default of 5 requests per second would
+	// cap signed deliveries at five per second, since each one reads its signing Secret.
 	cs, err := kubernetes.NewForConfig(svc.Kube)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
