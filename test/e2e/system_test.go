@@ -83,7 +83,7 @@ var (
 
 // system is one running Enforcement: NATS, an API server, a fake Rancher and the services.
 type system struct {
-	t       *testing.T
+	t       testing.TB
 	nats    *testenv.NATS        // the bus, unless cluster
 	cluster *testenv.NATSCluster // the bus of startSystemOnNATSCluster
 	kube    *testenv.Kube
@@ -108,7 +108,7 @@ type proc struct {
 
 // startSystem starts everything with the given overrides of the services' environment and
 // waits until every service is ready.
-func startSystem(t *testing.T, env map[string]string) *system {
+func startSystem(t testing.TB, env map[string]string) *system {
 	t.Helper()
 	return newSystem(t, env, natsSingle)
 }
@@ -137,14 +137,14 @@ const (
 	natsCluster                   // three nats-server processes, streams with three replicas
 )
 
-func newSystem(t *testing.T, env map[string]string, mode natsMode) *system {
+func newSystem(t testing.TB, env map[string]string, mode natsMode) *system {
 	t.Helper()
 	return newSystemWith(t, env, mode, nil)
 }
 
 // newSystemWith is newSystem that calls before, when not nil, once the servers run and before
 // the services start.
-func newSystemWith(t *testing.T, env map[string]string, mode natsMode, before func(*system)) *system {
+func newSystemWith(t testing.TB, env map[string]string, mode natsMode, before func(*system)) *system {
 	t.Helper()
 	s := &system{t: t, procs: map[string]*proc{}, logs: t.TempDir(), withUsers: mode == natsWithUsers}
 	var natsURL string

@@ -1,0 +1,472 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv/rancherfake"
+)
+
+// benchParallel is the floor's number of clients: plain writes of the same objects from 16
+// goroutines without a client-side rate limit.
+const benchParallel = 16
+
+// pipelineRule selects every cluster of the fake Rancher (Google's driver) and installs one
+// package with one Helm value: one Application per cluster.
+const pipelineRule = `apiVersion: enforcement.globo.com/v1beta1
+kind: ClusterRule
+metadata:
+  name: pipeline
+spec:
+  enforcements:
+    - name: agent
+      repo: https://git.example/agent
+      path: charts/agent
+      namespace: monitoring
+      helm:
+        parameters:
+          replicaCount: 1
+  source:
+    rancher:
+      filters:
+        driver: googleKubernetesEngine
+`
+
+// BenchmarkPipeline measures the built hub services, with their shipped defaults, end to end on
+// a fresh real API server and NATS, next to the floor of the same writes measured in the same
+// run on the same API server:
+//
+//   - create: PIPELINE_CLUSTERS clusters (default 1,000) appear in a Rancher that pages 100 at a
+//     time, until each has its Application (from the first "cluster appeared" event to the last
+//     Application), against plain parallel creates of the same cluster Secrets, AppProjects and
+//     Applications;
+//   - edit: the rule's Helm value changes, until every Application carries it, against plain
+//     parallel updates of as many Applications;
+//   - new cluster: 20 clusters appear one at a time into the full fleet; the time from each one's
+//     "cluster appeared" event to its Application (median and slowest);
+//   - memory: each service's peak resident set (VmHWM) at the end.
+//
+// It prints the figures and their ratios to the floor; it asserts no timing.
+func BenchmarkPipeline(b *testing.B) {
+	n := 1000
+	if v := os.Getenv("PIPELINE_CLUSTERS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			b.Fatalf("PIPELINE_CLUSTERS=%q: want a whole number >= 1", v)
+		}
+	}
+	for range b.N {
+		pipelineRound(b, n)
+	}
+}
+
+func pipelineRound(b *testing.B, n int) {
+	s := newSystemWith(b, map[string]string{"LOG_LEVEL": "info"}, natsSingle, func(s *system) {
+		// A Rancher that pages as a real one does with its default limit.
+		s.rancher = rancherfake.New(b, token, 100)
+		var secret corev1.Secret
+		ctx := context.Background()
+		if err := s.kube.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: "rancher"}, &secret); err != nil {
+			b.Fatal(err)
+		}
+		secret.Data["url"], secret.Data["caCert"] = []byte(s.rancher.URL), s.rancher.CACertPEM()
+		if err := s.kube.Client.Update(ctx, &secret); err != nil {
+			b.Fatal(err)
+		}
+	})
+	apps := watchPipelineApps(b, s)
+	appeared := watchAppeared(b, s)
+	s.applyRule(operatorNS, pipelineRule)
+
+	fleet := make([]map[string]any, 0, n+20)
+	for i := range n {
+		fleet = append(fleet, gke(fmt.Sprintf("c-%05d", i), fmt.Sprintf("bench-%05d", i), "active", nil))
+	}
+	s.rancher.SetClusters(fleet...)
+	waitFor(b, 10*time.Minute, fmt.Sprintf("%d Applications", n), func() bool { return apps.count("1") == n })
+	create := apps.last("1").Sub(appeared.first())
+
+	// The floor of the creates, in a namespace of its own on the same API server, from the
+	// objects the services wrote (so the sizes match).
+	floorNS := s.kube.Namespace(b, "floor")
+	tmpl := pipelineTemplates(b, s, "bench-00000")
+	floor := newFloor(b, s.kube.Config, floorNS)
+	createFloor := floor.createAll(tmpl, n)
+
+	// The rule edit.
+	start := time.Now()
+	patch := []byte(`{"spec":{"enforcements":[{"name":"agent","repo":"https://git.example/agent","path":"charts/agent","namespace":"monitoring","helm":{"parameters":{"replicaCount":2}}}]}}`)
+	if _, err := s.dyn.Resource(gvrClusterRule).Namespace(operatorNS).Patch(context.Background(), "pipeline", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	waitFor(b, 10*time.Minute, fmt.Sprintf("%d Applications updated", n), func() bool { return apps.count("2") == n })
+	edit := apps.last("2").Sub(start)
+	editFloor := floor.updateAll()
+
+	// One new cluster at a time into the full fleet.
+	var latencies []time.Duration
+	for i := range 20 {
+		name := fmt.Sprintf("bench-new-%02d", i)
+		fleet = append(fleet, gke(fmt.Sprintf("c-new-%02d", i), name, "active", nil))
+		s.rancher.SetClusters(fleet...)
+		waitFor(b, time.Minute, name+"'s Application", func() bool { return !apps.seen(name+"-agent", "2").IsZero() })
+		latencies = append(latencies, apps.seen(name+"-agent", "2").Sub(appeared.at(name)))
+	}
+	slices.Sort(latencies)
+
+	b.ReportMetric(create.Seconds(), "create-s")
+	b.ReportMetric(createFloor.Seconds(), "create-floor-s")
+	b.ReportMetric(edit.Seconds(), "edit-s")
+	b.ReportMetric(editFloor.Seconds(), "edit-floor-s")
+	b.ReportMetric(float64(latencies[len(latencies)/2].Milliseconds()), "new-cluster-ms")
+	var rss []string
+	for _, name := range hubServices {
+		kb := s.peakRSS(name)
+		rss = append(rss, fmt.Sprintf("%s %d MB", name, kb/1024))
+	}
+	b.Logf("%d clusters, one rule, one package, shipped defaults:\n"+
+		"  create  %8s   floor (%d plain creates, %d clients) %8s   ratio %.2f\n"+
+		"  edit    %8s   floor (%d plain updates) %8s   ratio %.2f\n"+
+		"  one new cluster, event to Application: median %s, slowest of %d %s\n"+
+		"  peak RSS: %s",
+		n, create.Round(time.Millisecond), 3*n, benchParallel, createFloor.Round(time.Millisecond), create.Seconds()/createFloor.Seconds(),
+		edit.Round(time.Millisecond), n, editFloor.Round(time.Millisecond), edit.Seconds()/editFloor.Seconds(),
+		latencies[len(latencies)/2].Round(time.Millisecond), len(latencies), latencies[len(latencies)-1].Round(time.Millisecond),
+		strings.Join(rss, ", "))
+}
+
+// waitFor polls cond every 50 ms until it holds, or fails the benchmark after limit.
+func waitFor(b *testing.B, limit time.Duration, what string, cond func() bool) {
+	b.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.Fatalf("no %s within %s", what, limit)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// peakRSS is the service process's peak resident set in KiB (VmHWM), 0 when unknown.
+func (s *system) peakRSS(name string) int {
+	s.mu.Lock()
+	p := s.procs[name]
+	s.mu.Unlock()
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.cmd.Process.Pid), "status"))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return kb
+		}
+	}
+	return 0
+}
+
+// pipelineApps records, from a watch of the Argo CD namespace, when each Application was first
+// seen with each value of its replicaCount Helm parameter.
+type pipelineApps struct {
+	mu     sync.Mutex
+	seenAt map[string]map[string]time.Time // value → name → first seen
+}
+
+func watchPipelineApps(b *testing.B, s *system) *pipelineApps {
+	a := &pipelineApps{seenAt: map[string]map[string]time.Time{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	b.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		rv := ""
+		for ctx.Err() == nil {
+			w, err := s.dyn.Resource(gvrApplication).Namespace(argoNS).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range w.ResultChan() {
+				now := time.Now()
+				if ev.Type == watch.Error {
+					rv = ""
+					break
+				}
+				u, ok := ev.Object.(*unstructured.Unstructured)
+				if !ok {
+					continue
+				}
+				rv = u.GetResourceVersion()
+				if ev.Type == watch.Added || ev.Type == watch.Modified {
+					a.record(replicaCount(u), u.GetName(), now)
+				}
+			}
+			w.Stop()
+		}
+	}()
+	return a
+}
+
+// replicaCount is the Application's replicaCount Helm parameter ("" without one).
+func replicaCount(u *unstructured.Unstructured) string {
+	params, _, _ := unstructured.NestedSlice(u.Object, "spec", "source", "helm", "parameters")
+	for _, p := range params {
+		if m, ok := p.(map[string]any); ok && m["name"] == "replicaCount" {
+			return fmt.Sprint(m["value"])
+		}
+	}
+	return ""
+}
+
+func (a *pipelineApps) record(value, name string, at time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.seenAt[value] == nil {
+		a.seenAt[value] = map[string]time.Time{}
+	}
+	if _, ok := a.seenAt[value][name]; !ok {
+		a.seenAt[value][name] = at
+	}
+}
+
+func (a *pipelineApps) count(value string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.seenAt[value])
+}
+
+func (a *pipelineApps) seen(name, value string) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.seenAt[value][name]
+}
+
+// last is when the last Application was first seen with value.
+func (a *pipelineApps) last(value string) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var last time.Time
+	for _, t := range a.seenAt[value] {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last
+}
+
+// appearedEvents records the time of each "cluster appeared" event (its CloudEvents time, set
+// by source-scanner when it publishes), by cluster name.
+type appearedEvents struct {
+	mu    sync.Mutex
+	times map[string]time.Time
+}
+
+func watchAppeared(b *testing.B, s *system) *appearedEvents {
+	a := &appearedEvents{times: map[string]time.Time{}}
+	nc, err := nats.Connect(s.nats.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	_, err = nc.Subscribe(events.SubjectRoot+".>", func(m *nats.Msg) {
+		e, meta, err := events.Decode(m.Subject, m.Header, m.Data)
+		if err != nil {
+			return
+		}
+		if c, ok := e.(*events.ClusterAppeared); ok {
+			a.mu.Lock()
+			if _, seen := a.times[c.Cluster.Name]; !seen {
+				a.times[c.Cluster.Name] = meta.Time
+			}
+			a.mu.Unlock()
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return a
+}
+
+func (a *appearedEvents) at(name string) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.times[name]
+}
+
+func (a *appearedEvents) first() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var first time.Time
+	for _, t := range a.times {
+		if first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	return first
+}
+
+// pipelineTemplate is one cluster's objects as the services wrote them, stripped of what the
+// API server sets, for the floor to write again under other names.
+type pipelineTemplate struct {
+	secret, project, app *unstructured.Unstructured
+}
+
+func pipelineTemplates(b *testing.B, s *system, cluster string) pipelineTemplate {
+	b.Helper()
+	ctx := context.Background()
+	get := func(gvr schema.GroupVersionResource, name string) *unstructured.Unstructured {
+		u, err := s.dyn.Resource(gvr).Namespace(argoNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			b.Fatalf("the floor's template %s %s: %v", gvr.Resource, name, err)
+		}
+		clean := &unstructured.Unstructured{Object: map[string]any{}}
+		for k, v := range u.Object {
+			if k != "metadata" && k != "status" {
+				clean.Object[k] = v
+			}
+		}
+		clean.SetLabels(u.GetLabels())
+		clean.SetAnnotations(u.GetAnnotations())
+		return clean
+	}
+	secrets, err := s.dyn.Resource(gvrSecret).Namespace(argoNS).List(ctx, metav1.ListOptions{LabelSelector: "argocd.argoproj.io/secret-type=cluster"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var secretName string
+	for _, sec := range secrets.Items {
+		if strings.Contains(sec.GetName(), cluster) {
+			secretName = sec.GetName()
+		}
+	}
+	if secretName == "" {
+		b.Fatalf("no cluster Secret for %s", cluster)
+	}
+	return pipelineTemplate{secret: get(gvrSecret, secretName), project: get(gvrAppProject, cluster), app: get(gvrApplication, cluster+"-agent")}
+}
+
+// floor writes the same objects as plainly as the API allows: benchParallel clients, no
+// client-side rate limit, one request per object.
+type floor struct {
+	b    *testing.B
+	dyn  dynamic.Interface
+	ns   string
+	apps []*unstructured.Unstructured // as created, for the updates
+}
+
+func newFloor(b *testing.B, cfg *rest.Config, ns string) *floor {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS = -1
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &floor{b: b, dyn: dyn, ns: ns}
+}
+
+// parallel runs do(i) for i in [0, n) on benchParallel goroutines and returns the elapsed time.
+func (f *floor) parallel(n int, do func(i int) error) time.Duration {
+	start := time.Now()
+	next := make(chan int)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for range benchParallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := do(i); err != nil {
+					mu.Lock()
+					firstErr = cmpErr(firstErr, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if firstErr != nil {
+		f.b.Fatalf("floor: %v", firstErr)
+	}
+	return time.Since(start)
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+func (f *floor) createAll(t pipelineTemplate, n int) time.Duration {
+	f.apps = make([]*unstructured.Unstructured, n)
+	ctx := context.Background()
+	create := func(gvr schema.GroupVersionResource, tmpl *unstructured.Unstructured, name string) (*unstructured.Unstructured, error) {
+		u := tmpl.DeepCopy()
+		u.SetName(name)
+		u.SetNamespace(f.ns)
+		got, err := f.dyn.Resource(gvr).Namespace(f.ns).Create(ctx, u, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("%s %s exists already", gvr.Resource, name)
+		}
+		return got, err
+	}
+	return f.parallel(3*n, func(i int) error {
+		c := fmt.Sprintf("floor-%05d", i/3)
+		switch i % 3 {
+		case 0:
+			_, err := create(gvrSecret, t.secret, "cluster-"+c)
+			return err
+		case 1:
+			_, err := create(gvrAppProject, t.project, c)
+			return err
+		default:
+			got, err := create(gvrApplication, t.app, c+"-agent")
+			f.apps[i/3] = got
+			return err
+		}
+	})
+}
+
+// updateAll changes the Helm value of every Application the floor created, one update each.
+func (f *floor) updateAll() time.Duration {
+	ctx := context.Background()
+	return f.parallel(len(f.apps), func(i int) error {
+		u := f.apps[i].DeepCopy()
+		params, _, _ := unstructured.NestedSlice(u.Object, "spec", "source", "helm", "parameters")
+		for _, p := range params {
+			if m, ok := p.(map[string]any); ok && m["name"] == "replicaCount" {
+				m["value"] = "2"
+			}
+		}
+		if err := unstructured.SetNestedSlice(u.Object, params, "spec", "source", "helm", "parameters"); err != nil {
+			return err
+		}
+		_, err := f.dyn.Resource(gvrApplication).Namespace(f.ns).Update(ctx, u, metav1.UpdateOptions{})
+		return err
+	})
+}
