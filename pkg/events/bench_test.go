@@ -237,3 +237,17 @@ func fetchOne(t *testing.T, js jetstream.JetStream, round int) {
 			round, info.Delivered, info.AckFloor, info.NumAckPending)
 	}
 }
+
+// BenchmarkDecode decodes the benchmark's encoded event, headers and body, as Consume does.
+func BenchmarkDecode(b *testing.B) {
+	m, err := Encode(benchEvents(1, 1)[0], "/bench", time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := Decode(m.Subject, m.Header, m.Data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
