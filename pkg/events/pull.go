@@ -139,7 +139,8 @@ func (p *puller) onStatus(m *nats.Msg, code string) {
 	}
 	if left := m.Header.Get("Nats-Pending-Messages"); left != "" {
 		if n, err := strconv.Atoi(left); err == nil {
-			p.owed = max(p.owed-n, 0)
+			// A request that was filled reports 0 (or less, when only its bytes were left).
+			p.owed = max(p.owed-max(n, 0), 0)
 			p.topUp()
 			return
 		}
