@@ -83,8 +83,10 @@ for round in $(seq "$rounds"); do
 	s="$($n bench js consume --batch "$batch" --acks explicit --msgs "$msgs" --no-progress 2>&1)"
 	stock_consume+=("$(stock_per_s <<<"$s")")
 	events_pub+=("$(events_bench PublishAsync "$round" | events_per_s)")
-	events_consume+=("$(events_bench Consume "$round" | events_per_s)")
-	echo "round $round: publish stock ${stock_pub[-1]}/s, PublishAll ${events_pub[-1]}/s; consume stock ${stock_consume[-1]}/s, Consume ${events_consume[-1]}/s"
+	out="$(events_bench Consume "$round")"
+	events_consume+=("$(events_per_s <<<"$out")")
+	gap="$(awk '/^Benchmark/ { for (i = 1; i < NF; i++) if ($(i+1) == "max-gap-ms") printf "%d\n", $i }' <<<"$out")"
+	echo "round $round: publish stock ${stock_pub[-1]}/s, PublishAll ${events_pub[-1]}/s; consume stock ${stock_consume[-1]}/s, Consume ${events_consume[-1]}/s (longest wait between two events ${gap} ms)"
 done
 
 # report prints one row: name, median, stock median, ratio, and every run.

@@ -158,16 +158,25 @@ func BenchmarkPublishSync(b *testing.B) {
 }
 
 // BenchmarkConsume measures the consumer end to end: pull, decode, per-key dispatch over 1,000
-// keys, handler, ack; the events are published before the timer starts.
+// keys, handler, ack; the events are published before the timer starts. cpu-µs/event is the client's
+// CPU time per event, max-gap-ms the longest wait between two events handled.
 func BenchmarkConsume(b *testing.B) {
 	js := benchJetStream(b)
 	if err := NewPublisher(js, "/bench").PublishAll(context.Background(), benchEvents(b.N, 1000)); err != nil {
 		b.Fatal(err)
 	}
-	var handled atomic.Int64
+	var handled, last, maxGap atomic.Int64
 	done := make(chan struct{})
 	b.ResetTimer()
+	cpu := processCPU()
+	last.Store(time.Now().UnixNano())
 	c, err := Consume(context.Background(), js, func(context.Context, Event, Meta) error {
+		now := time.Now().UnixNano()
+		for gap := now - last.Swap(now); ; {
+			if m := maxGap.Load(); gap <= m || maxGap.CompareAndSwap(m, gap) {
+				break
+			}
+		}
 		if handled.Add(1) == int64(b.N) {
 			close(done)
 		}
@@ -182,7 +191,14 @@ func BenchmarkConsume(b *testing.B) {
 		b.Fatalf("handled %d of %d", handled.Load(), b.N)
 	}
 	b.StopTimer()
+	cpu = processCPU() - cpu
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	if cpu > 0 {
+		// The benchmark process's CPU time (every goroutine, the garbage collector included).
+		b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/event")
+	}
+	// The longest wait between two events handled (or before the first): a stall shows here.
+	b.ReportMetric(float64(maxGap.Load())/1e6, "max-gap-ms")
 	_ = c.Stop(context.Background())
 }
 
@@ -235,5 +251,19 @@ func fetchOne(t *testing.T, js jetstream.JetStream, round int) {
 		info, _ := cons.Info(ctx)
 		t.Fatalf("round %d: the new stream's first event was not delivered; consumer delivered %+v, ack floor %+v, %d waiting for an ack",
 			round, info.Delivered, info.AckFloor, info.NumAckPending)
+	}
+}
+
+// BenchmarkDecode decodes the benchmark's encoded event, headers and body, as Consume does.
+func BenchmarkDecode(b *testing.B) {
+	m, err := Encode(benchEvents(1, 1)[0], "/bench", time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := Decode(m.Subject, m.Header, m.Data); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -114,8 +114,7 @@ type Consumer struct {
 	opts       ConsumerOptions
 	js         jetstream.JetStream
 	cons       jetstream.Consumer
-	cc         jetstream.ConsumeContext // the current pull; replaced by repull, guarded by mu
-	pulls      int                      // how many pulls were started; guarded by mu
+	pull       *puller
 	ackWait    time.Duration
 	maxDeliver int
 	handler    Handler
@@ -124,8 +123,10 @@ type Consumer struct {
 	abort context.CancelFunc
 
 	mu       sync.Mutex
-	queues   map[string][]jetstream.Msg // messages not finished yet, per ordering key
-	running  map[string]bool            // keys with a worker
+	queues   map[string][]*delivery // messages not finished yet, per ordering key
+	running  map[string]bool        // keys with a worker
+	parked   int                    // workers waiting on handoff for a key
+	handoff  chan string            // gives a key to a parked worker
 	stopping bool
 	stopCh   chan struct{}
 	sem      chan struct{}
@@ -157,77 +158,22 @@ func Consume(ctx context.Context, js jetstream.JetStream, h Handler, opts Consum
 		handler:    h,
 		handlerCtx: handlerCtx,
 		abort:      abort,
-		queues:     make(map[string][]jetstream.Msg),
+		queues:     make(map[string][]*delivery),
 		running:    make(map[string]bool),
+		handoff:    make(chan string),
 		stopCh:     make(chan struct{}),
 		sem:        make(chan struct{}, opts.Concurrency),
 	}
 	c.cons = cons
-	if err := c.pull(); err != nil {
-		return nil, err
+	if c.pull, err = startPull(js, opts.Stream, opts.Name, c.enqueue, opts.Logger); err != nil {
+		return nil, fmt.Errorf("consume %s: %w", opts.Name, err)
 	}
 	return c, nil
 }
 
-// pull starts pulling messages into enqueue.
-func (c *Consumer) pull() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stopping { // repull lost the race with Stop
-		return nil
-	}
-	c.pulls++
-	this := c.pulls
-	// PullExpiry bounds how long one pull request may wait on the server. In BenchmarkConsume a
-	// burst of 20,000 events sometimes stalled until the pull expired (the client default, 30 s:
-	// 3 of 5 runs at ~640 events/s against ~12,000); with 5 s the worst run measured 2,500/s.
-	cc, err := c.cons.Consume(c.enqueue, jetstream.PullMaxMessages(256), jetstream.PullExpiry(5*time.Second),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			c.opts.Logger.Warn("Consumer pull error", "consumer", c.opts.Name, "error", err)
-			if errors.Is(err, jetstream.ErrConsumerLeadershipChanged) {
-				go c.repull(this)
-			}
-		}))
-	if err != nil {
-		return fmt.Errorf("consume %s: %w", c.opts.Name, err)
-	}
-	c.cc = cc
-	return nil
-}
-
-// repull replaces the pull number this with a new one, unless the consumer is stopping or that
-// pull was replaced already. After a consumer leadership change (a NATS node lost, a leader stepping
-// down) the client resets its pending counts but sends no new pull request, so the consumer
-// would receive nothing more until restarted (nats-io/nats.go#2063, seen in
-// TestNATSClusterFailoverUnderLoad). Messages handed out by the old pull and not finished stay
-// queued and are acknowledged as usual.
-func (c *Consumer) repull(this int) {
-	c.mu.Lock()
-	if c.stopping || c.pulls != this {
-		c.mu.Unlock()
-		return
-	}
-	old := c.cc
-	c.mu.Unlock()
-	old.Stop()
-	for {
-		err := c.pull()
-		if err == nil {
-			c.opts.Logger.Info("Pulling again after a consumer leadership change", "consumer", c.opts.Name)
-			return
-		}
-		c.opts.Logger.Warn("Could not pull again after a leadership change; retrying", "consumer", c.opts.Name, "error", err)
-		select {
-		case <-c.stopCh:
-			return
-		case <-time.After(time.Second):
-		}
-	}
-}
-
 // enqueue puts a message behind the others of its key and starts a worker for an idle key.
 // While stopping, messages are only queued; Stop hands them back once pulling has ended.
-func (c *Consumer) enqueue(msg jetstream.Msg) {
+func (c *Consumer) enqueue(msg *delivery) {
 	key := headerValue(msg.Headers(), HeaderSubject)
 	if key == "" {
 		key = "subject:" + msg.Subject()
@@ -238,13 +184,41 @@ func (c *Consumer) enqueue(msg jetstream.Msg) {
 	if !c.running[key] && !c.stopping && c.handlerCtx.Err() == nil {
 		c.running[key] = true
 		c.wg.Add(1)
-		go c.runKey(key)
+		if c.parked > 0 {
+			// A parked worker is in (or on its way to) its receive on handoff, and cannot leave
+			// it before stopCh closes, which needs c.mu: the send completes at once.
+			c.parked--
+			c.handoff <- key
+		} else {
+			go c.worker(key)
+		}
+	}
+}
+
+// maxParked bounds the workers kept waiting for a key, per Consumer.
+const maxParked = 256
+
+// worker runs the key it was started for, then waits for another key rather than ending. A new
+// goroutine for every key that became busy (in BenchmarkConsume, for nearly every message) had
+// its stack grown again while decoding: 9 % of the client's CPU. At most maxParked workers wait;
+// they end when the consumer stops.
+func (c *Consumer) worker(key string) {
+	for {
+		if !c.runKey(key) {
+			return
+		}
+		select {
+		case key = <-c.handoff:
+		case <-c.stopCh:
+			return
+		}
 	}
 }
 
 // runKey handles the messages of one key, one at a time, until its queue is empty or the
 // consumer stops; at a stop, unfinished messages stay queued, in order, for Stop to hand back.
-func (c *Consumer) runKey(key string) {
+// It reports whether the worker was counted as parked, to wait for another key.
+func (c *Consumer) runKey(key string) (park bool) {
 	defer c.wg.Done()
 	for {
 		c.mu.Lock()
@@ -254,8 +228,12 @@ func (c *Consumer) runKey(key string) {
 				delete(c.queues, key)
 			}
 			c.running[key] = false
+			park = !c.stopping && c.parked < maxParked
+			if park {
+				c.parked++
+			}
 			c.mu.Unlock()
-			return
+			return park
 		}
 		msg := q[0]
 		c.mu.Unlock()
@@ -273,7 +251,7 @@ func (c *Consumer) runKey(key string) {
 // process decides, in this one place, what happens to a message: ack, retry in place or dead
 // letter. It returns false when a stop interrupted a retry wait, or an Abort the handler: the
 // message is then left for Stop to hand back.
-func (c *Consumer) process(msg jetstream.Msg) bool {
+func (c *Consumer) process(msg *delivery) bool {
 	ev, meta, err := Decode(msg.Subject(), msg.Headers(), msg.Data())
 	if md, mdErr := msg.Metadata(); mdErr == nil {
 		meta.Sequence, meta.NumDelivered = md.Sequence.Stream, md.NumDelivered
@@ -282,8 +260,7 @@ func (c *Consumer) process(msg jetstream.Msg) bool {
 		c.deadLetter(msg, meta, 1, err)
 		return true
 	}
-	stopKeepAlive := c.keepAlive(msg)
-	defer stopKeepAlive()
+	defer c.keepAlive(msg).stop()
 
 	for local := 1; ; local++ {
 		start := time.Now()
@@ -393,7 +370,7 @@ func (c *Consumer) call(ctx context.Context, ev Event, meta Meta) (err error) {
 
 // ack acknowledges a finished message and counts it under outcome. A failed ack only means the
 // message comes again, which handlers must tolerate anyway.
-func (c *Consumer) ack(msg jetstream.Msg, meta Meta, outcome string) {
+func (c *Consumer) ack(msg *delivery, meta Meta, outcome string) {
 	if err := msg.Ack(); err != nil {
 		c.opts.Logger.Warn("Ack failed; the event will be redelivered", "consumer", c.opts.Name, "id", meta.ID, "error", err)
 	}
@@ -401,25 +378,44 @@ func (c *Consumer) ack(msg jetstream.Msg, meta Meta, outcome string) {
 }
 
 // keepAlive tells the server the message is still being worked on, so AckWait never triggers a
-// redelivery (and an overtaking) while a handler runs or a retry waits.
-func (c *Consumer) keepAlive(msg jetstream.Msg) func() {
-	if c.ackWait <= 0 {
-		return func() {}
+// redelivery (and an overtaking) while a handler runs or a retry waits. It costs a timer, not a
+// goroutine: most messages are done long before the first InProgress is due.
+func (c *Consumer) keepAlive(msg *delivery) *keeper {
+	k := &keeper{msg: msg, every: c.ackWait / 3}
+	if c.ackWait > 0 {
+		k.mu.Lock()
+		k.timer = time.AfterFunc(k.every, k.tick)
+		k.mu.Unlock()
 	}
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(c.ackWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
-	return func() { close(done) }
+	return k
+}
+
+// keeper sends InProgress for one message every third of AckWait until stopped.
+type keeper struct {
+	msg   *delivery
+	every time.Duration
+	mu    sync.Mutex
+	timer *time.Timer
+	done  bool
+}
+
+func (k *keeper) tick() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.done {
+		return
+	}
+	_ = k.msg.InProgress()
+	k.timer.Reset(k.every)
+}
+
+func (k *keeper) stop() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.done = true
+	if k.timer != nil {
+		k.timer.Stop()
+	}
 }
 
 // handBack returns a message to the server at shutdown so that another instance gets it at once.
@@ -430,7 +426,7 @@ func (c *Consumer) keepAlive(msg jetstream.Msg) func() {
 // moment, and a message it tries to deliver there goes to the back of its redelivery queue. With
 // a delay, the handed-back messages expire together and the server redelivers them sorted by
 // stream sequence, which keeps each key's order.
-func (c *Consumer) handBack(msg jetstream.Msg) {
+func (c *Consumer) handBack(msg *delivery) {
 	_ = msg.NakWithDelay(handBackDelay)
 	c.opts.Metrics.outcome(headerValue(msg.Headers(), HeaderType), "handed_back")
 }
@@ -438,7 +434,7 @@ func (c *Consumer) handBack(msg jetstream.Msg) {
 // deadLetter stores the message with the reason on the consumer's dead-letter subject and then
 // terminates it. If the dead letter cannot be stored the message is retried later instead: it is
 // never dropped.
-func (c *Consumer) deadLetter(msg jetstream.Msg, meta Meta, attempts int, reason error) {
+func (c *Consumer) deadLetter(msg *delivery, meta Meta, attempts int, reason error) {
 	dl := nats.NewMsg(DeadLetterSubject(c.opts.Name))
 	dl.Data = msg.Data()
 	for k, v := range msg.Headers() {
@@ -476,14 +472,16 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	}
 	c.stopping = true
 	close(c.stopCh)
-	cc := c.cc
 	c.mu.Unlock()
 
-	cc.Drain()
-	select {
-	case <-cc.Closed():
-	case <-ctx.Done():
-		return fmt.Errorf("stop consumer %s: %w", c.opts.Name, ctx.Err())
+	if err := c.pull.drain(); err != nil {
+		c.opts.Logger.Warn("Consumer pull not drained", "consumer", c.opts.Name, "error", err)
+	} else {
+		select {
+		case <-c.pull.closed:
+		case <-ctx.Done():
+			return fmt.Errorf("stop consumer %s: %w", c.opts.Name, ctx.Err())
+		}
 	}
 	done := make(chan struct{})
 	go func() { c.wg.Wait(); close(done) }()

@@ -1,0 +1,103 @@
+package events
+
+import (
+	"context"
+
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestConsumeGoesOnAfterTheServerRestarts checks that the consumer asks for messages again after
+// a reconnection, when the server has forgotten its pull requests, and keeps every key's order.
+func TestConsumeGoesOnAfterTheServerRestarts(t *testing.T) {
+	dir := t.TempDir()
+	s := startNATS(t, dir)
+	port := s.Addr().(*net.TCPAddr).Port
+	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := DefaultTopology(TopologyOptions{}).Apply(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	r := newRecorder(nil)
+	c := consume(t, js, r.handle, ConsumerOptions{})
+	defer func() { _ = c.Stop(ctx) }() // before the second server's shutdown, registered later
+	p := NewPublisher(js, "/test")
+	const keys, perRound = 10, 300 // more than one pull's worth each round
+	events := func(round int) []Event {
+		evs := make([]Event, perRound)
+		for i := range evs {
+			evs[i] = appeared("c"+strconv.Itoa(i%keys), uint64(round*perRound+i))
+		}
+		return evs
+	}
+	publish(t, p, events(0)...)
+	r.waitFor(t, perRound)
+	waitNoAckPending(ctx, t, js) // so that the restart redelivers nothing
+
+	s.Shutdown()
+	s.WaitForShutdown()
+	s2, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2.Start()
+	t.Cleanup(s2.Shutdown)
+	if !s2.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start again")
+	}
+	publish(t, p, events(1)...)
+	r.waitFor(t, perRound)
+
+	last := map[string]int{}
+	for _, entry := range r.snapshot() {
+		key, rest, _ := strings.Cut(entry, "@")
+		revision, delivery, _ := strings.Cut(rest, "#")
+		rev, err := strconv.Atoi(revision)
+		if err != nil || delivery != "1" {
+			t.Fatalf("entry %q: want a first delivery", entry)
+		}
+		if prev, ok := last[key]; ok && rev <= prev {
+			t.Fatalf("key %s: revision %d handled after %d", key, rev, prev)
+		}
+		last[key] = rev
+	}
+}
+
+// waitNoAckPending waits until the rule engine's consumer has every delivered message acknowledged.
+func waitNoAckPending(ctx context.Context, t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	cons, err := js.Consumer(ctx, StreamName, ConsumerRuleEngine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d messages still wait for an ack", info.NumAckPending)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
