@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -157,6 +158,25 @@ func (e *env) waitIntents(want ...string) []events.Event {
 		return nil
 	})
 	return got
+}
+
+// waitIntentsOfClusters is waitIntents for intents of different clusters, whose order among
+// themselves is not defined (each cluster's events are handled on their own): it compares the
+// sorted lists.
+func (e *env) waitIntentsOfClusters(want ...string) {
+	e.t.Helper()
+	want = slices.Sorted(slices.Values(want))
+	testenv.Eventually(e.t, 20*time.Second, func() error {
+		var s []string
+		for _, ev := range e.intents() {
+			s = append(s, intentSummary(ev))
+		}
+		slices.Sort(s)
+		if !slices.Equal(s, want) {
+			return fmt.Errorf("intents (sorted):\n%s\nwant:\n%s", strings.Join(s, "\n"), strings.Join(want, "\n"))
+		}
+		return nil
+	})
 }
 
 // createRule creates a ClusterRule in the test's namespace.

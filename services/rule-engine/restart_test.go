@@ -133,7 +133,7 @@ func TestPairOfAClusterMissingFromTheViewIsKept(t *testing.T) {
 		Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{}}})
 	stop := e.start()
 	e.publish(appeared(testCluster("a", nil, true), 1), appeared(testCluster("b", nil, true), 2))
-	e.waitIntents("install a guestbook", "install b guestbook")
+	e.waitIntentsOfClusters("install a guestbook", "install b guestbook")
 	stop()
 
 	// The view loses cluster a; its pair stays, as a stop between the two writes left it.
@@ -147,7 +147,7 @@ func TestPairOfAClusterMissingFromTheViewIsKept(t *testing.T) {
 	e.start()
 	e.waitReady("fleet", v1beta1.ReasonProgressing, nil)
 	time.Sleep(time.Second) // an uninstall decided at the start would be on the stream now
-	e.waitIntents("install a guestbook", "install b guestbook")
+	e.waitIntentsOfClusters("install a guestbook", "install b guestbook")
 
 	// The cluster's event comes again (here as an update): its pair is as it was, nothing to send.
 	e.publish(appeared(testCluster("a", map[string]string{"env": "prod"}, true), 3))
@@ -158,5 +158,5 @@ func TestPairOfAClusterMissingFromTheViewIsKept(t *testing.T) {
 		return nil
 	})
 	time.Sleep(500 * time.Millisecond)
-	e.waitIntents("install a guestbook", "install b guestbook")
+	e.waitIntentsOfClusters("install a guestbook", "install b guestbook")
 }
