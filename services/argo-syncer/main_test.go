@@ -34,14 +34,7 @@ func TestRunServesReadyInstallsAndStops(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, func(k string) string { return envMap[k] }, &logs, &logs) }()
 
-	eventually(t, "/readyz is 200", func() bool {
-		resp, err := http.Get("http://" + health + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	waitReadyz(t, health)
 
 	// An install through the running service, with its source Secret in OPERATOR_NAMESPACE's
 	// default (enforcement) found by kind.

@@ -115,14 +115,7 @@ func TestThrottledAPIServerLosesNothing(t *testing.T) {
 			t.Errorf("run returned %v", err)
 		}
 	})
-	eventually(t, "/readyz is 200", func() bool {
-		resp, err := http.Get("http://" + health + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	waitReadyz(t, health)
 
 	nc, err := nats.Connect(natsServer.URL())
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strconv"
 	"testing"
 
@@ -51,4 +52,17 @@ func pubOnce(t *testing.T, url string, e events.Event) {
 	if _, err := events.NewPublisher(js, "/enforcement/test").Publish(context.Background(), e); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitReadyz waits until the service's /readyz at health answers 200.
+func waitReadyz(t *testing.T, health string) {
+	t.Helper()
+	eventually(t, "/readyz is 200", func() bool {
+		resp, err := http.Get("http://" + health + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }

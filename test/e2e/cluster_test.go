@@ -226,6 +226,25 @@ type appWatch struct {
 
 func watchApplications(t *testing.T, s *system) *appWatch {
 	w := &appWatch{uids: map[string]map[string]bool{}}
+	s.watchApplications(t, func(typ watch.EventType, u *unstructured.Unstructured, _ time.Time) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.uids[u.GetName()] == nil {
+			w.uids[u.GetName()] = map[string]bool{}
+		}
+		w.uids[u.GetName()][string(u.GetUID())] = true
+		if typ == watch.Deleted {
+			w.deleted++
+		}
+	})
+	return w
+}
+
+// watchApplications calls seen, on a goroutine of its own, with each Application added, changed
+// or deleted in the Argo CD namespace and the time the event arrived, until the test ends. A
+// watch that ends or expires is started again (after an expiry from a fresh list, which
+// reports every Application again as added).
+func (s *system) watchApplications(t testing.TB, seen func(watch.EventType, *unstructured.Unstructured, time.Time)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
@@ -239,7 +258,8 @@ func watchApplications(t *testing.T, s *system) *appWatch {
 				continue
 			}
 			for ev := range wi.ResultChan() {
-				if ev.Type == watch.Error { // the version expired: list afresh (same UIDs)
+				at := time.Now()
+				if ev.Type == watch.Error { // the version expired: list afresh
 					rv = ""
 					break
 				}
@@ -248,23 +268,13 @@ func watchApplications(t *testing.T, s *system) *appWatch {
 					continue
 				}
 				rv = u.GetResourceVersion()
-				if ev.Type == watch.Bookmark {
-					continue
+				if ev.Type != watch.Bookmark {
+					seen(ev.Type, u, at)
 				}
-				w.mu.Lock()
-				if w.uids[u.GetName()] == nil {
-					w.uids[u.GetName()] = map[string]bool{}
-				}
-				w.uids[u.GetName()][string(u.GetUID())] = true
-				if ev.Type == watch.Deleted {
-					w.deleted++
-				}
-				w.mu.Unlock()
 			}
 			wi.Stop()
 		}
 	}()
-	return w
 }
 
 // count is the number of Application names seen.

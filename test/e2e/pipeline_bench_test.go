@@ -198,36 +198,11 @@ type pipelineApps struct {
 
 func watchPipelineApps(b *testing.B, s *system) *pipelineApps {
 	a := &pipelineApps{seenAt: map[string]map[string]time.Time{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	b.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		rv := ""
-		for ctx.Err() == nil {
-			w, err := s.dyn.Resource(gvrApplication).Namespace(argoNS).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
-			if err != nil {
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
-			for ev := range w.ResultChan() {
-				now := time.Now()
-				if ev.Type == watch.Error {
-					rv = ""
-					break
-				}
-				u, ok := ev.Object.(*unstructured.Unstructured)
-				if !ok {
-					continue
-				}
-				rv = u.GetResourceVersion()
-				if ev.Type == watch.Added || ev.Type == watch.Modified {
-					a.record(replicaCount(u), u.GetName(), now)
-				}
-			}
-			w.Stop()
+	s.watchApplications(b, func(typ watch.EventType, u *unstructured.Unstructured, at time.Time) {
+		if typ == watch.Added || typ == watch.Modified {
+			a.record(replicaCount(u), u.GetName(), at)
 		}
-	}()
+	})
 	return a
 }
 
