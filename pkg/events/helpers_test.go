@@ -29,10 +29,10 @@ func startNATS(t testing.TB, storeDir string) *server.Server {
 	return s
 }
 
-// connect returns a JetStream client on s with the topology applied.
-func connect(t testing.TB, s *server.Server, opts TopologyOptions) (*nats.Conn, jetstream.JetStream) {
+// connect returns a JetStream client on s, connected with natsOpts, with the topology applied.
+func connect(t testing.TB, s *server.Server, opts TopologyOptions, natsOpts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(s.ClientURL())
+	nc, err := nats.Connect(s.ClientURL(), natsOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,20 +20,9 @@ func TestConsumeGoesOnAfterTheServerRestarts(t *testing.T) {
 	dir := t.TempDir()
 	s := startNATS(t, dir)
 	port := s.Addr().(*net.TCPAddr).Port
-	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := connect(t, s, TopologyOptions{}, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := DefaultTopology(TopologyOptions{}).Apply(ctx, js); err != nil {
-		t.Fatal(err)
-	}
 	r := newRecorder(nil)
 	c := consume(t, js, r.handle, ConsumerOptions{})
 	defer func() { _ = c.Stop(ctx) }() // before the second server's shutdown, registered later
