@@ -56,6 +56,10 @@ var catalog = []descriptor{
 		"An operator released the removals one trip of a source's removal breaker holds.", func() Event { return &RemovalsReleased{} }, []string{ConsumerSourceScanner}},
 	{"io.enforcement.rule.removals.released.v1", []string{SubjectRoot, "rule", "removals", "released", "{ruleNamespace}", "{rule}"},
 		"An operator released the selection removals one generation of a rule held (rule-engine's rule edit breaker).", func() Event { return &RuleRemovalsReleased{} }, []string{ConsumerRuleEngine}},
+	{"io.enforcement.rule.rollout.approved.v1", []string{SubjectRoot, "rule", "rollout", "approved", "{ruleNamespace}", "{rule}"},
+		"An operator approved a step of a rule's staged rollout (spec.rollout) that requires approval.", func() Event { return &RolloutApproved{} }, []string{ConsumerRuleEngine}},
+	{"io.enforcement.rule.rollout.progressed.v1", []string{SubjectRoot, "rule", "rollout", "progressed", "{ruleNamespace}", "{rule}"},
+		"A rule's staged rollout moved: a step started, waits for approval, bakes, completed or halted; or the rollout completed.", func() Event { return &RolloutProgressed{} }, nil},
 	{"io.enforcement.intent.install.v1", []string{SubjectRoot, "intent", "install", "{cluster}", "{ruleNamespace}", "{rule}"},
 		"Make one (cluster, enforcement) Application exist as rendered.", func() Event { return &InstallIntent{} }, []string{ConsumerArgoSyncer, ConsumerTriggerDispatcher}},
 	{"io.enforcement.intent.uninstall.v1", []string{SubjectRoot, "intent", "uninstall", "{cluster}", "{ruleNamespace}", "{rule}"},
@@ -68,6 +72,8 @@ var catalog = []descriptor{
 		"An install intent could not be carried out.", func() Event { return &InstallFailed{} }, []string{ConsumerRuleEngine}},
 	{"io.enforcement.uninstall.done.v1", []string{SubjectRoot, "uninstall", "done", "{cluster}", "{ruleNamespace}", "{rule}"},
 		"An uninstall intent was carried out.", func() Event { return &UninstallDone{} }, []string{ConsumerRuleEngine}},
+	{"io.enforcement.application.health.v1", []string{SubjectRoot, "application", "health", "{cluster}", "{ruleNamespace}", "{rule}"},
+		"Argo CD reports a new health, sync status or sync operation result for an Application argo-syncer owns.", func() Event { return &ApplicationHealth{} }, []string{ConsumerRuleEngine}},
 	{"io.enforcement.trigger.delivered.v1", []string{SubjectRoot, "trigger", "delivered", "{phase}", "{cluster}", "{ruleNamespace}", "{rule}"},
 		"A beforeInstall or afterInstall webhook answered 2xx.", func() Event { return &TriggerDelivered{} }, []string{ConsumerRuleEngine, ConsumerArgoSyncer}},
 	{"io.enforcement.trigger.failed.v1", []string{SubjectRoot, "trigger", "failed", "{phase}", "{cluster}", "{ruleNamespace}", "{rule}"},
@@ -243,6 +249,43 @@ func (e *RuleRemovalsReleased) Validate() error {
 	return required("rule removals released: rule.namespace, rule.name", e.Rule.Namespace, e.Rule.Name)
 }
 func (e *RuleRemovalsReleased) subjectKeys() []string { return []string{e.Rule.Namespace, e.Rule.Name} }
+
+// RolloutApproved
+
+func (*RolloutApproved) Type() string { return "io.enforcement.rule.rollout.approved.v1" }
+
+// ID is the rule generation and step: approving the same step twice is one approval.
+func (e *RolloutApproved) ID() string {
+	return id("rollout-approved", e.Rule.Namespace, e.Rule.Name, i64(e.Rule.Generation), e.Step)
+}
+func (e *RolloutApproved) OrderingKey() string { return "rule:" + e.Rule.Namespace + "/" + e.Rule.Name }
+func (e *RolloutApproved) Validate() error {
+	if e.Rule.Generation <= 0 {
+		return errors.New("rollout approved: rule.generation: want the generation whose rollout is approved")
+	}
+	return required("rollout approved: rule.namespace, rule.name, step", e.Rule.Namespace, e.Rule.Name, e.Step)
+}
+func (e *RolloutApproved) subjectKeys() []string { return []string{e.Rule.Namespace, e.Rule.Name} }
+
+// RolloutProgressed
+
+func (*RolloutProgressed) Type() string { return "io.enforcement.rule.rollout.progressed.v1" }
+
+// ID is the rule generation, step and phase, and the halting Application: each move of a
+// rollout is told once, however often the engine decides it again.
+func (e *RolloutProgressed) ID() string {
+	return id("rollout-progressed", e.Rule.Namespace, e.Rule.Name, i64(e.Rule.Generation), e.Step, e.Phase, e.Application)
+}
+func (e *RolloutProgressed) OrderingKey() string {
+	return "rule:" + e.Rule.Namespace + "/" + e.Rule.Name
+}
+func (e *RolloutProgressed) Validate() error {
+	if e.Rule.Generation <= 0 {
+		return errors.New("rollout progressed: rule.generation: want the generation being rolled out")
+	}
+	return required("rollout progressed: rule.namespace, rule.name, phase", e.Rule.Namespace, e.Rule.Name, e.Phase)
+}
+func (e *RolloutProgressed) subjectKeys() []string { return []string{e.Rule.Namespace, e.Rule.Name} }
 
 // InstallIntent
 
@@ -456,3 +499,21 @@ func (e *ClaimUpdated) Validate() error {
 	return required("claim updated: cluster, claim, value, complianceId", e.Cluster, e.Claim, e.Value, e.ComplianceID)
 }
 func (e *ClaimUpdated) subjectKeys() []string { return []string{e.Cluster} }
+
+// ApplicationHealth
+
+func (*ApplicationHealth) Type() string { return "io.enforcement.application.health.v1" }
+
+// ID includes the Application's resourceVersion: a state that comes back later (Healthy,
+// Degraded, Healthy again) is a new event, a redelivered watch event is not.
+func (e *ApplicationHealth) ID() string {
+	return id("application-health", e.Rule.Namespace, e.Rule.Name, e.Cluster, e.Enforcement, e.ResourceVersion)
+}
+func (e *ApplicationHealth) OrderingKey() string { return pairKey(e.Rule, e.Cluster) }
+func (e *ApplicationHealth) Validate() error {
+	return required("application health: rule, cluster, enforcement, application, resourceVersion",
+		e.Rule.Namespace, e.Rule.Name, e.Cluster, e.Enforcement, e.Application, e.ResourceVersion)
+}
+func (e *ApplicationHealth) subjectKeys() []string {
+	return []string{e.Cluster, e.Rule.Namespace, e.Rule.Name}
+}

@@ -20,8 +20,8 @@ func TestConsumerFiltersDeriveFromTheCatalog(t *testing.T) {
 		ConsumerRuleEngine: {
 			"enforcement.cluster.appeared.>", "enforcement.cluster.updated.>", "enforcement.cluster.gone.>",
 			"enforcement.source.degraded.>", "enforcement.source.recovered.>", "enforcement.source.listed.>", "enforcement.rule.removals.released.>",
-			"enforcement.install.succeeded.>", "enforcement.install.failed.>",
-			"enforcement.uninstall.done.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>",
+			"enforcement.rule.rollout.approved.>", "enforcement.install.succeeded.>", "enforcement.install.failed.>",
+			"enforcement.uninstall.done.>", "enforcement.application.health.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>",
 		},
 		ConsumerArgoSyncer: {
 			"enforcement.intent.install.>", "enforcement.intent.uninstall.>",
@@ -51,9 +51,10 @@ func TestConsumerFiltersDeriveFromTheCatalog(t *testing.T) {
 func TestDerivedFiltersSelectWhatTheHandWrittenOnesDid(t *testing.T) {
 	handWritten := map[string][]string{
 		// install.gated (argo-syncer to trigger-dispatcher) came after the hand-written filters,
-		// which gave rule-engine all of enforcement.install.>; it has no use for it.
+		// which gave rule-engine all of enforcement.install.>; it has no use for it. Staged
+		// rollouts added the approvals and Argo CD's Application health.
 		ConsumerRuleEngine: {"enforcement.cluster.>", "enforcement.source.>", "enforcement.rule.removals.released.>", "enforcement.install.succeeded.>",
-			"enforcement.install.failed.>", "enforcement.uninstall.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>"},
+			"enforcement.install.failed.>", "enforcement.uninstall.>", "enforcement.rule.rollout.approved.>", "enforcement.application.health.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>"},
 		ConsumerArgoSyncer:        {"enforcement.intent.>", "enforcement.trigger.delivered.>", "enforcement.trigger.failed.>"},
 		ConsumerTriggerDispatcher: {"enforcement.intent.install.>", "enforcement.install.gated.>", "enforcement.install.succeeded.>"},
 		ConsumerClaimWriter:       {"enforcement.compliance.changed.cluster1"},

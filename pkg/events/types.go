@@ -166,6 +166,91 @@ type RuleRemovalsReleased struct {
 	By string `json:"by,omitempty"`
 }
 
+// RolloutApproved says an operator approved a step of a rule's staged rollout that requires
+// approval (spec.rollout.steps[].requireApproval): the step named Step of the rollout of
+// generation Rule.Generation, and no other. `enforcement approve <namespace>/<name>` publishes
+// it; rule-engine records it and starts the step when the rollout reaches it. An approval of a
+// generation that is no longer the rule's approves nothing (logged).
+type RolloutApproved struct {
+	// Rule is the rule, at the generation whose rollout is approved.
+	Rule RuleRef `json:"rule"`
+	// Step is the name of the approved step.
+	Step string `json:"step"`
+	// By says who approved it (the CLI's user and host), for audit.
+	By string `json:"by,omitempty"`
+}
+
+// Phases of RolloutProgressed.
+const (
+	RolloutStepStarted      = "StepStarted"      // the step began updating its clusters
+	RolloutAwaitingApproval = "AwaitingApproval" // the step waits for an approval
+	RolloutBaking           = "Baking"           // the step's Applications are all Healthy and Synced; the bake time runs
+	RolloutStepCompleted    = "StepCompleted"    // the step baked; the next one may start
+	RolloutHalted           = "Halted"           // an Application of the step is Degraded or its sync failed
+	RolloutCompleted        = "Completed"        // every cluster runs the generation
+)
+
+// RolloutProgressed says a rule's staged rollout moved. rule-engine publishes it; nothing
+// consumes it (it is the rollout's audit trail in the stream).
+type RolloutProgressed struct {
+	// Rule is the rule at the generation being rolled out.
+	Rule RuleRef `json:"rule"`
+	// StableGeneration is the generation the clusters not reached yet run (0: none).
+	StableGeneration int64 `json:"stableGeneration,omitempty"`
+	// Step is the step's name; StepIndex counts from 0. Empty for Completed.
+	Step      string `json:"step,omitempty"`
+	StepIndex int    `json:"stepIndex"`
+	// Phase is one of StepStarted, AwaitingApproval, Baking, StepCompleted, Halted, Completed.
+	Phase string `json:"phase"`
+	// Clusters names the step's clusters (StepStarted) or those that halted it (Halted).
+	Clusters []string `json:"clusters,omitempty"`
+	// Application, Health, Sync and Message name the Application that halted the rollout.
+	Application string `json:"application,omitempty"`
+	Message     string `json:"message,omitempty"`
+}
+
+// Argo CD's health and sync statuses, as its application controller writes them in an
+// Application's status (health.status, sync.status, operationState.phase).
+const (
+	HealthHealthy     = "Healthy"
+	HealthProgressing = "Progressing"
+	HealthDegraded    = "Degraded"
+	HealthSuspended   = "Suspended"
+	HealthMissing     = "Missing"
+	HealthUnknown     = "Unknown"
+	SyncSynced        = "Synced"
+	SyncOutOfSync     = "OutOfSync"
+	OperationFailed   = "Failed"
+	OperationError    = "Error"
+)
+
+// ApplicationHealth says what Argo CD's application controller reports for an Application
+// argo-syncer owns: its health, its sync status and the phase of its last sync operation, for
+// the spec hash the Application carries. argo-syncer publishes one whenever one of them (or the
+// spec hash) changes; rule-engine's staged rollouts wait for Healthy and Synced and halt on
+// Degraded or a failed sync.
+type ApplicationHealth struct {
+	Rule RuleRef `json:"rule"`
+	// Cluster is the cluster's name; Identity its provider identity, when the Application
+	// records one.
+	Cluster  string `json:"cluster"`
+	Identity string `json:"identity,omitempty"`
+	// Enforcement is the rendered enforcement's name; Application the Application's name.
+	Enforcement string `json:"enforcement"`
+	Application string `json:"application"`
+	// SpecHash is the spec hash of the install intent the Application was last written from.
+	SpecHash string `json:"specHash"`
+	// ResourceVersion is the Application's, when the status was read.
+	ResourceVersion string `json:"resourceVersion"`
+	// Health is status.health.status; Sync status.sync.status; Operation
+	// status.operationState.phase (empty when no sync ran).
+	Health    string `json:"health,omitempty"`
+	Sync      string `json:"sync,omitempty"`
+	Operation string `json:"operation,omitempty"`
+	// Message is the health message, or the failed operation's.
+	Message string `json:"message,omitempty"`
+}
+
 // RuleRef identifies a ClusterRule at one generation.
 type RuleRef struct {
 	Namespace  string `json:"namespace"`

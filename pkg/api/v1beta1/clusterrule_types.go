@@ -5,6 +5,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
@@ -68,6 +69,68 @@ type ClusterRuleSpec struct {
 	// +kubebuilder:default=Orphan
 	// +optional
 	DeletionPolicy string `json:"deletionPolicy,omitempty"`
+
+	// Rollout (extension) stages a change of the rule: its new generation reaches the clusters
+	// step by step, each step's Applications must report Healthy and Synced for the step's bake
+	// time before the next step starts, and a Degraded or failed-sync Application halts it.
+	// Absent: a change reaches every selected cluster at once, as in the original.
+	// +optional
+	Rollout *Rollout `json:"rollout,omitempty"`
+}
+
+// Rollout is a rule's staged rollout: ordered steps, each reaching more of the rule's clusters.
+// Steps are cumulative (step 2 reaches what step 1 reached and its own clusters); the clusters no
+// step selects get the new generation when the last step completes.
+type Rollout struct {
+	// Steps, in the order they run.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=20
+	// +listType=atomic
+	Steps []RolloutStep `json:"steps"`
+	// MaxUnavailable bounds how many of a step's clusters are being updated at once: updated to
+	// the new generation and not yet Healthy and Synced. A number, or a percentage of the
+	// step's clusters ("25%", rounded down, at least 1). Default: all of the step's clusters.
+	// +kubebuilder:validation:XIntOrString
+	// +optional
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+}
+
+// RolloutStep is one step: the clusters it reaches, chosen by labels or by a percentage of the
+// rule's selected clusters, its bake time and whether it waits for an approval.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.percentage) != (has(self.matchLabels) || has(self.matchExpressions))",message="a step selects its clusters by labels (matchLabels, matchExpressions) or by percentage: one of the two"
+type RolloutStep struct {
+	// Name of the step, shown in the status and named by an approval. Default: step-<n>, n
+	// counting from 1.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	Name string `json:"name,omitempty"`
+	// MatchLabels selects the step's clusters: those whose labels include all of these.
+	// +optional
+	MatchLabels map[string]string `json:"matchLabels,omitempty"`
+	// MatchExpressions selects the step's clusters by label expressions (In, NotIn, Exists,
+	// DoesNotExist), as a Kubernetes label selector does.
+	// +optional
+	// +listType=atomic
+	MatchExpressions []metav1.LabelSelectorRequirement `json:"matchExpressions,omitempty"`
+	// Percentage of the rule's selected clusters this step has reached when it completes,
+	// counting the earlier steps' (10, then 50, then 100). Clusters are taken in an order fixed
+	// by the rule and the cluster's name, so the same clusters come first in every rollout.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	Percentage *int32 `json:"percentage,omitempty"`
+	// BakeTime is how long every Application of the step must stay Healthy and Synced (as Argo
+	// CD's application controller reports them) before the next step starts, e.g. "10m".
+	// Default: the next step starts as soon as they all are.
+	// +optional
+	BakeTime *metav1.Duration `json:"bakeTime,omitempty"`
+	// RequireApproval makes the step wait, before it updates any cluster, for an approval: the
+	// rule's annotation enforcement.globo.com/approve-rollout=generation/<n>/step/<name>, or
+	// `enforcement approve <namespace>/<rule>`.
+	// +optional
+	RequireApproval bool `json:"requireApproval,omitempty"`
 }
 
 // Enforcement is one package: an Argo CD Application source.
@@ -291,6 +354,73 @@ type ClusterRuleStatus struct {
 	// InstallErrors lists failing (cluster, enforcement) pairs (at most MaxStatusEntries).
 	// +optional
 	InstallErrors []InstallError `json:"installErrors,omitempty"`
+	// Rollout is the state of the rule's staged rollout; absent for a rule without spec.rollout.
+	// +optional
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
+}
+
+// Phases of a rollout (RolloutStatus.Phase and RolloutStepStatus.Phase).
+const (
+	RolloutPending          = "Pending"          // a step not started yet
+	RolloutProgressing      = "Progressing"      // the step's clusters are being updated
+	RolloutBaking           = "Baking"           // every Application of the step is Healthy and Synced; the bake time runs
+	RolloutAwaitingApproval = "AwaitingApproval" // the step waits for an approval before it starts
+	RolloutHalted           = "Halted"           // an Application of the step is Degraded or its sync failed
+	RolloutComplete         = "Complete"         // every cluster runs the generation
+)
+
+// RolloutStatus is where a rule's staged rollout stands.
+type RolloutStatus struct {
+	// Generation is the rule generation being rolled out (or rolled out, when Complete).
+	Generation int64 `json:"generation"`
+	// StableGeneration is the last generation that reached every cluster: the clusters the
+	// rollout has not reached, and those that appear meanwhile, run it. 0: none yet (the
+	// rule's first generation is rolling out; unreached clusters get nothing yet).
+	// +optional
+	StableGeneration int64 `json:"stableGeneration,omitempty"`
+	// Phase is one of Progressing, Baking, AwaitingApproval, Halted, Complete.
+	Phase string `json:"phase"`
+	// Step is the current step's name (empty when Complete).
+	// +optional
+	Step string `json:"step,omitempty"`
+	// Message says what the rollout waits for, or what halted it.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Steps counts, per step, its clusters, how many run the generation, and how many of those
+	// report every Application Healthy and Synced.
+	// +optional
+	Steps []RolloutStepStatus `json:"steps,omitempty"`
+	// Generations says which clusters run which generation of the rule.
+	// +optional
+	Generations []GenerationClusters `json:"generations,omitempty"`
+}
+
+// RolloutStepStatus is one step of a rollout.
+type RolloutStepStatus struct {
+	Name string `json:"name"`
+	// Phase is one of Pending, AwaitingApproval, Progressing, Baking, Halted, Complete.
+	Phase string `json:"phase"`
+	// Clusters the step reaches (its own, not the earlier steps').
+	Clusters int32 `json:"clusters"`
+	// Updated counts the step's clusters that run the generation.
+	Updated int32 `json:"updated"`
+	// Healthy counts the updated clusters whose Applications are all Healthy and Synced.
+	Healthy int32 `json:"healthy"`
+	// StartedAt is when the step started updating clusters; BakeStartedAt when its last
+	// Application became Healthy and Synced (the bake time counts from there).
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// +optional
+	BakeStartedAt *metav1.Time `json:"bakeStartedAt,omitempty"`
+}
+
+// GenerationClusters names the clusters that run one generation of a rule.
+type GenerationClusters struct {
+	Generation int64 `json:"generation"`
+	Count      int32 `json:"count"`
+	// Clusters names them, the first MaxStatusEntries by name.
+	// +optional
+	Clusters []string `json:"clusters,omitempty"`
 }
 
 // MaxStatusEntries bounds the lists in the status so a rule over thousands of clusters stays small.

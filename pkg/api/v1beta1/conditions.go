@@ -18,6 +18,11 @@ const (
 	// degraded); the clusters of the old source keep what they have until it has.
 	ReasonSourceHandover = "SourceHandover"
 	ReasonSourceDegraded = "SourceDegraded" // False: the last scan of the source was not complete
+	// False: a staged rollout (spec.rollout) halted on a Degraded or failed-sync Application;
+	// an edit of the rule starts a new rollout (a rollback is an edit back).
+	ReasonRolloutHalted = "RolloutHalted"
+	// False: a staged rollout waits for an approval of its next step.
+	ReasonRolloutAwaitingApproval = "RolloutAwaitingApproval"
 	ReasonTriggerBlocked = "TriggerBlocked" // False: a failurePolicy=Fail trigger holds installs
 	// False: an install was refused because another cluster (another provider identity) with the
 	// same name owns its Argo CD objects; a person must rename one cluster or drop it from the rule.
@@ -26,6 +31,8 @@ const (
 	// False: an afterInstall trigger with failurePolicy=Fail failed; the Applications exist.
 	ReasonAfterInstallFailed = "AfterInstallFailed"
 	ReasonProgressing        = "Progressing" // False: installs issued, not all confirmed yet
+	// False: a staged rollout is under way; the status's rollout says where it stands.
+	ReasonRollingOut = "RollingOut"
 	ReasonNoClusters         = "NoClusters"  // True: nothing matches (yet)
 	ReasonInstalled          = "Installed"   // True: every selected cluster has its enforcements
 )
