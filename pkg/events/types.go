@@ -240,6 +240,10 @@ type ApplicationHealth struct {
 	Application string `json:"application"`
 	// SpecHash is the spec hash of the install intent the Application was last written from.
 	SpecHash string `json:"specHash"`
+	// Observed says Argo CD's status describes the Application's current spec: the source and
+	// destination Argo CD last compared (status.sync.comparedTo) are the spec's. Right after
+	// an update the status still describes the previous spec, and Observed is false.
+	Observed bool `json:"observed"`
 	// ResourceVersion is the Application's, when the status was read.
 	ResourceVersion string `json:"resourceVersion"`
 	// Health is status.health.status; Sync status.sync.status; Operation

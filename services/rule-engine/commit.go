@@ -37,6 +37,8 @@ type change struct {
 	// renders are the renders the evaluation may use, and collects those it lacks (see
 	// engine.evaluate); nil for a change that renders nothing (cluster gone, rule deleted).
 	renders *renders
+	// plans caches, per rule being rolled out, where its rollout stands (rollout.go).
+	plans map[string]*rolloutPlan
 }
 
 // unselectedSpan is one selection removal in a change: the pair update at pairs[pair] and its

@@ -114,9 +114,16 @@ func (rc *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 	if err := rc.engine.applyRule(ctx, r); err != nil {
 		return ctrl.Result{}, err
 	}
+	bake, err := rc.engine.advanceRollout(ctx, key)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("rollout of %s: %w", key, err)
+	}
 	// The status is computed from the engine's state, not accumulated in the object, so any
 	// number of notices collapse into one write of the current truth.
 	status, requeue := rc.engine.status(key, cr.Generation)
+	if bake > 0 && (requeue == 0 || bake < requeue) {
+		requeue = bake // the step's bake time ends: the rollout moves on
+	}
 	before := readyConditionOf(&cr)
 	conds := append([]metav1.Condition(nil), cr.Status.Conditions...)
 	for _, c := range status.Conditions {

@@ -76,6 +76,7 @@ type engine struct {
 	degraded      map[string]*degradation          // by source id
 	held          map[string]*heldRemovals         // by rule: selection removals a rule edit held
 	listed        map[string]*listing              // by source id: its last complete listing (handover.go)
+	rollouts      map[string]*rolloutState         // by rule: its staged rollout (rollout.go)
 }
 
 func newEngine(log *slog.Logger, st store, pub intentPublisher, r *Renderer, m *metrics, degradedTTL time.Duration) *engine {
@@ -93,6 +94,7 @@ func newEngine(log *slog.Logger, st store, pub intentPublisher, r *Renderer, m *
 		degraded:      map[string]*degradation{},
 		held:          map[string]*heldRemovals{},
 		listed:        map[string]*listing{},
+		rollouts:      map[string]*rolloutState{},
 	}
 }
 
@@ -115,12 +117,20 @@ func (e *engine) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load state: %w", err)
 	}
+	rollouts, err := e.store.loadRollouts(ctx)
+	if err != nil {
+		return fmt.Errorf("load state: %w", err)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	maps.Copy(e.degraded, degraded)
 	maps.Copy(e.held, held)
 	e.countHeld()
 	maps.Copy(e.listed, listed)
+	for rule, rec := range rollouts {
+		// Compiled again under the rule's grant when the rule is applied (beginRollout).
+		e.rollouts[rule] = e.rolloutStateOf(rule, *rec, nil)
+	}
 	for cid, rec := range clusters {
 		e.setCluster(cid, rec)
 	}

@@ -284,6 +284,12 @@ func eventRoutes(eng *engine) *events.Router {
 		events.On(func(ctx context.Context, e *events.RuleRemovalsReleased, _ events.Meta) error {
 			return eng.releaseRule(ctx, e)
 		}),
+		events.On(func(ctx context.Context, e *events.RolloutApproved, _ events.Meta) error {
+			return eng.approveRollout(ctx, e)
+		}),
+		events.On(func(ctx context.Context, e *events.ApplicationHealth, _ events.Meta) error {
+			return eng.applyHealth(ctx, e)
+		}),
 		events.On(outcome[*events.InstallSucceeded](eng)),
 		events.On(outcome[*events.InstallFailed](eng)),
 		events.On(outcome[*events.TriggerDelivered](eng)),

@@ -56,6 +56,9 @@ func (cv *clusterVars) get(c *events.Cluster) (map[string]any, string) {
 //	otherwise                          -> install what is new or changed, uninstall what the
 //	                                      render no longer has (EnforcementRemoved)
 func (e *engine) evalPairVars(r *ruleState, rule, cid string, rec *clusterRecord, goneRevision uint64, ch *change, cv *clusterVars) {
+	if rec != nil {
+		r = e.generationFor(r, cid, ch) // a staged rollout may not have reached the cluster yet
+	}
 	old := e.pairs[rule][cid]
 	switch {
 	case rec == nil:
@@ -305,7 +308,7 @@ func (r *ruleState) diffPairs(rec *clusterRecord, old *pairState, renderKey stri
 	resend := handover || (old != nil && old.Cluster.Source != target.Source)
 	target.Replaces = replaces
 	next := &pairState{Rule: r.ref, Cluster: target, RenderKey: renderKey, DeletionPolicy: r.deletionPolicy,
-		Enforcements: make(map[string]*enfState, len(enfs)), Grant: r.grantFingerprint()}
+		Enforcements: make(map[string]*enfState, len(enfs)), Grant: r.grantFingerprint(), SpecGeneration: r.specGeneration}
 	next.Cluster.Replaces = "" // the record is the new cluster's own; only the intents replace
 	var intents []events.Event
 	for i := range enfs {

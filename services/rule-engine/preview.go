@@ -532,6 +532,9 @@ func (readOnlyStore) putDegraded(context.Context, string, *degradation) error {
 }
 func (readOnlyStore) putHeld(context.Context, string, *heldRemovals) error { return errPreviewWrite }
 func (readOnlyStore) putListed(context.Context, string, *listing) error    { return errPreviewWrite }
+func (readOnlyStore) putRollout(context.Context, string, *rolloutRecord) error {
+	return errPreviewWrite
+}
 func (readOnlyStore) putRender(_ context.Context, _ string, enfs []events.Enforcement) ([]events.Enforcement, error) {
 	return enfs, nil
 }

@@ -47,6 +47,15 @@ type ruleState struct {
 	grantKey      string
 	denied        error
 	deniedRenders map[string][2]string
+	// spec is the rule's spec, kept for the staged rollout (rollout.go): when the rule's next
+	// generation rolls out, this one is the stable generation the clusters not reached keep.
+	// rollout is spec.rollout compiled; nil without one.
+	spec    *v1beta1.ClusterRuleSpec
+	rollout *rolloutSpec
+	// specGeneration is set on a rollout's stable generation (rollout.go): the generation of
+	// its spec, while ref names the rule's generation that decides, so its intents are new
+	// decisions (new ids) of the rule as it is.
+	specGeneration int64
 }
 
 // ruleFromSpec compiles a ClusterRule. secretNamespace is OPERATOR_NAMESPACE.
@@ -68,6 +77,12 @@ func ruleFromSpec(cr *v1beta1.ClusterRule, secretNamespace string) *ruleState {
 	r.sel, r.invalid = compileSelection(cr.Spec.Source, secretNamespace)
 	if r.invalid == nil && len(cr.Spec.Enforcements) == 0 {
 		r.invalid = errors.New("spec.enforcements: at least one enforcement is required")
+	}
+	r.spec = cr.Spec.DeepCopy()
+	if ro, err := compileRollout(cr); err != nil && r.invalid == nil {
+		r.invalid = err
+	} else {
+		r.rollout = ro
 	}
 	r.compiled = compile(cr.Spec.Enforcements)
 	if !r.compiled.templated {
@@ -114,6 +129,9 @@ func (e *engine) applyRule(ctx context.Context, r *ruleState) error {
 		}
 		if old != nil && old.ref.UID == r.ref.UID && old.ref.Generation == r.ref.Generation && old.grantKey == r.grantKey && !e.releasing(r) {
 			old.release, old.releaseErr = r.release, r.releaseErr
+			if old.rollout != nil && r.rollout != nil {
+				old.rollout.approvals = r.rollout.approvals // the approval annotation changes no generation
+			}
 			return nil
 		}
 		if r.denied != nil && (old == nil || old.grantKey != r.grantKey) {
@@ -126,6 +144,9 @@ func (e *engine) applyRule(ctx context.Context, r *ruleState) error {
 			//nolint:nilerr // an invalid spec is the rule's state (its status says so), not a failure to retry
 			return nil
 		}
+		if err := e.beginRollout(ctx, r, old); err != nil {
+			return fmt.Errorf("rule %s: %w", r.key, err)
+		}
 		if err := e.evalAndCommit(ctx, r, rs); err != nil || len(rs.need) > 0 {
 			if err != nil {
 				return fmt.Errorf("rule %s: %w", r.key, err)
@@ -135,7 +156,7 @@ func (e *engine) applyRule(ctx context.Context, r *ruleState) error {
 		e.indexRule(r)
 		e.notify(r.key)
 		if r.compiled.templated {
-			e.purgeRendersLater(r.ref.UID, r.ref.Generation)
+			e.purgeRendersLater(r.ref.UID, e.oldestLiveGeneration(r))
 		}
 		return nil
 	})

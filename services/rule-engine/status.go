@@ -61,6 +61,9 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 	if waiting := e.foreignPairs(r); waiting > 0 && h == nil && cond.Reason != v1beta1.ReasonTemplateError && e.handoverWaits(r.sel.source.ID) {
 		cond.Status, cond.Reason, cond.Message = "False", v1beta1.ReasonSourceHandover, e.handoverMessage(r, waiting)
 	}
+	if st.Rollout = e.rolloutStatus(r); st.Rollout != nil {
+		cond.Status, cond.Reason, cond.Message = rolloutCondition(st.Rollout, cond.Status, cond.Reason, cond.Message)
+	}
 	st.Conditions = append(st.Conditions, cond)
 	return st, requeue
 }

@@ -74,6 +74,18 @@ type pairState struct {
 	// Grant is the fingerprint of the ClusterRuleGrant the pair was installed under (tenancy.go);
 	// empty for a rule of OPERATOR_NAMESPACE. A changed grant sends the pair's installs again.
 	Grant string `json:"grant,omitempty"`
+	// SpecGeneration is the rule generation whose spec the pair runs when it is not
+	// Rule.Generation: a staged rollout's stable generation, decided (and sent) by the rule at
+	// Rule.Generation for a cluster the rollout has not reached (rollout.go).
+	SpecGeneration int64 `json:"specGeneration,omitempty"`
+}
+
+// specGeneration is the rule generation whose spec the pair runs.
+func (p *pairState) specGeneration() int64 {
+	if p.SpecGeneration != 0 {
+		return p.SpecGeneration
+	}
+	return p.Rule.Generation
 }
 
 // enfState is one installed enforcement (by rendered name) of a pair.
@@ -91,6 +103,9 @@ type enfState struct {
 	AfterInstallFailed string `json:"afterInstallFailed,omitempty"`
 	// lastOutcome is the id of the last outcome event applied, so a redelivery counts once.
 	LastOutcome string `json:"lastOutcome,omitempty"`
+	// Health is what Argo CD last reported for the Application (application.health), for the
+	// spec hash it names; staged rollouts wait for it (rollout.go).
+	Health *appHealth `json:"health,omitempty"`
 }
 
 type failure struct {
@@ -135,6 +150,10 @@ type store interface {
 	putHeld(ctx context.Context, rule string, h *heldRemovals) error
 	// loadHeld returns every stored hold, by rule.
 	loadHeld(ctx context.Context) (map[string]*heldRemovals, error)
+	// putRollout stores a rule's staged rollout (rollout.go); nil deletes it.
+	putRollout(ctx context.Context, rule string, r *rolloutRecord) error
+	// loadRollouts returns every stored rollout, by rule.
+	loadRollouts(ctx context.Context) (map[string]*rolloutRecord, error)
 	// putListed stores a source's last complete listing (SourceListed).
 	putListed(ctx context.Context, sourceID string, l *listing) error
 	// loadListed returns every stored listing, by source id.
@@ -331,6 +350,34 @@ func (s *kvStore) loadHeld(ctx context.Context) (map[string]*heldRemovals, error
 	return out, nil
 }
 
+func (s *kvStore) putRollout(ctx context.Context, rule string, r *rolloutRecord) error {
+	if r == nil {
+		return s.del(ctx, rolloutKey(rule))
+	}
+	return s.putJSON(ctx, s.state, rolloutKey(rule), r)
+}
+
+// loadRollouts reads the "rollout." keys of the state bucket.
+func (s *kvStore) loadRollouts(ctx context.Context) (map[string]*rolloutRecord, error) {
+	out := map[string]*rolloutRecord{}
+	err := service.EachEntry(ctx, s.state, "rollout.>", func(entry jetstream.KeyValueEntry) error {
+		rule, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(entry.Key(), "rollout."))
+		if err != nil {
+			return fmt.Errorf("malformed key %s", entry.Key())
+		}
+		var r rolloutRecord
+		if err := json.Unmarshal(entry.Value(), &r); err != nil {
+			return fmt.Errorf("decode %s: %w", entry.Key(), err)
+		}
+		out[string(rule)] = &r
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // listedKey is the state key of a source's complete listing (source ids are hex).
 func listedKey(sourceID string) string { return "listed." + sourceID }
 
@@ -442,11 +489,13 @@ type memStore struct {
 	degraded map[string]*degradation
 	held     map[string]*heldRemovals
 	listed   map[string]*listing
+	rollouts map[string]*rolloutRecord
 }
 
 func newMemStore() *memStore {
 	return &memStore{clusters: map[string]*clusterRecord{}, pairs: map[string]map[string]*pairState{}, renders: map[string][]events.Enforcement{},
-		failures: map[string]string{}, degraded: map[string]*degradation{}, held: map[string]*heldRemovals{}, listed: map[string]*listing{}}
+		failures: map[string]string{}, degraded: map[string]*degradation{}, held: map[string]*heldRemovals{}, listed: map[string]*listing{},
+		rollouts: map[string]*rolloutRecord{}}
 }
 
 func (s *memStore) putListed(_ context.Context, sourceID string, l *listing) error {
@@ -461,6 +510,29 @@ func (s *memStore) loadListed(context.Context) (map[string]*listing, error) {
 	defer s.mu.Unlock()
 	out := make(map[string]*listing, len(s.listed))
 	for k, v := range s.listed {
+		cp := *v
+		out[k] = &cp
+	}
+	return out, nil
+}
+
+func (s *memStore) putRollout(_ context.Context, rule string, r *rolloutRecord) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r == nil {
+		delete(s.rollouts, rule)
+		return nil
+	}
+	cp := *r
+	s.rollouts[rule] = &cp
+	return nil
+}
+
+func (s *memStore) loadRollouts(context.Context) (map[string]*rolloutRecord, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]*rolloutRecord, len(s.rollouts))
+	for k, v := range s.rollouts {
 		cp := *v
 		out[k] = &cp
 	}
