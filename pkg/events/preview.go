@@ -57,6 +57,35 @@ type ExplainRuleResult struct {
 	Held *PreviewHeld `json:"held,omitempty"`
 	// TemplateErrors are the selected clusters whose render fails: they keep what they have.
 	TemplateErrors []PreviewTemplateError `json:"templateErrors,omitempty"`
+	// Rollout is where the rule's staged rollout (spec.rollout) stands; nil without one.
+	Rollout *RolloutView `json:"rollout,omitempty"`
+}
+
+// RolloutView is a rule's staged rollout as previews and explanations show it: for a live rule
+// where it stands, for a previewed edit the rollout the edit would start.
+type RolloutView struct {
+	// Generation is the generation rolled out; StableGeneration the one the clusters not
+	// reached run (0: none, they keep what they have).
+	Generation       int64 `json:"generation"`
+	StableGeneration int64 `json:"stableGeneration,omitempty"`
+	// Phase is Progressing, Baking, AwaitingApproval, Halted or Complete; Step the current
+	// step's name; Message what the rollout waits for or what halted it.
+	Phase   string            `json:"phase"`
+	Step    string            `json:"step,omitempty"`
+	Message string            `json:"message,omitempty"`
+	Steps   []RolloutStepView `json:"steps"`
+}
+
+// RolloutStepView is one step of a rollout: the clusters it reaches (its own, by name) and how
+// far they are.
+type RolloutStepView struct {
+	Name            string   `json:"name"`
+	Phase           string   `json:"phase"`
+	Clusters        []string `json:"clusters"`
+	Updated         int      `json:"updated"`
+	Healthy         int      `json:"healthy"`
+	RequireApproval bool     `json:"requireApproval,omitempty"`
+	BakeSeconds     int64    `json:"bakeSeconds,omitempty"`
 }
 
 // WithheldClusters is how many clusters of a rule's source the rule does not match for one
@@ -154,6 +183,9 @@ type PreviewResult struct {
 	Held *PreviewHeld `json:"held,omitempty"`
 	// TemplateErrors are the clusters whose render fails: they keep what they have.
 	TemplateErrors []PreviewTemplateError `json:"templateErrors,omitempty"`
+	// Rollout is the staged rollout the edit would start (spec.rollout); nil without one. The
+	// Changes it makes later, step by step, are marked Staged.
+	Rollout *RolloutView `json:"rollout,omitempty"`
 }
 
 // PreviewCluster is one cluster of the rule's source and whether the rule would select it.
@@ -163,6 +195,12 @@ type PreviewCluster struct {
 	Matches bool `json:"matches"`
 	// Reason says why not when Matches is false (not selected, or not eligible).
 	Reason string `json:"reason,omitempty"`
+	// Step is the rollout step that reaches the cluster, for a rule with spec.rollout (empty
+	// when the cluster waits for the rollout's end: no step selects it).
+	Step string `json:"step,omitempty"`
+	// Generation is the rule generation whose spec the cluster runs (an explanation of a live
+	// rule with a rollout); 0 when unknown or none.
+	Generation int64 `json:"generation,omitempty"`
 }
 
 // PreviewChange is one Application the rule would create, update or delete.
@@ -183,6 +221,11 @@ type PreviewChange struct {
 	Diff   string       `json:"diff,omitempty"`
 	// BeforeUnknown says the previous spec could not be read (its render is no longer cached).
 	BeforeUnknown bool `json:"beforeUnknown,omitempty"`
+	// Step is the rollout step that makes the change, for a rule with spec.rollout; Staged
+	// says it is not made now but when the rollout reaches that step (after the earlier
+	// steps' health, bake times and approvals).
+	Step   string `json:"step,omitempty"`
+	Staged bool   `json:"staged,omitempty"`
 }
 
 // PreviewHeld is the hold the rule edit breaker would place on the edit's removals.

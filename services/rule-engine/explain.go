@@ -215,7 +215,7 @@ func (p *previewer) explainRule(ctx context.Context, ns, name string) (*events.E
 	if err := p.previewCompiled(ctx, r, r, pr); err != nil {
 		return nil, err
 	}
-	res.Held, res.TemplateErrors = pr.Held, pr.TemplateErrors
+	res.Held, res.TemplateErrors, res.Rollout = pr.Held, pr.TemplateErrors, pr.Rollout
 	res.Clusters, res.Withheld = withholdUntargetable(r, pr.Clusters)
 	if r.tenant && res.Held != nil {
 		res.Held.Clusters = nil // heldMessage names none for such a rule either

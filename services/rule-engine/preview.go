@@ -282,10 +282,18 @@ func (p *previewer) previewCompiled(ctx context.Context, r, liveRule *ruleState,
 	if err != nil {
 		return err
 	}
+	st := e.previewRollout(r, liveRule)
 	err = e.evaluate(ctx, func(rs *renders) error {
 		prev := e.held[r.key]
 		delete(e.held, r.key)
 		ch := e.evalRule(r, rs)
+		var later *change // a rollout's changes, made when it reaches each step
+		if st != nil && st.rec.Phase != v1beta1.RolloutComplete {
+			now := st.rec
+			st.rec.Phase = v1beta1.RolloutComplete
+			later = e.evalRule(r, rs)
+			st.rec = now
+		}
 		if prev != nil {
 			e.held[r.key] = prev
 		}
@@ -305,6 +313,23 @@ func (p *previewer) previewCompiled(ctx context.Context, r, liveRule *ruleState,
 			return err
 		}
 		res.Changes = changes
+		if st != nil {
+			steps := e.stepNames(r, st)
+			if later != nil {
+				laterChanges, err := e.previewChanges(ctx, r, liveRule, later.intents, func(int) bool { return false })
+				if err != nil {
+					return err
+				}
+				res.Changes = stagedChanges(changes, laterChanges, steps)
+			}
+			res.Rollout = e.rolloutView(r, st)
+			defer func() {
+				for i := range res.Clusters {
+					res.Clusters[i].Step = steps[res.Clusters[i].Name]
+					res.Clusters[i].Generation = e.generationOn(r.key, res.Clusters[i].Name)
+				}
+			}()
+		}
 		if h != nil {
 			res.Held = &events.PreviewHeld{Generation: h.Generation, Installed: h.Installed, Cap: h.Cap,
 				Clusters: slices.Sorted(maps.Values(h.Clusters)), Message: heldMessage(r, h)}

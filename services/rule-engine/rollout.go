@@ -189,6 +189,19 @@ func (e *engine) beginRollout(ctx context.Context, r, old *ruleState) error {
 		e.rollouts[r.key] = e.rolloutStateOf(r.key, cur.rec, r)
 		return nil
 	}
+	rec := newRolloutRecord(r, old, cur)
+	if err := e.store.putRollout(ctx, r.key, &rec); err != nil {
+		return err
+	}
+	e.rollouts[r.key] = e.rolloutStateOf(r.key, rec, r)
+	e.log.Info("Rollout started", "rule", r.key, "generation", rec.Generation, "stableGeneration", rec.StableGeneration, "steps", rec.StepNames)
+	return nil
+}
+
+// newRolloutRecord is the record of a new rollout of r, before its first step: its stable
+// generation is the last one that reached every cluster, told by the rule's rollout so far
+// (cur) or the rule as known before (old).
+func newRolloutRecord(r, old *ruleState, cur *rolloutState) rolloutRecord {
 	rec := rolloutRecord{UID: r.ref.UID, Generation: r.ref.Generation, Spec: *r.spec.DeepCopy(), Phase: v1beta1.RolloutProgressing}
 	for _, s := range r.rollout.steps {
 		rec.StepNames = append(rec.StepNames, s.name)
@@ -203,12 +216,7 @@ func (e *engine) beginRollout(ctx context.Context, r, old *ruleState) error {
 		// reached every cluster.
 		rec.StableGeneration, rec.StableSpec = old.ref.Generation, old.spec.DeepCopy()
 	}
-	if err := e.store.putRollout(ctx, r.key, &rec); err != nil {
-		return err
-	}
-	e.rollouts[r.key] = e.rolloutStateOf(r.key, rec, r)
-	e.log.Info("Rollout started", "rule", r.key, "generation", rec.Generation, "stableGeneration", rec.StableGeneration, "steps", rec.StepNames)
-	return nil
+	return rec
 }
 
 // rolloutStateOf compiles a record's stable generation, under the grant of r (the rule as it is).
@@ -252,11 +260,12 @@ type rolloutPlan struct {
 	reached map[string]bool
 }
 
-// rank orders a rule's clusters for percentage steps: by a hash of the rule's uid and the
-// cluster's name, so that every rollout of the rule takes the same clusters first.
-func rank(uid, name string) uint64 {
+// rank orders a rule's clusters for percentage steps: by a hash of the rule's namespace/name
+// and the cluster's name, so that every rollout of the rule takes the same clusters first (and a
+// preview of a rule not created yet shows the clusters it will take).
+func rank(rule, name string) uint64 {
 	h := fnv.New64a()
-	h.Write([]byte(uid))
+	h.Write([]byte(rule))
 	h.Write([]byte{0})
 	h.Write([]byte(name))
 	return h.Sum64()
@@ -273,7 +282,7 @@ func (e *engine) plan(r *ruleState, st *rolloutState) *rolloutPlan {
 	for cid := range e.bySource[r.sel.source.ID] {
 		c := &e.clusters[cid].Cluster
 		if c.Eligible && r.sel.selects(c) {
-			cs = append(cs, ranked{cid, rank(r.ref.UID, c.Name), c})
+			cs = append(cs, ranked{cid, rank(r.key, c.Name), c})
 		}
 	}
 	slices.SortFunc(cs, func(a, b ranked) int { return cmp.Or(cmp.Compare(a.rank, b.rank), strings.Compare(a.cid, b.cid)) })
@@ -802,4 +811,93 @@ func (e *engine) oldestLiveGeneration(r *ruleState) int64 {
 		return min(st.rec.StableGeneration, r.ref.Generation)
 	}
 	return r.ref.Generation
+}
+
+// previewRollout sets up, on a preview's scratch engine, the rollout applying r would start:
+// its record before the first step, then the first move (the first step starts unless it needs
+// an approval). A rule whose rollout is under way (an explanation, or a preview of the live
+// spec) keeps it. Nothing is stored. nil when r has no rollout.
+func (e *engine) previewRollout(r, live *ruleState) *rolloutState {
+	if r.rollout == nil {
+		return nil
+	}
+	cur := e.rollouts[r.key]
+	if cur != nil && cur.rec.UID == r.ref.UID && cur.rec.Generation == r.ref.Generation {
+		st := e.rolloutStateOf(r.key, cur.rec, r)
+		e.rollouts[r.key] = st
+		return st
+	}
+	st := e.rolloutStateOf(r.key, newRolloutRecord(r, live, cur), r)
+	e.rollouts[r.key] = st
+	next, _, _ := e.nextRollout(r, st)
+	st.rec = next
+	return st
+}
+
+// stepNames maps the names of the clusters r's rollout reaches to their step's name ("" for
+// the clusters no step selects: they get the generation when the rollout completes).
+func (e *engine) stepNames(r *ruleState, st *rolloutState) map[string]string {
+	p := e.plan(r, st)
+	out := make(map[string]string, len(p.stepOf))
+	for cid, idx := range p.stepOf {
+		if idx < len(r.rollout.steps) {
+			out[e.clusters[cid].Cluster.Name] = r.rollout.steps[idx].name
+		} else {
+			out[e.clusters[cid].Cluster.Name] = ""
+		}
+	}
+	return out
+}
+
+// generationOn is the generation whose spec the rule runs on the cluster of that name (0: none).
+func (e *engine) generationOn(rule, name string) int64 {
+	for _, cid := range e.pairsNamed(rule, name) {
+		if p := e.pairs[rule][cid]; p.HandedOverTo == "" {
+			return p.specGeneration()
+		}
+	}
+	return 0
+}
+
+// stagedChanges merges a preview's changes made now with those the rollout makes later (the
+// evaluation of the rollout complete), each marked with the step that makes it.
+func stagedChanges(now, later []events.PreviewChange, steps map[string]string) []events.PreviewChange {
+	key := func(c events.PreviewChange) string { return c.Cluster + "\x00" + c.Enforcement + "\x00" + c.Action }
+	seen := map[string]bool{}
+	out := make([]events.PreviewChange, 0, len(later))
+	for _, c := range now {
+		c.Step = steps[c.Cluster]
+		seen[key(c)] = true
+		out = append(out, c)
+	}
+	for _, c := range later {
+		if !seen[key(c)] {
+			c.Step, c.Staged = steps[c.Cluster], true
+			out = append(out, c)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b events.PreviewChange) int {
+		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.Enforcement, b.Enforcement))
+	})
+	return out
+}
+
+// rolloutView is r's rollout as previews and explanations show it.
+func (e *engine) rolloutView(r *ruleState, st *rolloutState) *events.RolloutView {
+	s := e.rolloutStatus(r)
+	if s == nil {
+		return nil
+	}
+	v := &events.RolloutView{Generation: s.Generation, StableGeneration: s.StableGeneration, Phase: s.Phase, Step: s.Step, Message: s.Message}
+	p := e.plan(r, st)
+	for i, step := range r.rollout.steps {
+		sv := events.RolloutStepView{Name: step.name, Phase: v1beta1.RolloutComplete, Clusters: e.clusterNames(p.steps[i]),
+			RequireApproval: step.approval, BakeSeconds: int64(step.bake / time.Second)}
+		slices.Sort(sv.Clusters)
+		if i < len(s.Steps) {
+			sv.Phase, sv.Updated, sv.Healthy = s.Steps[i].Phase, int(s.Steps[i].Updated), int(s.Steps[i].Healthy)
+		}
+		v.Steps = append(v.Steps, sv)
+	}
+	return v
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -197,6 +198,32 @@ func TestStagedRolloutOverThirtyClusters(t *testing.T) {
 		return nil
 	})
 
+	// The preview of generation 2 tells which changes the rollout makes now (the canaries) and
+	// which later, step by step.
+	pr, msg := e.previewOf(manifestOf(t, "NS", "agent", fleetRollout("2.0")))
+	if msg != "" {
+		t.Fatal(msg)
+	}
+	if ro := pr.Rollout; ro == nil || ro.Phase != v1beta1.RolloutProgressing || ro.Step != "canary" || ro.StableGeneration != 1 ||
+		len(ro.Steps) != 3 || !slices.Equal(ro.Steps[0].Clusters, canaries) || !ro.Steps[1].RequireApproval {
+		t.Fatalf("preview rollout %+v", pr.Rollout)
+	}
+	var now, later []string
+	for _, c := range pr.Changes {
+		if c.Action != events.PreviewUpdate {
+			t.Errorf("preview change %+v, want updates only", c)
+		}
+		if c.Staged {
+			later = append(later, c.Step)
+		} else {
+			now = append(now, c.Cluster+" "+c.Step)
+		}
+	}
+	if want := []string{"c00 canary", "c10 canary", "c20 canary"}; !slices.Equal(now, want) || len(later) != 27 ||
+		slices.Contains(later, "canary") || !slices.Contains(later, "half") || !slices.Contains(later, "rest") {
+		t.Errorf("preview changes now %v (want %v), later %d by step %v", now, want, len(later), later)
+	}
+
 	// Generation 2: a new image tag. The canaries get it; one turns Degraded: halted.
 	e.updateRule("agent", func(cr *v1beta1.ClusterRule) { cr.Spec = fleetRollout("2.0") })
 	gen2 := e.waitGenerationInstalls(2, canaries)
@@ -213,6 +240,21 @@ func TestStagedRolloutOverThirtyClusters(t *testing.T) {
 	if msg := cr.Status.Conditions[0].Message; !strings.Contains(msg, "c20-agent on c20 is Degraded: Deployment agent exceeded its progress deadline") {
 		t.Errorf("Ready message %q does not name the Degraded Application", msg)
 	}
+	// The explanation of the rule shows the halted rollout and who runs which generation.
+	ex, _, msg := e.explainRuleOf(e.ns, "agent")
+	if msg != "" {
+		t.Fatal(msg)
+	}
+	if ro := ex.Rollout; ro == nil || ro.Phase != v1beta1.RolloutHalted || ro.Generation != 2 || ro.StableGeneration != 1 ||
+		ro.Steps[0].Updated != 3 || ro.Steps[0].Healthy != 2 || !strings.Contains(ro.Message, "c20-agent on c20") {
+		t.Fatalf("explain rollout %+v", ex.Rollout)
+	}
+	for _, c := range ex.Clusters {
+		if want := map[bool]int64{true: 2, false: 1}[slices.Contains(canaries, c.Name)]; c.Generation != want || !c.Matches {
+			t.Errorf("explain cluster %+v: want generation %d", c, want)
+		}
+	}
+
 	// A cluster that appears during the rollout, in no step reached, gets the stable generation
 	// (the rule's decision at generation 2, with generation 1's spec).
 	e.publish(appeared(testCluster("c30", map[string]string{"env": "prod"}, true), 31))
@@ -298,4 +340,16 @@ func TestRolloutBakesBeforeTheNextStep(t *testing.T) {
 	}
 	e.waitGenerationInstalls(1, []string{"c0", "c1", "c2", "c3"})
 	e.waitMoves("1 canary StepStarted", "1 canary Baking", "1 canary StepCompleted", "1 Completed")
+}
+
+// manifestOf is a ClusterRule manifest (JSON, which YAML readers take).
+func manifestOf(t *testing.T, ns, name string, spec v1beta1.ClusterRuleSpec) string {
+	t.Helper()
+	cr := v1beta1.ClusterRule{TypeMeta: metav1.TypeMeta{APIVersion: v1beta1.GroupVersion.String(), Kind: "ClusterRule"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}
+	b, err := json.Marshal(cr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
