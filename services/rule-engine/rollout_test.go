@@ -16,6 +16,7 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // resourceVersions numbers the Application states the tests report, as the API server would.
@@ -352,4 +353,41 @@ func manifestOf(t *testing.T, ns, name string, spec v1beta1.ClusterRuleSpec) str
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestRolloutSurvivesARestartOneClusterAtATime: with maxUnavailable 1 the clusters of a step
+// are updated one at a time, each after the one before reports Healthy and Synced; a restart
+// in the middle picks the rollout up where it stood (the record is in the state bucket), and a
+// Healthy report that arrives while the engine is down moves it on after the restart.
+func TestRolloutSurvivesARestartOneClusterAtATime(t *testing.T) {
+	e := newEnv(t)
+	stop := e.start()
+	for i := range 3 {
+		e.publish(appeared(testCluster(fmt.Sprintf("c%d", i), map[string]string{"env": "prod"}, true), uint64(i+1)))
+	}
+	all, one := int32(100), intstr.FromInt32(1)
+	spec := fleetRollout("1.0")
+	spec.Rollout = &v1beta1.Rollout{MaxUnavailable: &one, Steps: []v1beta1.RolloutStep{{Name: "fleet", Percentage: &all}}}
+	e.createRule("agent", spec)
+	var first map[string]*events.InstallIntent
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if first = e.generationInstalls(1); len(first) != 1 {
+			return fmt.Errorf("%d clusters updated, want 1", len(first))
+		}
+		return nil
+	})
+	stop()
+	e.reportHealth(events.HealthHealthy, events.SyncSynced, "Succeeded", "", values(first)...)
+	e.start()
+	var two map[string]*events.InstallIntent
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if two = e.generationInstalls(1); len(two) != 2 {
+			return fmt.Errorf("%d clusters updated, want 2", len(two))
+		}
+		return nil
+	})
+	e.reportHealth(events.HealthHealthy, events.SyncSynced, "Succeeded", "", values(two)...)
+	done := e.waitGenerationInstalls(1, []string{"c0", "c1", "c2"})
+	e.reportHealth(events.HealthHealthy, events.SyncSynced, "Succeeded", "", values(done)...)
+	e.waitMoves("1 fleet StepStarted", "1 fleet StepCompleted", "1 Completed")
 }

@@ -23,7 +23,7 @@ const (
 	ReasonRolloutHalted = "RolloutHalted"
 	// False: a staged rollout waits for an approval of its next step.
 	ReasonRolloutAwaitingApproval = "RolloutAwaitingApproval"
-	ReasonTriggerBlocked = "TriggerBlocked" // False: a failurePolicy=Fail trigger holds installs
+	ReasonTriggerBlocked          = "TriggerBlocked" // False: a failurePolicy=Fail trigger holds installs
 	// False: an install was refused because another cluster (another provider identity) with the
 	// same name owns its Argo CD objects; a person must rename one cluster or drop it from the rule.
 	ReasonNameConflict  = "NameConflict"
@@ -33,6 +33,6 @@ const (
 	ReasonProgressing        = "Progressing" // False: installs issued, not all confirmed yet
 	// False: a staged rollout is under way; the status's rollout says where it stands.
 	ReasonRollingOut = "RollingOut"
-	ReasonNoClusters         = "NoClusters"  // True: nothing matches (yet)
-	ReasonInstalled          = "Installed"   // True: every selected cluster has its enforcements
+	ReasonNoClusters = "NoClusters" // True: nothing matches (yet)
+	ReasonInstalled  = "Installed"  // True: every selected cluster has its enforcements
 )
