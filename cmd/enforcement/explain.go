@@ -207,6 +207,7 @@ func printClustersNow(ctx context.Context, nc *nats.Conn, ns, name string, all b
 	}
 	fmt.Fprintf(w, "\nClusters now: rule %s (generation %d) matches %d of the %d cluster(s) of source %s %s\n",
 		res.Rule, res.Rule.Generation, matching, total, res.Source.Kind, res.Source.ID)
+	defer printRollout(w, res.Rollout)
 	if len(res.Clusters) <= longClusterList || all {
 		for _, c := range res.Clusters {
 			fmt.Fprintf(w, "  %s: %s\n", c.Name, clusterVerdict(c, renderFails))
@@ -232,6 +233,18 @@ func printClustersNow(ctx context.Context, nc *nats.Conn, ns, name string, all b
 // clusterVerdict is what a rule does to one cluster of its source now: "matches" (with its
 // render's failure, if any: the cluster keeps what it has), or "does not match: reason".
 func clusterVerdict(c events.PreviewCluster, renderFails map[string]string) string {
+	if c.Generation > 0 {
+		step := ""
+		if c.Step != "" {
+			step = ", rollout step " + c.Step
+		}
+		return clusterVerdictNow(c, renderFails) + fmt.Sprintf(" (runs generation %d%s)", c.Generation, step)
+	}
+	return clusterVerdictNow(c, renderFails)
+}
+
+// clusterVerdictNow is clusterVerdict without the rollout's part.
+func clusterVerdictNow(c events.PreviewCluster, renderFails map[string]string) string {
 	switch {
 	case !c.Matches:
 		return "does not match: " + c.Reason

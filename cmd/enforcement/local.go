@@ -368,6 +368,19 @@ func narrateEvent(e events.Event) string {
 		return fmt.Sprintf("Released the removals trip %d of source %s/%s holds: %s", e.Trip, e.Source.Kind, e.Source.ID, strings.Join(e.Clusters, ", "))
 	case *events.RuleRemovalsReleased:
 		return fmt.Sprintf("Released the uninstalls generation %d of rule %s/%s holds: %s", e.Rule.Generation, e.Rule.Namespace, e.Rule.Name, strings.Join(e.Clusters, ", "))
+	case *events.RolloutApproved:
+		return fmt.Sprintf("Approved step %s of the rollout of rule %s generation %d (by %s)", e.Step, e.Rule, e.Rule.Generation, valueOr(e.By, "-"))
+	case *events.RolloutProgressed:
+		return rolloutLine(e)
+	case *events.ApplicationHealth:
+		line := fmt.Sprintf("Argo CD reports Application %s on %s: %s, %s", e.Application, e.Cluster, valueOr(e.Health, "no health"), valueOr(e.Sync, "no sync status"))
+		if e.Operation != "" {
+			line += ", last sync " + e.Operation
+		}
+		if e.Message != "" {
+			line += ": " + e.Message
+		}
+		return line
 	case *events.InstallIntent:
 		return fmt.Sprintf("Rule %s wants %s on %s", e.Rule, e.Enforcement.Name, e.Cluster.Name)
 	case *events.UninstallIntent:
@@ -418,4 +431,24 @@ func sayNextSteps(work, natsURL string, say func(string, ...any)) error {
 	say("Why does a cluster have what it has:   %s explain cluster demo-eu-1   (or explain rule %s/demo)", cli, localOperatorNamespace)
 	say("Every decision as it happens:   %s events --follow --cluster demo-eu-1", cli)
 	return nil
+}
+
+// rolloutLine tells one move of a rule's staged rollout.
+func rolloutLine(e *events.RolloutProgressed) string {
+	rollout := fmt.Sprintf("rollout of rule %s generation %d", e.Rule, e.Rule.Generation)
+	switch e.Phase {
+	case events.RolloutStepStarted:
+		return fmt.Sprintf("Step %s of the %s started on %d cluster(s): %s", e.Step, rollout, len(e.Clusters), strings.Join(e.Clusters, ", "))
+	case events.RolloutAwaitingApproval:
+		return fmt.Sprintf("Step %s of the %s waits for an approval: enforcement approve %s %s", e.Step, rollout, e.Rule, e.Step)
+	case events.RolloutBaking:
+		return fmt.Sprintf("Step %s of the %s is Healthy and Synced; baking", e.Step, rollout)
+	case events.RolloutStepCompleted:
+		return fmt.Sprintf("Step %s of the %s completed", e.Step, rollout)
+	case events.RolloutHalted:
+		return fmt.Sprintf("The %s halted at step %s: %s on %s is %s", rollout, e.Step, e.Application, strings.Join(e.Clusters, ", "), e.Message)
+	case events.RolloutCompleted:
+		return fmt.Sprintf("The %s completed: every cluster runs it", rollout)
+	}
+	return fmt.Sprintf("The %s: %s at step %s", rollout, e.Phase, e.Step)
 }

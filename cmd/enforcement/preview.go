@@ -137,21 +137,36 @@ func printPreview(w io.Writer, res *events.PreviewResult) error {
 	if err := printPreviewClusters(w, res); err != nil {
 		return err
 	}
+	printRollout(w, res.Rollout)
 	counts := map[string]int{}
-	held := 0
+	held, staged := 0, 0
 	for _, c := range res.Changes {
-		if c.Held {
+		switch {
+		case c.Held:
 			held++
-			continue
+		case c.Staged:
+			staged++
+		default:
+			counts[c.Action]++
 		}
-		counts[c.Action]++
 	}
 	fmt.Fprintf(w, "\nApplications: %d to create, %d to update, %d to delete, %d held, %d unchanged\n",
 		counts[events.PreviewCreate], counts[events.PreviewUpdate], counts[events.PreviewDelete], held, res.Unchanged)
+	if staged > 0 {
+		fmt.Fprintf(w, "  and %d change(s) later, as the rollout reaches their step\n", staged)
+	}
 	for _, c := range res.Changes {
 		action := c.Action
 		if c.Held {
 			action = "held (would delete)"
+		}
+		switch {
+		case c.Staged && c.Step == "":
+			action = "when the rollout completes: " + action
+		case c.Staged:
+			action = "at step " + c.Step + ": " + action
+		case res.Rollout != nil && c.Step != "":
+			action = "now (step " + c.Step + "): " + action
 		}
 		line := fmt.Sprintf("  %s %s (cluster %s, enforcement %s)", action, c.Application, c.Cluster, c.Enforcement)
 		if c.Action == events.PreviewDelete {
@@ -207,4 +222,41 @@ func printPreviewClusters(w io.Writer, res *events.PreviewResult) error {
 		fmt.Fprintf(tw, "  -\t%d not named\t%s\n", wc.Count, wc.Reason)
 	}
 	return tw.Flush()
+}
+
+// printRollout writes a rule's staged rollout: where it stands, and each step's clusters.
+func printRollout(w io.Writer, ro *events.RolloutView) {
+	if ro == nil {
+		return
+	}
+	stable := "none: the clusters not reached yet keep what they have"
+	if ro.StableGeneration > 0 {
+		stable = fmt.Sprintf("generation %d, which the clusters not reached yet run", ro.StableGeneration)
+	}
+	fmt.Fprintf(w, "\nRollout of generation %d: %s", ro.Generation, ro.Phase)
+	if ro.Step != "" {
+		fmt.Fprintf(w, " at step %s", ro.Step)
+	}
+	fmt.Fprintf(w, "; stable %s\n", stable)
+	if ro.Message != "" {
+		fmt.Fprintf(w, "  %s\n", ro.Message)
+	}
+	for i, s := range ro.Steps {
+		var gates []string
+		if s.RequireApproval {
+			gates = append(gates, "requires approval")
+		}
+		if s.BakeSeconds > 0 {
+			gates = append(gates, "bakes "+(time.Duration(s.BakeSeconds)*time.Second).String())
+		}
+		gate := ""
+		if len(gates) > 0 {
+			gate = " (" + strings.Join(gates, ", ") + ")"
+		}
+		fmt.Fprintf(w, "  %d. %s%s: %s, %d cluster(s), %d updated, %d healthy", i+1, s.Name, gate, s.Phase, len(s.Clusters), s.Updated, s.Healthy)
+		if len(s.Clusters) > 0 && len(s.Clusters) <= longClusterList {
+			fmt.Fprintf(w, ": %s", strings.Join(s.Clusters, ", "))
+		}
+		fmt.Fprintln(w)
+	}
 }
