@@ -131,6 +131,7 @@ func (e *engine) load(ctx context.Context) error {
 		// Compiled again under the rule's grant when the rule is applied (beginRollout).
 		e.rollouts[rule] = e.rolloutStateOf(rule, *rec, nil)
 	}
+	e.countRollouts()
 	for cid, rec := range clusters {
 		e.setCluster(cid, rec)
 	}

@@ -71,11 +71,17 @@ func newEnv(t *testing.T) *env {
 // /readyz to answer 200. stop cancels and checks that run returns nil promptly.
 func (e *env) start() (stop func()) {
 	e.t.Helper()
+	return e.startService().Stop
+}
+
+// startService starts the service, waits until it is ready and returns it.
+func (e *env) startService() *testenv.Service {
+	e.t.Helper()
 	s := testenv.StartService(e.t, func(ctx context.Context, getenv func(string) string, logs io.Writer) error {
 		return run(ctx, getenv, logs, io.Discard)
 	}, e.vars)
 	s.WaitReady(30 * time.Second)
-	return s.Stop
+	return s
 }
 
 // rancherSource is the source the test rules use: default Secret, no filters.

@@ -26,6 +26,7 @@ func newMetricsRegistryForTest() *prometheus.Registry {
 	m.renders.WithLabelValues("hit").Inc()
 	m.renderErrors.Inc()
 	m.statusWrites.Inc()
+	m.rollouts.WithLabelValues("Halted").Set(1)
 	events.NewMetrics(reg, serviceName)
 	return reg
 }

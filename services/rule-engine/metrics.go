@@ -13,6 +13,8 @@ type metrics struct {
 	rules        prometheus.Gauge
 	// removalsHeld counts the cluster removals the rule edit breaker holds, across rules.
 	removalsHeld prometheus.Gauge
+	// rollouts counts the rules' staged rollouts by phase.
+	rollouts *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -32,9 +34,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "ClusterRules the rule engine evaluates."}),
 		removalsHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: p + "removals_held",
 			Help: "Cluster removals the rule edit breaker holds until an operator releases them, across rules."}),
+		rollouts: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: p + "rollouts",
+			Help: "Staged rollouts of rules (spec.rollout), by phase (Progressing, Baking, AwaitingApproval, Halted, Complete)."}, []string{"phase"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.intents, m.renders, m.renderErrors, m.statusWrites, m.clusters, m.rules, m.removalsHeld)
+		reg.MustRegister(m.intents, m.renders, m.renderErrors, m.statusWrites, m.clusters, m.rules, m.removalsHeld, m.rollouts)
 	}
 	return m
 }

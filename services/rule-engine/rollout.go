@@ -181,6 +181,7 @@ func (e *engine) beginRollout(ctx context.Context, r, old *ruleState) error {
 			return err
 		}
 		delete(e.rollouts, r.key)
+		e.countRollouts()
 		return nil
 	}
 	if cur != nil && cur.rec.UID == r.ref.UID && cur.rec.Generation == r.ref.Generation {
@@ -194,6 +195,7 @@ func (e *engine) beginRollout(ctx context.Context, r, old *ruleState) error {
 		return err
 	}
 	e.rollouts[r.key] = e.rolloutStateOf(r.key, rec, r)
+	e.countRollouts()
 	e.log.Info("Rollout started", "rule", r.key, "generation", rec.Generation, "stableGeneration", rec.StableGeneration, "steps", rec.StepNames)
 	return nil
 }
@@ -429,6 +431,7 @@ func (e *engine) advanceRollout(ctx context.Context, key string) (time.Duration,
 	var wait time.Duration
 	err := e.evaluate(ctx, func(rs *renders) error {
 		wait = 0
+		defer e.countRollouts()
 		r, st := e.rules[key], e.rollouts[key]
 		if r == nil || st == nil || r.rollout == nil || r.invalid != nil || r.denied != nil ||
 			st.rec.UID != r.ref.UID || st.rec.Generation != r.ref.Generation || st.rec.Phase == v1beta1.RolloutComplete {
@@ -623,6 +626,31 @@ func (e *engine) clusterNames(cids []string) []string {
 		}
 	}
 	return out
+}
+
+// countRollouts sets the rollouts gauge from the rollouts in memory. Call it with e.mu held.
+func (e *engine) countRollouts() {
+	phases := map[string]int{v1beta1.RolloutProgressing: 0, v1beta1.RolloutBaking: 0,
+		v1beta1.RolloutAwaitingApproval: 0, v1beta1.RolloutHalted: 0, v1beta1.RolloutComplete: 0}
+	for _, st := range e.rollouts {
+		phases[st.rec.Phase]++
+	}
+	for phase, n := range phases {
+		e.metrics.rollouts.WithLabelValues(phase).Set(float64(n))
+	}
+}
+
+// forgetRollout drops the rollout of a deleted rule, from the bucket and from memory.
+func (e *engine) forgetRollout(ctx context.Context, key string) error {
+	if e.rollouts[key] == nil {
+		return nil
+	}
+	if err := e.store.putRollout(ctx, key, nil); err != nil {
+		return err
+	}
+	delete(e.rollouts, key)
+	e.countRollouts()
+	return nil
 }
 
 // approveRollout records an operator's approval of a step (RolloutApproved). An approval of a

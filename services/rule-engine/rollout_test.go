@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -147,7 +150,7 @@ func fleetRollout(value string) v1beta1.ClusterRuleSpec {
 // rule's approval annotation. Every move is on the bus.
 func TestStagedRolloutOverThirtyClusters(t *testing.T) {
 	e := newEnv(t)
-	e.start()
+	svc := e.startService()
 	var all, canaries []string
 	for i := range 30 {
 		labels := map[string]string{"env": "prod"}
@@ -241,6 +244,10 @@ func TestStagedRolloutOverThirtyClusters(t *testing.T) {
 	if msg := cr.Status.Conditions[0].Message; !strings.Contains(msg, "c20-agent on c20 is Degraded: Deployment agent exceeded its progress deadline") {
 		t.Errorf("Ready message %q does not name the Degraded Application", msg)
 	}
+	if page := scrape(t, svc.Metrics); !strings.Contains(page, `enforcement_rule_engine_rollouts{phase="Halted"} 1`) ||
+		!strings.Contains(page, `enforcement_rule_engine_rollouts{phase="Complete"} 0`) {
+		t.Errorf("the rollouts gauge does not count one halted rollout:\n%s", grepLines(page, "enforcement_rule_engine_rollouts"))
+	}
 	// The explanation of the rule shows the halted rollout and who runs which generation.
 	ex, _, msg := e.explainRuleOf(e.ns, "agent")
 	if msg != "" {
@@ -308,6 +315,22 @@ func TestStagedRolloutOverThirtyClusters(t *testing.T) {
 		"2 canary StepStarted", "2 canary Halted c20-agent",
 		"3 canary StepStarted", "3 canary StepCompleted", "3 half StepStarted", "3 half StepCompleted",
 		"3 rest StepStarted", "3 rest StepCompleted", "3 Completed")
+
+	// A deleted rule forgets its rollout: the record leaves the state bucket and the gauge.
+	e.deleteRule("agent")
+	kv, err := e.js.KeyValue(t.Context(), events.BucketRuleEngineState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if _, err := kv.Get(t.Context(), rolloutKey(e.ns+"/agent")); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("the deleted rule's rollout record is still stored (err %v)", err)
+		}
+		if page := scrape(t, svc.Metrics); !strings.Contains(page, `enforcement_rule_engine_rollouts{phase="Complete"} 0`) {
+			return fmt.Errorf("the rollouts gauge still counts the deleted rule's:\n%s", grepLines(page, "enforcement_rule_engine_rollouts"))
+		}
+		return nil
+	})
 }
 
 // TestRolloutBakesBeforeTheNextStep: a step with a bake time moves on only after its
@@ -390,4 +413,30 @@ func TestRolloutSurvivesARestartOneClusterAtATime(t *testing.T) {
 	done := e.waitGenerationInstalls(1, []string{"c0", "c1", "c2"})
 	e.reportHealth(events.HealthHealthy, events.SyncSynced, "Succeeded", "", values(done)...)
 	e.waitMoves("1 fleet StepStarted", "1 fleet StepCompleted", "1 Completed")
+}
+
+// scrape reads the metrics page the service serves on addr.
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// grepLines keeps the lines of text that contain substr.
+func grepLines(text, substr string) string {
+	var out []string
+	for line := range strings.Lines(text) {
+		if strings.Contains(line, substr) {
+			out = append(out, strings.TrimRight(line, "\n"))
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -238,6 +238,9 @@ func (e *engine) deleteRule(ctx context.Context, key string, ref events.RuleRef,
 	if err := e.setHeld(ctx, key, nil); err != nil {
 		return fmt.Errorf("rule %s: %w", key, err)
 	}
+	if err := e.forgetRollout(ctx, key); err != nil {
+		return fmt.Errorf("rule %s: %w", key, err)
+	}
 	if old := e.rules[key]; old != nil {
 		uids[old.ref.UID] = true
 		if old.sel != nil {

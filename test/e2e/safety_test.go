@@ -30,13 +30,7 @@ import (
 // given, is added to the rule's spec (indented as a key of spec, for example "  triggers: ...").
 func (s *system) staticRule(clustersYAML string, specYAML ...string) {
 	s.t.Helper()
-	err := s.kube.Client.Create(context.Background(), &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "enforcement-static-clusters", Namespace: operatorNS},
-		Data:       map[string]string{"clusters.yaml": clustersYAML},
-	})
-	if err != nil {
-		s.t.Fatal(err)
-	}
+	s.staticClusters(clustersYAML)
 	s.applyRule(operatorNS, `apiVersion: enforcement.globo.com/v1beta1
 kind: ClusterRule
 metadata:
@@ -49,6 +43,18 @@ spec:
   source:
     static: {}
 `+strings.Join(specYAML, ""))
+}
+
+// staticClusters writes the static clusters (the clusters.yaml of the default ConfigMap).
+func (s *system) staticClusters(clustersYAML string) {
+	s.t.Helper()
+	err := s.kube.Client.Create(context.Background(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "enforcement-static-clusters", Namespace: operatorNS},
+		Data:       map[string]string{"clusters.yaml": clustersYAML},
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
 }
 
 // TestStaticClusterKeepsItsOwnCredentials: a static cluster that names a Secret of its own is

@@ -152,7 +152,7 @@ func TestAlertRules(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"EnforcementDeadLetters", "EnforcementSourceDegraded", "EnforcementSourceRemovalsHeld", "EnforcementRuleRemovalsHeld"} {
+	for _, want := range []string{"EnforcementDeadLetters", "EnforcementSourceDegraded", "EnforcementSourceRemovalsHeld", "EnforcementRuleRemovalsHeld", "EnforcementRolloutHalted"} {
 		if !names[want] {
 			t.Errorf("no alert %s", want)
 		}
