@@ -314,21 +314,10 @@ func (p *previewer) previewCompiled(ctx context.Context, r, liveRule *ruleState,
 		}
 		res.Changes = changes
 		if st != nil {
-			steps := e.stepNames(r, st)
-			if later != nil {
-				laterChanges, err := e.previewChanges(ctx, r, liveRule, later.intents, func(int) bool { return false })
-				if err != nil {
-					return err
-				}
-				res.Changes = stagedChanges(changes, laterChanges, steps)
+			defer e.previewRolloutClusters(r, st, res)
+			if err := e.previewStaged(ctx, r, liveRule, st, later, res); err != nil {
+				return err
 			}
-			res.Rollout = e.rolloutView(r, st)
-			defer func() {
-				for i := range res.Clusters {
-					res.Clusters[i].Step = steps[res.Clusters[i].Name]
-					res.Clusters[i].Generation = e.generationOn(r.key, res.Clusters[i].Name)
-				}
-			}()
 		}
 		if h != nil {
 			res.Held = &events.PreviewHeld{Generation: h.Generation, Installed: h.Installed, Cap: h.Cap,
@@ -347,6 +336,31 @@ func (p *previewer) previewCompiled(ctx context.Context, r, liveRule *ruleState,
 	}
 	res.Rule, res.Source = r.ref, r.sel.source
 	return nil
+}
+
+// previewStaged sets a preview's rollout and, when the rollout is under way, splits its changes
+// into those made now and those made later (later: the evaluation with the rollout complete).
+func (e *engine) previewStaged(ctx context.Context, r, live *ruleState, st *rolloutState, later *change, res *events.PreviewResult) error {
+	res.Rollout = e.rolloutView(r, st)
+	if later == nil {
+		return nil
+	}
+	laterChanges, err := e.previewChanges(ctx, r, live, later.intents, func(int) bool { return false })
+	if err != nil {
+		return err
+	}
+	res.Changes = stagedChanges(res.Changes, laterChanges, e.stepNames(r, st))
+	return nil
+}
+
+// previewRolloutClusters marks each cluster of a preview with its rollout step and the
+// generation it runs.
+func (e *engine) previewRolloutClusters(r *ruleState, st *rolloutState, res *events.PreviewResult) {
+	steps := e.stepNames(r, st)
+	for i := range res.Clusters {
+		res.Clusters[i].Step = steps[res.Clusters[i].Name]
+		res.Clusters[i].Generation = e.generationOn(r.key, res.Clusters[i].Name)
+	}
 }
 
 // previewChanges turns the intents of an evaluation into Application changes, with the spec

@@ -173,8 +173,12 @@ func rolloutKey(rule string) string { return "rollout." + ruleToken(rule) }
 // stored before anything is decided from it.
 func (e *engine) beginRollout(ctx context.Context, r, old *ruleState) error {
 	cur := e.rollouts[r.key]
-	if r.rollout == nil || r.invalid != nil {
-		if cur == nil || r.invalid != nil {
+	if r.invalid != nil {
+		//nolint:nilerr // an invalid spec is the rule's state (its status says so): its rollout stands as it was
+		return nil
+	}
+	if r.rollout == nil {
+		if cur == nil {
 			return nil
 		}
 		if err := e.store.putRollout(ctx, r.key, nil); err != nil {
@@ -332,10 +336,10 @@ func (e *engine) plan(r *ruleState, st *rolloutState) *rolloutPlan {
 	budget := r.rollout.maxUnavailableOf(len(cur))
 	var waiting []string
 	for _, cid := range cur {
-		switch h := e.pairHealth(r, cid); {
-		case h == pairNotUpdated:
+		switch e.pairHealth(r, cid) {
+		case pairNotUpdated:
 			waiting = append(waiting, cid)
-		case h == pairHealthy:
+		case pairHealthy:
 			p.reached[cid] = true
 		default:
 			p.reached[cid] = true
@@ -521,30 +525,16 @@ func (e *engine) completeRollout(ctx context.Context, r *ruleState, st *rolloutS
 func (e *engine) nextRollout(r *ruleState, st *rolloutState) (rolloutRecord, []events.Event, time.Duration) {
 	rec := st.rec
 	rec.Approved = slices.Clone(rec.Approved)
-	var moves []events.Event
-	move := func(step int, phase string, clusters []string, halt *rolloutHalt) {
-		ev := &events.RolloutProgressed{Rule: r.ref, StableGeneration: rec.StableGeneration, StepIndex: step, Phase: phase}
-		if step < len(rec.StepNames) {
-			ev.Step = rec.StepNames[step]
-		}
-		if len(clusters) > v1beta1.MaxStatusEntries {
-			clusters = clusters[:v1beta1.MaxStatusEntries]
-		}
-		ev.Clusters = clusters
-		if halt != nil {
-			ev.Application, ev.Message = halt.Application, halt.Message
-		}
-		moves = append(moves, ev)
-	}
+	moves := &rolloutMoves{rule: r.ref, rec: &rec}
 	now := e.now()
 	for range len(r.rollout.steps) + 1 {
 		if rec.Halted != nil {
-			return rec, moves, 0
+			return rec, moves.evs, 0
 		}
 		if rec.Step >= len(r.rollout.steps) {
 			rec.Phase, rec.Awaiting = v1beta1.RolloutComplete, ""
-			move(rec.Step, events.RolloutCompleted, nil, nil)
-			return rec, moves, 0
+			moves.add(events.RolloutCompleted, nil, nil)
+			return rec, moves.evs, 0
 		}
 		step := r.rollout.steps[rec.Step]
 		st.rec = rec // the plan reads the record as it moves
@@ -552,40 +542,71 @@ func (e *engine) nextRollout(r *ruleState, st *rolloutState) (rolloutRecord, []e
 		if rec.StepStarted.IsZero() {
 			if step.approval && !slices.Contains(rec.Approved, step.name) && !r.rollout.approvals[step.name] {
 				if rec.Phase != v1beta1.RolloutAwaitingApproval {
-					move(rec.Step, events.RolloutAwaitingApproval, nil, nil)
+					moves.add(events.RolloutAwaitingApproval, nil, nil)
 				}
 				rec.Phase, rec.Awaiting = v1beta1.RolloutAwaitingApproval, step.name
-				return rec, moves, 0
+				return rec, moves.evs, 0
 			}
 			rec.Phase, rec.Awaiting, rec.StepStarted = v1beta1.RolloutProgressing, "", now
-			move(rec.Step, events.RolloutStepStarted, e.clusterNames(p.steps[rec.Step]), nil)
+			moves.add(events.RolloutStepStarted, e.clusterNames(p.steps[rec.Step]), nil)
 			continue // the plan admits the step's clusters now
 		}
 		if halt := e.failedIn(r, p); halt != nil {
 			rec.Halted, rec.Phase = halt, v1beta1.RolloutHalted
-			move(rec.Step, events.RolloutHalted, []string{halt.Cluster}, halt)
+			moves.add(events.RolloutHalted, []string{halt.Cluster}, halt)
 			e.log.Warn("Rollout halted", "rule", r.key, "generation", rec.Generation, "step", step.name,
 				"application", halt.Application, "cluster", halt.Cluster, "message", halt.Message)
-			return rec, moves, 0
+			return rec, moves.evs, 0
 		}
-		for _, cid := range p.steps[rec.Step] {
-			if e.pairHealth(r, cid) != pairHealthy {
-				rec.Phase, rec.BakeStarted = v1beta1.RolloutProgressing, time.Time{}
-				return rec, moves, 0
+		if !e.allHealthy(r, p.steps[rec.Step]) {
+			rec.Phase, rec.BakeStarted = v1beta1.RolloutProgressing, time.Time{}
+			return rec, moves.evs, 0
+		}
+		if len(p.steps[rec.Step]) > 0 && step.bake > 0 {
+			if rec.BakeStarted.IsZero() {
+				rec.Phase, rec.BakeStarted = v1beta1.RolloutBaking, now
+				moves.add(events.RolloutBaking, nil, nil)
+			}
+			if left := rec.BakeStarted.Add(step.bake).Sub(now); left > 0 {
+				return rec, moves.evs, left
 			}
 		}
-		if rec.BakeStarted.IsZero() && len(p.steps[rec.Step]) > 0 && step.bake > 0 {
-			rec.Phase, rec.BakeStarted = v1beta1.RolloutBaking, now
-			move(rec.Step, events.RolloutBaking, nil, nil)
-		}
-		if left := rec.BakeStarted.Add(step.bake).Sub(now); len(p.steps[rec.Step]) > 0 && step.bake > 0 && left > 0 {
-			return rec, moves, left
-		}
-		move(rec.Step, events.RolloutStepCompleted, nil, nil)
+		moves.add(events.RolloutStepCompleted, nil, nil)
 		rec.Step++
 		rec.StepStarted, rec.BakeStarted, rec.Phase = time.Time{}, time.Time{}, v1beta1.RolloutProgressing
 	}
-	return rec, moves, 0
+	return rec, moves.evs, 0
+}
+
+// rolloutMoves collects the progressed events that tell a rollout's moves, each at the step
+// the record stands at.
+type rolloutMoves struct {
+	rule events.RuleRef
+	rec  *rolloutRecord
+	evs  []events.Event
+}
+
+func (m *rolloutMoves) add(phase string, clusters []string, halt *rolloutHalt) {
+	ev := &events.RolloutProgressed{Rule: m.rule, StableGeneration: m.rec.StableGeneration, StepIndex: m.rec.Step, Phase: phase}
+	if m.rec.Step < len(m.rec.StepNames) {
+		ev.Step = m.rec.StepNames[m.rec.Step]
+	}
+	ev.Clusters = clusters[:min(len(clusters), v1beta1.MaxStatusEntries)]
+	if halt != nil {
+		ev.Application, ev.Message = halt.Application, halt.Message
+	}
+	m.evs = append(m.evs, ev)
+}
+
+// allHealthy reports whether every one of the clusters runs the rule's generation with every
+// Application Healthy and Synced.
+func (e *engine) allHealthy(r *ruleState, cids []string) bool {
+	for _, cid := range cids {
+		if e.pairHealth(r, cid) != pairHealthy {
+			return false
+		}
+	}
+	return true
 }
 
 // failedIn returns the first failed Application, by cluster name, of the clusters the rollout
@@ -601,12 +622,9 @@ func (e *engine) failedIn(r *ruleState, p *rolloutPlan) *rolloutHalt {
 			if !es.failedHealth() {
 				continue
 			}
-			msg := es.Health.Message
-			switch {
-			case es.Health.Health == events.HealthDegraded:
-				msg = strings.TrimSuffix("Degraded: "+msg, ": ")
-			default:
-				msg = strings.TrimSuffix("sync "+es.Health.Operation+": "+msg, ": ")
+			msg := strings.TrimSuffix("sync "+es.Health.Operation+": "+es.Health.Message, ": ")
+			if es.Health.Health == events.HealthDegraded {
+				msg = strings.TrimSuffix("Degraded: "+es.Health.Message, ": ")
 			}
 			h := &rolloutHalt{Application: es.Health.Application, Cluster: pr.Cluster.Name, Enforcement: name, Message: msg}
 			if out == nil || h.Cluster+"/"+h.Enforcement < out.Cluster+"/"+out.Enforcement {

@@ -324,7 +324,7 @@ func TestStagedRolloutOverThirtyClusters(t *testing.T) {
 	}
 	testenv.Eventually(t, 30*time.Second, func() error {
 		if _, err := kv.Get(t.Context(), rolloutKey(e.ns+"/agent")); !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return fmt.Errorf("the deleted rule's rollout record is still stored (err %v)", err)
+			return fmt.Errorf("the deleted rule's rollout record is still stored (err %w)", err)
 		}
 		if page := scrape(t, svc.Metrics); !strings.Contains(page, `enforcement_rule_engine_rollouts{phase="Complete"} 0`) {
 			return fmt.Errorf("the rollouts gauge still counts the deleted rule's:\n%s", grepLines(page, "enforcement_rule_engine_rollouts"))
