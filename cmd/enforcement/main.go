@@ -10,6 +10,8 @@
 //	enforcement release-removals         list the trips of the removal breaker and the rule edits that hold removals
 //	enforcement release-removals SOURCE TRIP  release the removals one trip holds
 //	enforcement release-removals NAMESPACE/RULE generation/N  release the removals a rule edit holds
+//	enforcement rollouts                 the staged rollouts of rules and where each stands (see rollouts.go)
+//	enforcement approve NAMESPACE/RULE [STEP]  approve the step a rollout waits at, or one ahead
 //	enforcement claim-writer CLUSTER     create a managed cluster's claim writer consumer (see claimwriter.go)
 //	enforcement compose-init pki|seed    prepare the docker compose demo (see composeinit.go)
 //
@@ -75,6 +77,13 @@ const usage = `usage:
                                        release the uninstalls generation N of a rule held (its
                                        RemovalsHeld message names it); check first that the
                                        edit really means to let go of those clusters
+  enforcement rollouts                 list the staged rollouts of rules (spec.rollout): the
+                                       generation rolling out, the stable one, the phase, the
+                                       step, and what it waits for (NATS_URL)
+  enforcement approve NAMESPACE/RULE [STEP]
+                                       approve the step the rule's rollout waits at, or STEP
+                                       ahead of the rollout reaching it; only the generation
+                                       rolling out now is approved
   enforcement claim-writer CLUSTER     create (or update) the claim writer consumer of managed
                                        cluster CLUSTER, which its policy-watcher binds to
                                        (deploy/nats: adding a managed cluster)
@@ -100,6 +109,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runEvents(ctx, args[1:], getenv, stdout)
 	case "release-removals":
 		return runReleaseRemovals(ctx, args[1:], getenv, stdout)
+	case "rollouts":
+		return runRollouts(ctx, args[1:], getenv, stdout)
+	case "approve":
+		return runApprove(ctx, args[1:], getenv, stdout)
 	case "claim-writer":
 		return runClaimWriter(ctx, args[1:], getenv, stdout)
 	case "compose-init":

@@ -188,6 +188,20 @@ func TestStagedRolloutGatedOnArgoCDHealth(t *testing.T) {
 	}
 	s.createSecret("static", map[string][]byte{"token": []byte("static-token")})
 	s.staticClusters(clusters.String())
+	// The rule comes once the clusters are on the bus: a step that selects no cluster yet
+	// completes at once, and the canaries would not bake.
+	testenv.Eventually(t, 60*time.Second, func() error {
+		n := 0
+		for _, ev := range s.audit() {
+			if _, ok := ev.(*events.ClusterAppeared); ok {
+				n++
+			}
+		}
+		if n < 30 {
+			return fmt.Errorf("%d of 30 clusters appeared on the bus", n)
+		}
+		return nil
+	})
 
 	// Argo CD: version "2" breaks every non-canary cluster it reaches.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -202,11 +216,9 @@ func TestStagedRolloutGatedOnArgoCDHealth(t *testing.T) {
 		if reason, msg := s.readyCondition(operatorNS, "agent"); reason != "RolloutAwaitingApproval" {
 			return fmt.Errorf("Ready reason %q (%s), want RolloutAwaitingApproval", reason, msg)
 		}
-		return nil
+		// argo-syncer writes the canaries' Applications a moment after the rule-engine moves.
+		return equal("Applications while the approval gate waits", s.names(gvrApplication), canaries)
 	})
-	if got := s.names(gvrApplication); !slices.Equal(got, canaries) {
-		t.Fatalf("Applications while the approval gate waits: %v, want the canaries %v", got, canaries)
-	}
 	time.Sleep(3 * time.Second)
 	if got := s.names(gvrApplication); !slices.Equal(got, canaries) {
 		t.Fatalf("the approval gate let clusters through unapproved: %v", got)
