@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/argoproj/argo-cd/v2 v2.14.21
+	github.com/argoproj/gitops-engine v0.7.1-0.20250521000818-c08b0a72c1f1
 	github.com/enforcement-io/enforcement/pkg/events v0.0.0
 	github.com/enforcement-io/enforcement/pkg/service v0.0.0
 	github.com/enforcement-io/enforcement/pkg/testenv v0.0.0-00010101000000-000000000000
@@ -28,7 +29,6 @@ require (
 	github.com/Microsoft/go-winio v0.6.1 // indirect
 	github.com/ProtonMail/go-crypto v1.1.5 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
-	github.com/argoproj/gitops-engine v0.7.1-0.20250521000818-c08b0a72c1f1 // indirect
 	github.com/argoproj/pkg v0.13.7-0.20230626144333-d56162821bd1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect

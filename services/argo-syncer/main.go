@@ -67,6 +67,7 @@ func run(ctx context.Context, getenv service.Getenv, stdout, _ io.Writer) error 
 		return svc.Abort(err)
 	}
 	close(leading)
+	svc.Go("Application health", func(ctx context.Context) error { return syncer.ReportHealth(ctx, svc.Publisher()) })
 	// Installs that waited for their beforeInstall trigger under a legacy key must be found by
 	// the trigger's outcome, which the consumer may bring at once.
 	moved, err := h.gates.moveLegacyKeys(svc.Context())

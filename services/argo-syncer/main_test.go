@@ -84,6 +84,7 @@ func TestMetricsLint(t *testing.T) {
 	events.NewMetrics(reg, serviceName)
 	m.write("Application", "apply", nil)
 	m.intent("install", "installed")
+	m.healthPublished("Healthy")
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,8 @@ type Metrics struct {
 	writes  *prometheus.CounterVec
 	intents *prometheus.CounterVec
 	held    prometheus.Counter
+	// health counts the ApplicationHealth events published, by health.
+	health *prometheus.CounterVec
 	// API mode only.
 	argocdRequests *prometheus.CounterVec
 	argocdLogins   *prometheus.CounterVec
@@ -44,8 +46,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "enforcement_argo_syncer_unregistrations_held_total",
 			Help: "Cluster unregistrations held back because Applications Enforcement does not manage use the cluster's AppProject.",
 		}),
+		health: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "enforcement_argo_syncer_application_health_published_total",
+			Help: "Application health reports published (a change of what Argo CD reports for an owned Application), by health status.",
+		}, []string{"health"}),
 	}
-	reg.MustRegister(m.writes, m.intents, m.held, m.argocdRequests, m.argocdLogins)
+	reg.MustRegister(m.writes, m.intents, m.held, m.argocdRequests, m.argocdLogins, m.health)
 	return m
 }
 
@@ -102,4 +108,14 @@ func (m *Metrics) unregistrationHeld() {
 		return
 	}
 	m.held.Inc()
+}
+
+func (m *Metrics) healthPublished(health string) {
+	if m == nil {
+		return
+	}
+	if health == "" {
+		health = "none"
+	}
+	m.health.WithLabelValues(health).Inc()
 }

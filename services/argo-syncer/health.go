@@ -1,0 +1,145 @@
+package main
+
+// Application health. Argo CD's application controller writes into every Application's status
+// its health (status.health), its sync status (status.sync) and the outcome of its last sync
+// (status.operationState). rule-engine's staged rollouts (spec.rollout) wait for Healthy and
+// Synced and halt on Degraded or a failed sync, so the leader reports what the controller writes,
+// for the Applications argo-syncer owns, as ApplicationHealth events.
+//
+// The reporter reads the Application informer the syncer keeps anyway (in API mode too: its
+// watch goes through the same client), queues Application names on every change, and publishes
+// an event only when what the event says changes: a resync, or a write that changes nothing of
+// it (argo-syncer's own labels, Argo CD's reconciledAt), publishes nothing. The queue holds each
+// name once, however often the Application changes meanwhile, and a failed publish (NATS away) is
+// retried with backoff, the latest state winning. A new leader knows nothing of what the last
+// one published: it reports every owned Application once; rule-engine drops what it already had.
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/enforcement-io/enforcement/pkg/events"
+)
+
+// healthPublisher publishes ApplicationHealth events (the service's events.Publisher).
+type healthPublisher interface {
+	Publish(ctx context.Context, e events.Event) (events.PublishResult, error)
+}
+
+// ReportHealth publishes the health of the Applications argo-syncer owns until ctx ends. Call it
+// on the leader only, after Run has synced the caches.
+func (s *Syncer) ReportHealth(ctx context.Context, pub healthPublisher) error {
+	queue := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](
+		100*time.Millisecond, 30*time.Second))
+	enqueue := func(obj any) {
+		if app, ok := obj.(*argov1.Application); ok && owned(app) {
+			queue.Add(app.Name)
+		}
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			if app, ok := d.Obj.(*argov1.Application); ok {
+				queue.Add(app.Name)
+			}
+		}
+	}
+	reg, err := s.apps.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: enqueue,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = s.apps.informer.RemoveEventHandler(reg) }()
+	go func() { <-ctx.Done(); queue.ShutDown() }()
+
+	last := map[string]events.ApplicationHealth{} // by Application name, ResourceVersion empty
+	for {
+		name, quit := queue.Get()
+		if quit {
+			return nil
+		}
+		err := s.reportHealth(ctx, pub, name, last)
+		if err != nil && ctx.Err() == nil {
+			s.logger.Warn("Retrying Application health report", "application", name, "error", err)
+			queue.AddRateLimited(name)
+		} else {
+			queue.Forget(name)
+		}
+		queue.Done(name)
+	}
+}
+
+// reportHealth publishes the Application's health when it differs from the last one published.
+func (s *Syncer) reportHealth(ctx context.Context, pub healthPublisher, name string, last map[string]events.ApplicationHealth) error {
+	obj, exists, err := s.apps.informer.GetIndexer().GetByKey(s.ns + "/" + name)
+	if err != nil {
+		return err
+	}
+	app, ok := obj.(*argov1.Application)
+	if !exists || !ok || !owned(app) {
+		delete(last, name)
+		return nil
+	}
+	ev, ok := applicationHealth(app)
+	if !ok {
+		s.logger.Debug("Application has no install intent's annotations; its health is not reported", "application", name)
+		return nil
+	}
+	key := *ev
+	key.ResourceVersion = ""
+	if prev, seen := last[name]; seen && prev == key {
+		return nil
+	}
+	if _, err := pub.Publish(ctx, ev); err != nil {
+		return err
+	}
+	last[name] = key
+	s.metrics.healthPublished(ev.Health)
+	return nil
+}
+
+// applicationHealth is the ApplicationHealth event of an Application an install intent wrote;
+// false when the Application lacks the annotations that name its rule, cluster and enforcement.
+func applicationHealth(app *argov1.Application) (*events.ApplicationHealth, bool) {
+	a := app.Annotations
+	ns, name, ok := strings.Cut(a[AnnotationRule], "/")
+	if !ok || ns == "" || name == "" || a[AnnotationCluster] == "" || a[AnnotationEnforcement] == "" {
+		return nil, false
+	}
+	st := app.Status
+	ev := &events.ApplicationHealth{
+		Rule:            events.RuleRef{Namespace: ns, Name: name, UID: a[AnnotationRuleUID]},
+		Cluster:         a[AnnotationCluster],
+		Identity:        a[AnnotationIdentity],
+		Enforcement:     a[AnnotationEnforcement],
+		Application:     app.Name,
+		SpecHash:        a[AnnotationSpecHash],
+		Observed:        observed(app),
+		ResourceVersion: app.ResourceVersion,
+		Health:          string(st.Health.Status),
+		Sync:            string(st.Sync.Status),
+		Message:         st.Health.Message,
+	}
+	if op := st.OperationState; op != nil {
+		ev.Operation = string(op.Phase)
+		if op.Phase.Failed() && op.Message != "" {
+			ev.Message = op.Message
+		}
+	}
+	return ev, true
+}
+
+// observed reports whether Argo CD's status describes the Application's current spec: the source
+// (or sources) and destination its controller last compared are the spec's. Right after
+// argo-syncer updates an Application the status is still the previous spec's.
+func observed(app *argov1.Application) bool {
+	want := app.Spec.BuildComparedToStatus()
+	got := app.Status.Sync.ComparedTo
+	// Argo CD's own comparisons: its destination keeps unexported inference flags.
+	return want.Source.Equals(&got.Source) && want.Sources.Equals(got.Sources) && want.Destination.Equals(got.Destination)
+}
