@@ -219,17 +219,17 @@ func readBucket(ctx context.Context, kv jetstream.KeyValue, pattern string, fn f
 	defer cancel()
 	w, err := kv.Watch(wctx, pattern, jetstream.IgnoreDeletes())
 	if err != nil {
-		return fmt.Errorf("read bucket %s: %w", events.BucketInventory, err)
+		return fmt.Errorf("read bucket %s: %w", kv.Bucket(), err)
 	}
 	defer func() { _ = w.Stop() }()
 	for {
 		select {
 		case <-wctx.Done():
-			return fmt.Errorf("read bucket %s: %w", events.BucketInventory, wctx.Err())
+			return fmt.Errorf("read bucket %s: %w", kv.Bucket(), wctx.Err())
 		case e, ok := <-w.Updates():
 			switch {
 			case !ok:
-				return errors.New("read bucket " + events.BucketInventory + ": watcher closed")
+				return errors.New("read bucket " + kv.Bucket() + ": watcher closed")
 			case e == nil:
 				return nil // caught up
 			}

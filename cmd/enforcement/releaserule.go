@@ -33,25 +33,49 @@ const ruleReleasePrefix = "generation/"
 
 // heldRuleEdits reads the holds of rule-engine's rule edit breaker, ordered by rule.
 func heldRuleEdits(ctx context.Context, js jetstream.JetStream) ([]heldRuleEdit, error) {
-	kv, err := js.KeyValue(ctx, events.BucketRuleEngineState)
-	if err != nil {
-		return nil, fmt.Errorf("open bucket %s: %w", events.BucketRuleEngineState, err)
-	}
 	var out []heldRuleEdit
-	err = readBucket(ctx, kv, "held.>", func(key string, value []byte) error {
-		rule, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(key, "held."))
-		if err != nil {
-			return fmt.Errorf("read held rule edit %s: %w", key, err)
-		}
-		h := heldRuleEdit{Rule: string(rule)}
+	err := readRuleRecords(ctx, js, "held", func(rule string, value []byte) error {
+		h := heldRuleEdit{Rule: rule}
 		if err := json.Unmarshal(value, &h); err != nil {
-			return fmt.Errorf("read held rule edit %s: %w", key, err)
+			return fmt.Errorf("read held rule edit of rule %s: %w", rule, err)
 		}
 		out = append(out, h)
 		return nil
 	})
-	slices.SortFunc(out, func(a, b heldRuleEdit) int { return strings.Compare(a.Rule, b.Rule) })
 	return out, err
+}
+
+// readRuleRecords calls fn, in the order of the rules, with each record rule-engine keeps per
+// rule in its state bucket (events.BucketRuleEngineState) under "<kind>.<base64 namespace/name>"
+// and the rule's namespace/name.
+func readRuleRecords(ctx context.Context, js jetstream.JetStream, kind string, fn func(rule string, value []byte) error) error {
+	kv, err := js.KeyValue(ctx, events.BucketRuleEngineState)
+	if err != nil {
+		return fmt.Errorf("open bucket %s: %w", events.BucketRuleEngineState, err)
+	}
+	type record struct {
+		rule  string
+		value []byte
+	}
+	var records []record
+	err = readBucket(ctx, kv, kind+".>", func(key string, value []byte) error {
+		rule, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(key, kind+"."))
+		if err != nil {
+			return fmt.Errorf("read %s: %w", key, err)
+		}
+		records = append(records, record{string(rule), value})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(records, func(a, b record) int { return strings.Compare(a.rule, b.rule) })
+	for _, r := range records {
+		if err := fn(r.rule, r.value); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // printRuleEdits writes the held rule edits as a table, with the command that releases each.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -57,24 +56,15 @@ func (r *rolloutRecord) stepName() string {
 
 // readRollouts reads the rollouts of rule-engine's state, ordered by rule.
 func readRollouts(ctx context.Context, js jetstream.JetStream) ([]rolloutRecord, error) {
-	kv, err := js.KeyValue(ctx, events.BucketRuleEngineState)
-	if err != nil {
-		return nil, fmt.Errorf("open bucket %s: %w", events.BucketRuleEngineState, err)
-	}
 	var out []rolloutRecord
-	err = readBucket(ctx, kv, "rollout.>", func(key string, value []byte) error {
-		rule, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(key, "rollout."))
-		if err != nil {
-			return fmt.Errorf("read rollout %s: %w", key, err)
-		}
-		r := rolloutRecord{Rule: string(rule)}
+	err := readRuleRecords(ctx, js, "rollout", func(rule string, value []byte) error {
+		r := rolloutRecord{Rule: rule}
 		if err := json.Unmarshal(value, &r); err != nil {
 			return fmt.Errorf("read rollout of rule %s: %w", rule, err)
 		}
 		out = append(out, r)
 		return nil
 	})
-	slices.SortFunc(out, func(a, b rolloutRecord) int { return strings.Compare(a.Rule, b.Rule) })
 	return out, err
 }
 
