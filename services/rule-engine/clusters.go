@@ -43,9 +43,9 @@ func (e *engine) applyCluster(ctx context.Context, c events.Cluster, revision, s
 			e.notify(r.key)
 		}
 		// The last cluster event of a listing whose SourceListed came first completes the handovers.
-		l := e.listed[c.Source.ID]
-		handover = l != nil && len(e.bySource[c.Source.ID]) == l.Known
-		return nil
+		var err error
+		handover, err = e.noteListingComplete(ctx, c.Source.ID)
+		return err
 	})
 	if err != nil || !handover {
 		return err

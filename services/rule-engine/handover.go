@@ -34,10 +34,13 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/events"
 )
 
-// listing is the last SourceListed of a source: its scan and how many clusters it had.
+// listing is the last SourceListed of a source: its scan and how many clusters it had, and
+// whether the engine has seen that many of the source's clusters since a listing (complete
+// stays true: a source that shrinks later was still listed completely).
 type listing struct {
-	Scan  uint64 `json:"scan"`
-	Known int    `json:"known"`
+	Scan     uint64 `json:"scan"`
+	Known    int    `json:"known"`
+	Complete bool   `json:"complete,omitempty"`
 }
 
 // applyListed records a source's complete listing (stored first); applyOutcome then completes the handovers
@@ -46,7 +49,10 @@ func (e *engine) applyListed(ctx context.Context, l *events.SourceListed) error 
 	if prev := e.listed[l.Source.ID]; prev != nil && prev.Scan >= l.Scan {
 		return nil
 	}
-	rec := &listing{Scan: l.Scan, Known: l.Known}
+	rec := &listing{Scan: l.Scan, Known: l.Known, Complete: len(e.bySource[l.Source.ID]) >= l.Known}
+	if prev := e.listed[l.Source.ID]; prev != nil && prev.Complete {
+		rec.Complete = true
+	}
 	if err := e.store.putListed(ctx, l.Source.ID, rec); err != nil {
 		return fmt.Errorf("store source listing: %w", err)
 	}
@@ -59,12 +65,43 @@ func (e *engine) applyListed(ctx context.Context, l *events.SourceListed) error 
 // of its old source's clusters: the source has not listed completely yet, its clusters'
 // events are still coming in, or it is degraded.
 func (e *engine) handoverWaits(sourceID string) bool {
-	l := e.listed[sourceID]
-	if l == nil || len(e.bySource[sourceID]) < l.Known {
+	if !e.sourceListed(sourceID) {
 		return true
 	}
 	deg, _ := e.activeDegradation(sourceID)
 	return deg != nil
+}
+
+// sourceListed reports whether the source has listed completely and every cluster of that
+// listing has reached the engine: until then, which of its clusters a selector picks is not known.
+func (e *engine) sourceListed(sourceID string) bool {
+	l := e.listed[sourceID]
+	return l != nil && (l.Complete || len(e.bySource[sourceID]) >= l.Known)
+}
+
+// noteListingComplete stores that a source's listing is complete once the last of its clusters
+// has reached the engine, so that clusters removed later do not make the source look unlisted
+// again. It reports whether the listing became complete now. Call it with e.mu held.
+func (e *engine) noteListingComplete(ctx context.Context, sourceID string) (bool, error) {
+	l := e.listed[sourceID]
+	if l == nil || l.Complete || len(e.bySource[sourceID]) < l.Known {
+		return false, nil
+	}
+	done := *l
+	done.Complete = true
+	if err := e.store.putListed(ctx, sourceID, &done); err != nil {
+		return false, fmt.Errorf("store source listing: %w", err)
+	}
+	e.listed[sourceID] = &done
+	return true, nil
+}
+
+// listingMessage says how far a source's listing has come, for a status message.
+func (e *engine) listingMessage(sourceID string) string {
+	if l := e.listed[sourceID]; l != nil {
+		return fmt.Sprintf("listed %d cluster(s), %d seen so far", l.Known, len(e.bySource[sourceID]))
+	}
+	return "has not listed completely yet"
 }
 
 // foreignPair reports whether p is a pair the rule holds from a source other than its current
@@ -221,11 +258,9 @@ func (e *engine) completeHandovers(ctx context.Context, sourceID string) error {
 
 // handoverMessage is the SourceHandover message of a rule that waits for its new source.
 func (e *engine) handoverMessage(r *ruleState, waiting int) string {
-	why := "has not listed completely yet"
+	why := e.listingMessage(r.sel.source.ID)
 	if deg, _ := e.activeDegradation(r.sel.source.ID); deg != nil {
 		why = fmt.Sprintf("is degraded (%s: %s)", deg.reason, deg.message)
-	} else if l := e.listed[r.sel.source.ID]; l != nil {
-		why = fmt.Sprintf("listed %d cluster(s), %d seen so far", l.Known, len(e.bySource[r.sel.source.ID]))
 	}
 	return fmt.Sprintf("the rule's source changed: the %d cluster(s) of its old source keep what they have until the new %s source %s, "+
 		"then clusters listed under the same name are taken over in place and the others are let go", waiting, r.sel.source.Kind, why)

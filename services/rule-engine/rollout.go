@@ -17,7 +17,7 @@ package main
 // The rollout's progress is one record per rule in the state bucket ("rollout.<rule>"), written
 // before the pairs a move updates, so a crash in between decides the same move again. Moves
 // happen in advanceRollout, which the controller calls at every reconcile of the rule (after a
-// health event, an approval, a cluster event, or when a bake time ends), and each move is told
+// health event, an approval, a cluster event, a source listing, or when a bake time ends), and each move is told
 // on the bus as a rule.rollout.progressed event.
 
 import (
@@ -547,6 +547,12 @@ func (e *engine) nextRollout(r *ruleState, st *rolloutState) (rolloutRecord, []e
 				rec.Phase, rec.Awaiting = v1beta1.RolloutAwaitingApproval, step.name
 				return rec, moves.evs, 0
 			}
+			if !e.sourceListed(r.sel.source.ID) {
+				// A step selects from the clusters known: before the source's first complete
+				// listing a label step could select none of its clusters and pass vacuously.
+				rec.Phase, rec.Awaiting = v1beta1.RolloutProgressing, ""
+				return rec, moves.evs, 0
+			}
 			rec.Phase, rec.Awaiting, rec.StepStarted = v1beta1.RolloutProgressing, "", now
 			moves.add(events.RolloutStepStarted, e.clusterNames(p.steps[rec.Step]), nil)
 			continue // the plan admits the step's clusters now
@@ -772,6 +778,9 @@ func (e *engine) rolloutStatus(r *ruleState) *v1beta1.RolloutStatus {
 	case rec.Phase == v1beta1.RolloutBaking:
 		out.Message = fmt.Sprintf("step %s is Healthy and Synced; baking until %s", out.Step,
 			rec.BakeStarted.Add(r.rollout.steps[rec.Step].bake).UTC().Format(time.RFC3339))
+	case rec.Phase == v1beta1.RolloutProgressing && rec.StepStarted.IsZero() && !e.sourceListed(r.sel.source.ID):
+		out.Message = fmt.Sprintf("step %s waits for the rule's %s source to list its clusters: it %s", out.Step,
+			r.sel.source.Kind, e.listingMessage(r.sel.source.ID))
 	case rec.Phase == v1beta1.RolloutProgressing:
 		out.Message = fmt.Sprintf("step %s: waiting for its Applications to report Healthy and Synced", out.Step)
 	}

@@ -151,6 +151,16 @@ func fleetRollout(value string) v1beta1.ClusterRuleSpec {
 func TestStagedRolloutOverThirtyClusters(t *testing.T) {
 	e := newEnv(t)
 	svc := e.startService()
+	// The rule comes first, as when the scanner starts listing a source once a rule names it:
+	// until the source has listed completely no step starts, so the canary step cannot pass
+	// with none of its clusters known yet.
+	e.createRule("agent", fleetRollout("1.0"))
+	e.waitReady("agent", v1beta1.ReasonRollingOut, func(st v1beta1.ClusterRuleStatus) error {
+		if ro := st.Rollout; ro == nil || ro.Step != "canary" || !strings.Contains(ro.Message, "waits for the rule's rancher source to list its clusters: it has not listed completely yet") {
+			return fmt.Errorf("rollout %+v", st.Rollout)
+		}
+		return nil
+	})
 	var all, canaries []string
 	for i := range 30 {
 		labels := map[string]string{"env": "prod"}
@@ -161,8 +171,19 @@ func TestStagedRolloutOverThirtyClusters(t *testing.T) {
 		}
 		e.publish(appeared(testCluster(name, labels, true), uint64(i+1)))
 		all = append(all, name)
+		if i == 28 { // the listing's announcement may come before its last cluster
+			e.publish(&events.SourceListed{Source: rancherSource(), Scan: 1, Known: 30})
+			e.waitReady("agent", v1beta1.ReasonRollingOut, func(st v1beta1.ClusterRuleStatus) error {
+				if ro := st.Rollout; ro == nil || !strings.HasSuffix(ro.Message, "listed 30 cluster(s), 29 seen so far") {
+					return fmt.Errorf("rollout %+v", st.Rollout)
+				}
+				return nil
+			})
+			if got := e.generationInstalls(1); len(got) != 0 {
+				t.Fatalf("before the source's listing was complete, generation 1 reached %v", sortedKeys(got))
+			}
+		}
 	}
-	e.createRule("agent", fleetRollout("1.0"))
 
 	// Generation 1: the canaries first; nothing else until they are Healthy and Synced.
 	gen1 := e.waitGenerationInstalls(1, canaries)
@@ -346,6 +367,7 @@ func TestRolloutBakesBeforeTheNextStep(t *testing.T) {
 		}
 		e.publish(appeared(testCluster(fmt.Sprintf("c%d", i), labels, true), uint64(i+1)))
 	}
+	e.publish(&events.SourceListed{Source: rancherSource(), Scan: 1, Known: 4})
 	spec := fleetRollout("1.0")
 	spec.Rollout.Steps = []v1beta1.RolloutStep{
 		{Name: "canary", MatchLabels: map[string]string{"ring": "canary"}, BakeTime: &metav1.Duration{Duration: 2 * time.Second}},
@@ -388,6 +410,7 @@ func TestRolloutSurvivesARestartOneClusterAtATime(t *testing.T) {
 	for i := range 3 {
 		e.publish(appeared(testCluster(fmt.Sprintf("c%d", i), map[string]string{"env": "prod"}, true), uint64(i+1)))
 	}
+	e.publish(&events.SourceListed{Source: rancherSource(), Scan: 1, Known: 3})
 	all, one := int32(100), intstr.FromInt32(1)
 	spec := fleetRollout("1.0")
 	spec.Rollout = &v1beta1.Rollout{MaxUnavailable: &one, Steps: []v1beta1.RolloutStep{{Name: "fleet", Percentage: &all}}}

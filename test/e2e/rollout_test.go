@@ -202,9 +202,8 @@ func TestStagedRolloutGatedOnArgoCDHealth(t *testing.T) {
 		if reason, msg := s.readyCondition(operatorNS, "agent"); reason != "RolloutAwaitingApproval" {
 			return fmt.Errorf("Ready reason %q (%s), want RolloutAwaitingApproval", reason, msg)
 		}
-		// The scanner lists the static source once a rule names it: the canary step may pass
-		// before the canaries are known (it selects none yet); they get their Applications
-		// when they appear, as clusters the rollout has reached.
+		// The scanner lists the static source once a rule names it; no step starts before that
+		// listing is complete, so the canaries are known when the canary step starts.
 		return equal("Applications while the approval gate waits", s.names(gvrApplication), canaries)
 	})
 	time.Sleep(3 * time.Second)
@@ -275,9 +274,7 @@ func TestStagedRolloutGatedOnArgoCDHealth(t *testing.T) {
 		}
 	}
 	for gen, want := range map[int64][]string{
-		// Generation 1's canary step may pass before the scanner listed the canaries (see
-		// above): whether it baked depends on that race, so only generation 2's bake is checked.
-		1: {"canary:StepStarted", "canary:StepCompleted", "half:AwaitingApproval", "half:StepStarted", "rest:StepStarted", ":Completed"},
+		1: {"canary:StepStarted", "canary:Baking", "canary:StepCompleted", "half:AwaitingApproval", "half:StepStarted", "rest:StepStarted", ":Completed"},
 		2: {"canary:StepStarted", "canary:Baking", "canary:StepCompleted", "half:StepStarted", "half:Halted"},
 	} {
 		for _, m := range want {
