@@ -463,3 +463,53 @@ func grepLines(text, substr string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestRolloutStartsOnASourceThatShrankSinceItsListing: a source listed completely stays listed
+// when clusters go later (and across a restart), so a rollout on it starts instead of waiting
+// for a cluster count the source no longer has.
+func TestRolloutStartsOnASourceThatShrankSinceItsListing(t *testing.T) {
+	e := newEnv(t)
+	stop := e.start()
+	installsOf := func(rule string) []string {
+		var out []string
+		for _, ev := range e.intents() {
+			if in, ok := ev.(*events.InstallIntent); ok && in.Rule.Name == rule {
+				out = append(out, in.Cluster.Name)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	waitInstalls := func(rule string, want ...string) {
+		t.Helper()
+		testenv.Eventually(t, 20*time.Second, func() error {
+			if got := installsOf(rule); !slices.Equal(got, want) {
+				return fmt.Errorf("rule %s installs on %v, want %v", rule, got, want)
+			}
+			return nil
+		})
+	}
+	// A first rollout shows when the listing is complete: its canary step starts.
+	e.createRule("first", fleetRollout("1.0"))
+	for i := range 3 {
+		labels := map[string]string{"env": "prod"}
+		if i == 0 {
+			labels["ring"] = "canary"
+		}
+		e.publish(appeared(testCluster(fmt.Sprintf("c%d", i), labels, true), uint64(i+1)))
+	}
+	e.publish(&events.SourceListed{Source: rancherSource(), Scan: 1, Known: 3})
+	waitInstalls("first", "c0")
+	e.publish(&events.ClusterGone{Source: rancherSource(), Key: "c-c2", Name: "c2", Revision: 4, LastSeen: time.Now()})
+	e.waitReady("first", v1beta1.ReasonRollingOut, func(st v1beta1.ClusterRuleStatus) error {
+		if st.MatchedClusters != 2 {
+			return fmt.Errorf("matched %d clusters, want 2 (c2 is gone)", st.MatchedClusters)
+		}
+		return nil
+	})
+	stop()
+	e.start()
+
+	e.createRule("agent", fleetRollout("1.0"))
+	waitInstalls("agent", "c0")
+}
