@@ -540,21 +540,9 @@ func (e *engine) nextRollout(r *ruleState, st *rolloutState) (rolloutRecord, []e
 		st.rec = rec // the plan reads the record as it moves
 		p := e.plan(r, st)
 		if rec.StepStarted.IsZero() {
-			if step.approval && !slices.Contains(rec.Approved, step.name) && !r.rollout.approvals[step.name] {
-				if rec.Phase != v1beta1.RolloutAwaitingApproval {
-					moves.add(events.RolloutAwaitingApproval, nil, nil)
-				}
-				rec.Phase, rec.Awaiting = v1beta1.RolloutAwaitingApproval, step.name
+			if !e.startStep(r, &rec, moves, step, p.steps[rec.Step], now) {
 				return rec, moves.evs, 0
 			}
-			if !e.sourceListed(r.sel.source.ID) {
-				// A step selects from the clusters known: before the source's first complete
-				// listing a label step could select none of its clusters and pass vacuously.
-				rec.Phase, rec.Awaiting = v1beta1.RolloutProgressing, ""
-				return rec, moves.evs, 0
-			}
-			rec.Phase, rec.Awaiting, rec.StepStarted = v1beta1.RolloutProgressing, "", now
-			moves.add(events.RolloutStepStarted, e.clusterNames(p.steps[rec.Step]), nil)
 			continue // the plan admits the step's clusters now
 		}
 		if halt := e.failedIn(r, p); halt != nil {
@@ -582,6 +570,27 @@ func (e *engine) nextRollout(r *ruleState, st *rolloutState) (rolloutRecord, []e
 		rec.StepStarted, rec.BakeStarted, rec.Phase = time.Time{}, time.Time{}, v1beta1.RolloutProgressing
 	}
 	return rec, moves.evs, 0
+}
+
+// startStep starts the step the record stands at, unless it waits for an approval or for the
+// rule's source to list its clusters; it reports whether the step started.
+func (e *engine) startStep(r *ruleState, rec *rolloutRecord, moves *rolloutMoves, step rolloutStep, cids []string, now time.Time) bool {
+	if step.approval && !slices.Contains(rec.Approved, step.name) && !r.rollout.approvals[step.name] {
+		if rec.Phase != v1beta1.RolloutAwaitingApproval {
+			moves.add(events.RolloutAwaitingApproval, nil, nil)
+		}
+		rec.Phase, rec.Awaiting = v1beta1.RolloutAwaitingApproval, step.name
+		return false
+	}
+	if !e.sourceListed(r.sel.source.ID) {
+		// A step selects from the clusters known: before the source's first complete listing a
+		// label step could select none of its clusters and pass at once.
+		rec.Phase, rec.Awaiting = v1beta1.RolloutProgressing, ""
+		return false
+	}
+	rec.Phase, rec.Awaiting, rec.StepStarted = v1beta1.RolloutProgressing, "", now
+	moves.add(events.RolloutStepStarted, e.clusterNames(cids), nil)
+	return true
 }
 
 // rolloutMoves collects the progressed events that tell a rollout's moves, each at the step
