@@ -17,8 +17,8 @@ package main
 // The rollout's progress is one record per rule in the state bucket ("rollout.<rule>"), written
 // before the pairs a move updates, so a crash in between decides the same move again. Moves
 // happen in advanceRollout, which the controller calls at every reconcile of the rule (after a
-// health event, an approval, a cluster event, a source listing, or when a bake time ends), and each move is told
-// on the bus as a rule.rollout.progressed event.
+// health event, an approval, a cluster event, a source listing, or when a bake time ends), and
+// each move is told on the bus as a rule.rollout.progressed event.
 
 import (
 	"cmp"
