@@ -29,6 +29,7 @@ type rolloutRecord struct {
 	Phase            string       `json:"phase"`
 	Awaiting         string       `json:"awaiting"`
 	Approved         []string     `json:"approved"`
+	StepStarted      time.Time    `json:"stepStarted"`
 	BakeStarted      time.Time    `json:"bakeStarted"`
 	Halted           *rolloutHalt `json:"halted"`
 }
@@ -116,6 +117,8 @@ func rolloutNext(r *rolloutRecord, now time.Time) string {
 		return fmt.Sprintf("approval: enforcement approve %s %s", r.Rule, r.Awaiting)
 	case !r.BakeStarted.IsZero():
 		return fmt.Sprintf("the bake time, started %s ago", now.Sub(r.BakeStarted).Round(time.Second))
+	case r.StepStarted.IsZero():
+		return "the rule's source to list its clusters before the step starts (the rule's Ready condition says how far it is)"
 	default:
 		return "the step's Applications to report Healthy and Synced"
 	}

@@ -49,6 +49,10 @@ func TestRolloutsAndApprove(t *testing.T) {
 	put("team-b/logging", map[string]any{"uid": "u-logging", "generation": 1, "stepNames": steps,
 		"step": 0, "phase": "Baking", "bakeStarted": time.Now().Add(-90 * time.Second), "approved": []string{"half"}})
 
+	put("team-b/network", map[string]any{"uid": "u-network", "generation": 1, "stepNames": steps, "step": 0, "phase": "Progressing"})
+	put("team-b/storage", map[string]any{"uid": "u-storage", "generation": 2, "stableGeneration": 1, "stepNames": steps,
+		"step": 0, "phase": "Progressing", "stepStarted": time.Now()})
+
 	env := map[string]string{"NATS_URL": srv.URL(), "USER": "ops"}
 	cli := func(args ...string) (string, error) {
 		var out bytes.Buffer
@@ -66,7 +70,9 @@ func TestRolloutsAndApprove(t *testing.T) {
 		"team-a/agent     4           3       AwaitingApproval  half (2/3)    approval: enforcement approve team-a/agent half",
 		"team-a/ingress   2           1       Halted            canary (1/3)  halted by Application edge-07-ingress of cluster edge-07 (Degraded: CrashLoopBackOff)",
 		"team-b/logging   1           -       Baking            canary (1/3)  the bake time, started 1m30s ago",
+		"team-b/network   1           -       Progressing       canary (1/3)  the rule's source to list its clusters before the step starts",
 		"team-b/policies  7           7       Complete          - (3/3)       nothing: every cluster runs generation 7",
+		"team-b/storage   2           1       Progressing       canary (1/3)  the step's Applications to report Healthy and Synced",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("rollouts lacks %q:\n%s", want, out)
