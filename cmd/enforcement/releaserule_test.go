@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
@@ -25,14 +27,8 @@ func TestReleaseRuleEdit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := json.Marshal(map[string]any{"generation": 4, "installed": 20, "cap": 2,
+	putRuleRecord(t, kv, "held", "team-a/fleet", map[string]any{"generation": 4, "installed": 20, "cap": 2,
 		"clusters": map[string]string{"s.YQ": "c03", "s.Yg": "c01", "s.Yw": "c02", "s.ZA": "c00"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(ctx, "held."+base64.RawURLEncoding.EncodeToString([]byte("team-a/fleet")), b); err != nil {
-		t.Fatal(err)
-	}
 	env := map[string]string{"NATS_URL": srv.URL(), "USER": "ops"}
 	cli := func(args ...string) (string, error) {
 		var out bytes.Buffer
@@ -74,5 +70,18 @@ func TestReleaseRuleEdit(t *testing.T) {
 	want := &events.RuleRemovalsReleased{Rule: events.RuleRef{Namespace: "team-a", Name: "fleet", Generation: 4}, Clusters: []string{"c00", "c01", "c02", "c03"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("release published %+v, want %+v", got, want)
+	}
+}
+
+// putRuleRecord writes rec where rule-engine keeps a rule's record of the kind in its state
+// bucket, "<kind>.<base64 namespace/name>", which readRuleRecords reads.
+func putRuleRecord(t *testing.T, kv jetstream.KeyValue, kind, rule string, rec any) {
+	t.Helper()
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), kind+"."+base64.RawURLEncoding.EncodeToString([]byte(rule)), b); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -30,13 +28,7 @@ func TestRolloutsAndApprove(t *testing.T) {
 	put := func(rule string, rec map[string]any) {
 		t.Helper()
 		rec["spec"] = map[string]any{"enforcements": []any{map[string]any{"name": "agent", "repo": "https://example/agent"}}}
-		b, err := json.Marshal(rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := kv.Put(ctx, "rollout."+base64.RawURLEncoding.EncodeToString([]byte(rule)), b); err != nil {
-			t.Fatal(err)
-		}
+		putRuleRecord(t, kv, "rollout", rule, rec)
 	}
 	steps := []string{"canary", "half", "rest"}
 	put("team-a/agent", map[string]any{"uid": "u-agent", "generation": 4, "stableGeneration": 3, "stepNames": steps,
