@@ -12,17 +12,29 @@ import (
 )
 
 // FreeAddr returns a 127.0.0.1 address whose port was free a moment ago, for a service's
-// METRICS_ADDR or HEALTH_ADDR. Another process may take the port before it is bound; tests
+// METRICS_ADDR or HEALTH_ADDR. It never returns an address twice in one test process: a test
+// that picks several addresses before it starts anything would otherwise be given a port again
+// once its probe closed. Another process may still take the port before it is bound; tests
 // that start a server on it fail loudly then, they do not hang.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("find a free port: %v", err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		if _, given := freeAddrsGiven.LoadOrStore(addr, true); !given {
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("find a free port: 100 tries gave only ports handed out already")
+	return ""
 }
+
+// freeAddrsGiven holds every address FreeAddr returned in this process.
+var freeAddrsGiven sync.Map
 
 // pollInterval is how often Eventually retries.
 const pollInterval = 50 * time.Millisecond
