@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	jsonv1 "github.com/go-json-experiment/json/v1"
 	"github.com/nats-io/nats.go"
 )
 
@@ -123,7 +124,7 @@ func Decode(subject string, header nats.Header, data []byte) (Event, Meta, error
 		meta.Time = parsed
 	}
 	e := d.new()
-	if err := json.Unmarshal(data, e); err != nil {
+	if err := unmarshalBody(data, e); err != nil {
 		// Unmarshal refuses what the stream decoder below accepts (a closing bracket after the
 		// object) and words some errors differently: the slower path decides and explains.
 		if e, err = decodeBody(d, data); err != nil {
@@ -134,6 +135,16 @@ func Decode(subject string, header nats.Header, data []byte) (Event, Meta, error
 		return nil, meta, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	return e, meta, nil
+}
+
+// unmarshalBody is encoding/json's Unmarshal with its semantics kept (names matched without regard
+// to case, the last of duplicate names wins, invalid UTF-8 replaced), on the implementation that
+// becomes encoding/json/v2 in Go 1.27: a typical event decodes in about half the time, with one
+// allocation instead of 16 (BenchmarkDecode), and decoding was the largest part of a consumer's
+// CPU. FuzzDecode and TestDecodeBodyReadsWhatEncodingJSONReads check that it accepts and refuses
+// what encoding/json does, with the same result.
+func unmarshalBody(data []byte, e Event) error {
+	return jsonv1.Unmarshal(data, e)
 }
 
 // decodeBody decodes an event body with a stream decoder, as Decode did before it used

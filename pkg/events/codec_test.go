@@ -1,6 +1,7 @@
 package events
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -131,7 +132,13 @@ func FuzzDecode(f *testing.F) {
 		f.Add(m.Header.Get(HeaderType), m.Header.Get(HeaderID), m.Header.Get(HeaderTime), m.Data)
 	}
 	f.Add("", "", "", []byte("null"))
+	for _, body := range encodingJSONQuirks {
+		f.Add((&ClusterAppeared{}).Type(), "id-1", "", []byte(body))
+	}
 	f.Fuzz(func(t *testing.T, typ, id, ts string, body []byte) {
+		if d, ok := byType[typ]; ok {
+			sameAsEncodingJSON(t, d, body)
+		}
 		h := nats.Header{}
 		h.Set("CE-SPECVERSION", "1.0")
 		h.Set("ce-type", typ)
@@ -149,4 +156,38 @@ func FuzzDecode(f *testing.F) {
 		}
 		_ = Subject(e)
 	})
+}
+
+// encodingJSONQuirks are bodies where encoding/json is lenient: Decode must read them as it does.
+var encodingJSONQuirks = []string{
+	`{"ID":"id-1","CLUSTER":{"name":"a","source":{"kind":"rancher"}}}`,
+	`{"id":"x","id":"id-1","cluster":{"name":"a","name":"b"}}`,
+	"{\"id\":\"id-1\",\"cluster\":{\"name\":\"a\xffb\"}}",
+	`{"id":"id-1","cluster":null,"unknown":[1,{"a":2}]}`,
+	`{"id":"id-1","cluster":{"labels":{"k":"v","k":"w"},"attributes":{"n":1e3,"b":true}}}`,
+	`{"id":"id-1"}]`,
+	`{"id":1}`,
+	`{"id":"id-1"} {"id":"id-2"}`,
+}
+
+// sameAsEncodingJSON checks that unmarshalBody, Decode's body decoder, accepts what
+// encoding/json.Unmarshal accepts and gives the same event, and refuses what it refuses.
+func sameAsEncodingJSON(t *testing.T, d *descriptor, body []byte) {
+	t.Helper()
+	want, got := d.new(), d.new()
+	wantErr, gotErr := json.Unmarshal(body, want), unmarshalBody(body, got)
+	if (wantErr == nil) != (gotErr == nil) {
+		t.Fatalf("body %q: encoding/json says %v, unmarshalBody says %v", body, wantErr, gotErr)
+	}
+	if wantErr == nil && !reflect.DeepEqual(got, want) {
+		t.Fatalf("body %q: unmarshalBody gave\n%#v\nencoding/json gave\n%#v", body, got, want)
+	}
+}
+
+func TestDecodeBodyReadsWhatEncodingJSONReads(t *testing.T) {
+	for _, d := range byType {
+		for _, body := range encodingJSONQuirks {
+			sameAsEncodingJSON(t, d, []byte(body))
+		}
+	}
 }

@@ -3,6 +3,7 @@ module github.com/enforcement-io/enforcement/pkg/events
 go 1.26.0
 
 require (
+	github.com/go-json-experiment/json v1.27.2
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.20.5
