@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"sync"
 
+	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -47,6 +48,8 @@ type view[T kubeObject] struct {
 
 func newView[T kubeObject](ns string, informer cache.SharedIndexInformer) *view[T] {
 	v := &view[T]{ns: ns, informer: informer, written: map[string]T{}, gone: map[string]tombstone{}}
+	// Before the informer starts, so it never fails.
+	_ = informer.SetTransform(trimForCache)
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { v.seen(obj) },
 		UpdateFunc: func(_, obj any) { v.seen(obj) },
@@ -230,4 +233,25 @@ func (k *keyedMutex) lock(key string) func() {
 		}
 		k.mu.Unlock()
 	}
+}
+
+// trimForCache drops from an object, before the informer caches it, what argo-syncer never reads:
+// the managed fields (every write is a server-side apply or a merge patch built from the desired
+// state, never an update of a cached copy) and, of an Application, the parts of Argo CD's status
+// other than the health, the sync status with what it compared, and the operation's phase and
+// message (applicationHealth). The resource list, the history, the conditions and the sync
+// result Argo CD keeps there grow with the Application's resources and syncs, once per
+// Application in memory. A fleet's memory then grows with its clusters by what argo-syncer uses.
+func trimForCache(obj any) (any, error) {
+	if o, ok := obj.(metav1.Object); ok {
+		o.SetManagedFields(nil)
+	}
+	if app, ok := obj.(*argov1.Application); ok {
+		st := argov1.ApplicationStatus{Health: app.Status.Health, Sync: app.Status.Sync}
+		if op := app.Status.OperationState; op != nil {
+			st.OperationState = &argov1.OperationState{Phase: op.Phase, Message: op.Message}
+		}
+		app.Status = st
+	}
+	return obj, nil
 }

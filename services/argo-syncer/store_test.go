@@ -1,0 +1,74 @@
+package main
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
+	healthlib "github.com/argoproj/gitops-engine/pkg/health"
+	synccommon "github.com/argoproj/gitops-engine/pkg/sync/common"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestCacheKeepsWhatArgoSyncerReads checks the informers' trim: an Application with the status
+// Argo CD's controller writes after a sync loses its managed fields and its resource list,
+// history, conditions and sync result, and reports the same health as before the trim.
+func TestCacheKeepsWhatArgoSyncerReads(t *testing.T) {
+	source := argov1.ApplicationSource{RepoURL: "https://git.example/agent", Path: "charts/agent", TargetRevision: "HEAD"}
+	dest := argov1.ApplicationDestination{Server: "https://c1.example", Namespace: "monitoring"}
+	now := metav1.NewTime(time.Date(2026, 12, 4, 7, 0, 0, 0, time.UTC))
+	app := &argov1.Application{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "c1-agent", ResourceVersion: "42",
+			Annotations: map[string]string{
+				AnnotationRule: "enforcement/baseline", AnnotationRuleUID: "uid-1", AnnotationCluster: "c1",
+				AnnotationEnforcement: "agent", AnnotationSpecHash: "h1",
+			},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: FieldManager, Operation: metav1.ManagedFieldsOperationApply}},
+		},
+		Spec: argov1.ApplicationSpec{Source: &source, Destination: dest, Project: "c1"},
+		Status: argov1.ApplicationStatus{
+			Health:     argov1.HealthStatus{Status: healthlib.HealthStatusDegraded, Message: "Deployment agent: 0 of 1 ready"},
+			Sync:       argov1.SyncStatus{Status: argov1.SyncStatusCodeSynced, ComparedTo: argov1.ComparedTo{Source: source, Destination: dest}, Revision: "abc"},
+			Resources:  []argov1.ResourceStatus{{Kind: "Deployment", Name: "agent", Namespace: "monitoring"}},
+			History:    argov1.RevisionHistories{{ID: 1, Revision: "abc", DeployedAt: now}},
+			Conditions: []argov1.ApplicationCondition{{Type: argov1.ApplicationConditionSyncError, Message: "old"}},
+			OperationState: &argov1.OperationState{
+				Phase: synccommon.OperationFailed, Message: "one or more objects failed to apply",
+				SyncResult: &argov1.SyncOperationResult{Revision: "abc", Resources: argov1.ResourceResults{{Name: "agent", Message: "forbidden"}}},
+				StartedAt:  now,
+			},
+			ReconciledAt: &now,
+		},
+	}
+	want, ok := applicationHealth(app.DeepCopy())
+	if !ok {
+		t.Fatal("the test Application has no health to report")
+	}
+	obj, err := trimForCache(app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trimmed := obj.(*argov1.Application)
+	if got, _ := applicationHealth(trimmed); !reflect.DeepEqual(got, want) {
+		t.Errorf("health after the trim:\n got %+v\nwant %+v", got, want)
+	}
+	if !want.Observed {
+		t.Error("the status compared the current spec, yet the health says it was not observed")
+	}
+	st := trimmed.Status
+	if trimmed.ManagedFields != nil || st.Resources != nil || st.History != nil || st.Conditions != nil || st.OperationState.SyncResult != nil || st.ReconciledAt != nil {
+		t.Errorf("the trim kept what argo-syncer never reads: managed fields %v, status %+v", trimmed.ManagedFields, st)
+	}
+
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "cluster-c1", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: FieldManager}}},
+		Data:       map[string][]byte{"server": []byte("https://c1.example"), "name": []byte("c1"), "config": []byte(`{}`)},
+	}
+	obj, _ = trimForCache(secret)
+	if s := obj.(*corev1.Secret); s.ManagedFields != nil || len(s.Data) != 3 {
+		t.Errorf("cluster Secret after the trim: managed fields %v, %d data keys (want none, 3)", s.ManagedFields, len(s.Data))
+	}
+}
