@@ -31,15 +31,21 @@ import (
 // goroutines without a client-side rate limit.
 const benchParallel = 16
 
-// pipelineRule selects every cluster of the fake Rancher (Google's driver) and installs one
-// package with one Helm value: one Application per cluster.
-const pipelineRule = `apiVersion: enforcement.globo.com/v1beta1
+// pipelineRule is the benchmark's rule number i: it selects every cluster of the fake Rancher
+// (Google's driver) and installs one package, pipelineEnforcement(i), with one Helm value (1), so each
+// rule gives every cluster an Application of its own. Rule 0 is "pipeline", the rule edited.
+func pipelineRule(i int) string {
+	name := "pipeline"
+	if i > 0 {
+		name = fmt.Sprintf("pipeline-%d", i)
+	}
+	return fmt.Sprintf(`apiVersion: enforcement.globo.com/v1beta1
 kind: ClusterRule
 metadata:
-  name: pipeline
+  name: %s
 spec:
   enforcements:
-    - name: agent
+    - name: %s
       repo: https://git.example/agent
       path: charts/agent
       namespace: monitoring
@@ -50,37 +56,58 @@ spec:
     rancher:
       filters:
         driver: googleKubernetesEngine
-`
+`, name, pipelineEnforcement(i))
+}
+
+// pipelineEnforcement names rule i's package; a cluster's Application of it is
+// "<cluster>-<package>".
+func pipelineEnforcement(i int) string {
+	if i == 0 {
+		return "agent"
+	}
+	return fmt.Sprintf("agent-%d", i)
+}
 
 // BenchmarkPipeline measures the built hub services, with their shipped defaults, end to end on
 // a fresh real API server and NATS, next to the floor of the same writes measured in the same
-// run on the same API server:
+// run on the same API server. PIPELINE_CLUSTERS (N, default 1,000) clusters, PIPELINE_RULES (R,
+// default 1) rules that each give every cluster one Application:
 //
-//   - create: PIPELINE_CLUSTERS clusters (default 1,000) appear in a Rancher that pages 100 at a
-//     time, until each has its Application (from the first "cluster appeared" event to the last
-//     Application), against plain parallel creates of the same cluster Secrets, AppProjects and
-//     Applications;
-//   - edit: the rule's Helm value changes, until every Application carries it, against plain
+//   - create: the N clusters appear in a Rancher that pages 100 at a time, until each has its R
+//     Applications (from the first "cluster appeared" event to the last Application), against
+//     plain parallel creates of the same N cluster Secrets, N AppProjects and R × N Applications;
+//   - edit: rule 0's Helm value changes, until its N Applications carry it, against plain
 //     parallel updates of as many Applications;
-//   - new cluster: 20 clusters appear one at a time into the full fleet; the time from each one's
-//     "cluster appeared" event to its Application (median and slowest);
-//   - memory: each service's peak resident set (VmHWM) at the end.
+//   - new cluster: PIPELINE_NEW clusters (default 100) appear one at a time into the full fleet;
+//     the time from each one's "cluster appeared" event to the last of its R Applications
+//     (median, 99th percentile, slowest);
+//   - memory: each service's resident set at idle (the rules applied, no cluster yet) and after
+//     the run, their difference per cluster, and the peak (VmHWM).
 //
 // It prints the figures and their ratios to the floor; it asserts no timing.
 func BenchmarkPipeline(b *testing.B) {
-	n := 1000
-	if v := os.Getenv("PIPELINE_CLUSTERS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			b.Fatalf("PIPELINE_CLUSTERS=%q: want a whole number >= 1", v)
-		}
-	}
+	n := envCount(b, "PIPELINE_CLUSTERS", 1000)
+	rules := envCount(b, "PIPELINE_RULES", 1)
+	newClusters := envCount(b, "PIPELINE_NEW", 100)
 	for range b.N {
-		pipelineRound(b, n)
+		pipelineRound(b, n, rules, newClusters)
 	}
 }
 
-func pipelineRound(b *testing.B, n int) {
+// envCount reads a whole number >= 1 from the environment variable name, def when unset.
+func envCount(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("%s=%q: want a whole number >= 1", name, v)
+	}
+	return n
+}
+
+func pipelineRound(b *testing.B, n, rules, newClusters int) {
 	s := newSystemWith(b, map[string]string{"LOG_LEVEL": "info"}, natsSingle, func(s *system) {
 		// A Rancher that pages as a real one does with its default limit.
 		s.rancher = rancherfake.New(b, token, 100)
@@ -96,26 +123,41 @@ func pipelineRound(b *testing.B, n int) {
 	})
 	apps := watchPipelineApps(b, s)
 	appeared := watchAppeared(b, s)
-	s.applyRule(operatorNS, pipelineRule)
+	for i := range rules {
+		s.applyRule(operatorNS, pipelineRule(i))
+	}
+	// The idle baseline: the services up, the rules read, no cluster yet.
+	time.Sleep(3 * time.Second)
+	idle := map[string]int{}
+	for _, name := range hubServices {
+		idle[name] = s.memoryKB(name, "VmRSS")
+	}
 
-	fleet := make([]map[string]any, 0, n+20)
+	fleet := make([]map[string]any, 0, n+newClusters)
 	for i := range n {
 		fleet = append(fleet, gke(fmt.Sprintf("c-%05d", i), fmt.Sprintf("bench-%05d", i), "active", nil))
 	}
+	cpuBefore := s.cpuTimes()
 	s.rancher.SetClusters(fleet...)
-	waitFor(b, 10*time.Minute, fmt.Sprintf("%d Applications", n), func() bool { return apps.count("1") == n })
+	waitFor(b, time.Hour, fmt.Sprintf("%d Applications", rules*n), func() bool { return apps.count("1") == rules*n })
+	cpuCreate := s.cpuTimes()
 	create := apps.last("1").Sub(appeared.first())
 	// Where the time went: the last cluster announced, the last intent published.
 	stages := fmt.Sprintf("last cluster appeared at %s, last install intent at %s",
 		appeared.last(&events.ClusterAppeared{}).Sub(appeared.first()).Round(time.Millisecond),
 		appeared.last(&events.InstallIntent{}).Sub(appeared.first()).Round(time.Millisecond))
+	// The CPU each service spent on it, against the two cores' 2 × create.
+	var cpu []string
+	for _, name := range hubServices {
+		cpu = append(cpu, fmt.Sprintf("%s %.1f s", name, (cpuCreate[name]-cpuBefore[name]).Seconds()))
+	}
 
 	// The floor of the creates, in a namespace of its own on the same API server, from the
 	// objects the services wrote (so the sizes match).
 	floorNS := s.kube.Namespace(b, "floor")
 	tmpl := pipelineTemplates(b, s, "bench-00000")
 	floor := newFloor(b, s.kube.Config, floorNS)
-	createFloor := floor.createAll(tmpl, n)
+	createFloor := floor.createAll(tmpl, n, rules)
 
 	// The rule edit.
 	start := time.Now()
@@ -123,40 +165,69 @@ func pipelineRound(b *testing.B, n int) {
 	if _, err := s.dyn.Resource(gvrClusterRule).Namespace(operatorNS).Patch(context.Background(), "pipeline", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	waitFor(b, 10*time.Minute, fmt.Sprintf("%d Applications updated", n), func() bool { return apps.count("2") == n })
+	waitFor(b, time.Hour, fmt.Sprintf("%d Applications updated", n), func() bool { return apps.count("2") == n })
 	edit := apps.last("2").Sub(start)
 	editFloor := floor.updateAll()
 
-	// One new cluster at a time into the full fleet.
+	// One new cluster at a time into the full fleet, until the last of its Applications.
 	var latencies []time.Duration
-	for i := range 20 {
-		name := fmt.Sprintf("bench-new-%02d", i)
-		fleet = append(fleet, gke(fmt.Sprintf("c-new-%02d", i), name, "active", nil))
+	for i := range newClusters {
+		name := fmt.Sprintf("bench-new-%03d", i)
+		fleet = append(fleet, gke(fmt.Sprintf("c-new-%03d", i), name, "active", nil))
 		s.rancher.SetClusters(fleet...)
-		waitFor(b, time.Minute, name+"'s Application", func() bool { return !apps.seen(name+"-agent", "2").IsZero() })
-		latencies = append(latencies, apps.seen(name+"-agent", "2").Sub(appeared.at(name)))
+		var last time.Time
+		waitFor(b, time.Minute, name+"'s Applications", func() bool {
+			last = time.Time{}
+			for r := range rules {
+				value := "1"
+				if r == 0 {
+					value = "2"
+				}
+				at := apps.seen(name+"-"+pipelineEnforcement(r), value)
+				if at.IsZero() {
+					return false
+				}
+				if at.After(last) {
+					last = at
+				}
+			}
+			return true
+		})
+		latencies = append(latencies, last.Sub(appeared.at(name)))
 	}
 	slices.Sort(latencies)
+	median, p99 := percentile(latencies, 50), percentile(latencies, 99)
 
 	b.ReportMetric(create.Seconds(), "create-s")
 	b.ReportMetric(createFloor.Seconds(), "create-floor-s")
 	b.ReportMetric(edit.Seconds(), "edit-s")
 	b.ReportMetric(editFloor.Seconds(), "edit-floor-s")
-	b.ReportMetric(float64(latencies[len(latencies)/2].Milliseconds()), "new-cluster-ms")
-	var rss []string
+	b.ReportMetric(float64(median.Microseconds())/1000, "new-cluster-ms")
+	b.ReportMetric(float64(p99.Microseconds())/1000, "new-cluster-p99-ms")
+	var memory []string
 	for _, name := range hubServices {
-		kb := s.peakRSS(name)
-		rss = append(rss, fmt.Sprintf("%s %d MB", name, kb/1024))
+		after, peak := s.memoryKB(name, "VmRSS"), s.memoryKB(name, "VmHWM")
+		memory = append(memory, fmt.Sprintf("    %-18s idle %4d MB, after %4d MB (%+.1f KB a cluster), peak %4d MB (%+.1f KB a cluster)",
+			name, idle[name]/1024, after/1024, float64(after-idle[name])/float64(n+newClusters),
+			peak/1024, float64(peak-idle[name])/float64(n+newClusters)))
 	}
-	b.Logf("%d clusters, one rule, one package, shipped defaults:\n"+
+	b.Logf("%d clusters, %d rule(s) of one package each, shipped defaults:\n"+
 		"  create  %8s   floor (%d plain creates, %d clients) %8s   ratio %.2f (%s)\n"+
+		"          CPU of the services meanwhile: %s\n"+
 		"  edit    %8s   floor (%d plain updates) %8s   ratio %.2f\n"+
-		"  one new cluster, event to Application: median %s, slowest of %d %s\n"+
-		"  peak RSS: %s",
-		n, create.Round(time.Millisecond), 3*n, benchParallel, createFloor.Round(time.Millisecond), create.Seconds()/createFloor.Seconds(), stages,
+		"  one new cluster, event to its last Application, %d in a row: median %s, p99 %s, slowest %s\n"+
+		"  resident memory (the growth is per cluster present at the end):\n%s",
+		n, rules, create.Round(time.Millisecond), (2+rules)*n, benchParallel, createFloor.Round(time.Millisecond), create.Seconds()/createFloor.Seconds(), stages,
+		strings.Join(cpu, ", "),
 		edit.Round(time.Millisecond), n, editFloor.Round(time.Millisecond), edit.Seconds()/editFloor.Seconds(),
-		latencies[len(latencies)/2].Round(time.Millisecond), len(latencies), latencies[len(latencies)-1].Round(time.Millisecond),
-		strings.Join(rss, ", "))
+		len(latencies), median.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), latencies[len(latencies)-1].Round(100*time.Microsecond),
+		strings.Join(memory, "\n"))
+}
+
+// percentile is the p-th percentile of sorted (nearest rank).
+func percentile(sorted []time.Duration, p int) time.Duration {
+	rank := (p*len(sorted) + 99) / 100
+	return sorted[max(rank, 1)-1]
 }
 
 // waitFor polls cond every 50 ms until it holds, or fails the benchmark after limit.
@@ -171,8 +242,9 @@ func waitFor(b *testing.B, limit time.Duration, what string, cond func() bool) {
 	}
 }
 
-// peakRSS is the service process's peak resident set in KiB (VmHWM), 0 when unknown.
-func (s *system) peakRSS(name string) int {
+// memoryKB is a field of the service process's /proc status in KiB: "VmRSS" (resident now) or
+// "VmHWM" (the peak resident set); 0 when unknown.
+func (s *system) memoryKB(name, field string) int {
 	s.mu.Lock()
 	p := s.procs[name]
 	s.mu.Unlock()
@@ -181,12 +253,37 @@ func (s *system) peakRSS(name string) int {
 		return 0
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
 			return kb
 		}
 	}
 	return 0
+}
+
+// cpuTimes is each hub service's CPU time so far (user and system, from /proc/<pid>/stat).
+func (s *system) cpuTimes() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, name := range hubServices {
+		s.mu.Lock()
+		p := s.procs[name]
+		s.mu.Unlock()
+		data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.cmd.Process.Pid), "stat"))
+		if err != nil {
+			continue
+		}
+		// The fields after the command name, which is in parentheses: utime and stime are the
+		// 12th and 13th, in clock ticks (100 a second on Linux).
+		_, rest, _ := strings.Cut(string(data), ") ")
+		f := strings.Fields(rest)
+		if len(f) < 13 {
+			continue
+		}
+		utime, _ := strconv.Atoi(f[11])
+		stime, _ := strconv.Atoi(f[12])
+		out[name] = time.Duration(utime+stime) * 10 * time.Millisecond
+	}
+	return out
 }
 
 // pipelineApps records, from a watch of the Argo CD namespace, when each Application was first
@@ -413,7 +510,9 @@ func cmpErr(first, err error) error {
 	return err
 }
 
-func (f *floor) createAll(t pipelineTemplate, n int) time.Duration {
+// createAll creates, for each of n clusters, its Secret, its AppProject and the Applications of
+// rules packages: (2 + rules) × n objects. The first package's Applications are kept for updateAll.
+func (f *floor) createAll(t pipelineTemplate, n, rules int) time.Duration {
 	f.apps = make([]*unstructured.Unstructured, n)
 	ctx := context.Background()
 	create := func(gvr schema.GroupVersionResource, tmpl *unstructured.Unstructured, name string) (*unstructured.Unstructured, error) {
@@ -426,9 +525,10 @@ func (f *floor) createAll(t pipelineTemplate, n int) time.Duration {
 		}
 		return got, err
 	}
-	return f.parallel(3*n, func(i int) error {
-		c := fmt.Sprintf("floor-%05d", i/3)
-		switch i % 3 {
+	perCluster := 2 + rules
+	return f.parallel(perCluster*n, func(i int) error {
+		c := fmt.Sprintf("floor-%05d", i/perCluster)
+		switch k := i % perCluster; k {
 		case 0:
 			_, err := create(gvrSecret, t.secret, "cluster-"+c)
 			return err
@@ -436,8 +536,10 @@ func (f *floor) createAll(t pipelineTemplate, n int) time.Duration {
 			_, err := create(gvrAppProject, t.project, c)
 			return err
 		default:
-			got, err := create(gvrApplication, t.app, c+"-agent")
-			f.apps[i/3] = got
+			got, err := create(gvrApplication, t.app, c+"-"+pipelineEnforcement(k-2))
+			if k == 2 {
+				f.apps[i/perCluster] = got
+			}
 			return err
 		}
 	})
