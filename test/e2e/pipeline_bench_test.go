@@ -68,7 +68,8 @@ func pipelineEnforcement(i int) string {
 	return fmt.Sprintf("agent-%d", i)
 }
 
-// BenchmarkPipeline measures the built hub services, with their shipped defaults, end to end on
+// BenchmarkPipeline measures the built hub services, with their shipped defaults (but the
+// harness's SCAN_INTERVAL of 1 s, so that each new cluster below is found at once), end to end on
 // a fresh real API server and NATS, next to the floor of the same writes measured in the same
 // run on the same API server. PIPELINE_CLUSTERS (N, default 1,000) clusters, PIPELINE_RULES (R,
 // default 1) rules that each give every cluster one Application:
@@ -211,7 +212,7 @@ func pipelineRound(b *testing.B, n, rules, newClusters int) {
 			name, idle[name]/1024, after/1024, float64(after-idle[name])/float64(n+newClusters),
 			peak/1024, float64(peak-idle[name])/float64(n+newClusters)))
 	}
-	b.Logf("%d clusters, %d rule(s) of one package each, shipped defaults:\n"+
+	b.Logf("%d clusters, %d rule(s) of one package each, shipped defaults but SCAN_INTERVAL=1s:\n"+
 		"  create  %8s   floor (%d plain creates, %d clients) %8s   ratio %.2f (%s)\n"+
 		"          CPU of the services meanwhile: %s\n"+
 		"  edit    %8s   floor (%d plain updates) %8s   ratio %.2f\n"+
