@@ -125,8 +125,7 @@ type Consumer struct {
 	mu       sync.Mutex
 	queues   map[string][]*delivery // messages not finished yet, per ordering key
 	running  map[string]bool        // keys with a worker
-	parked   int                    // workers waiting on handoff for a key
-	handoff  chan string            // gives a key to a parked worker
+	parked   []*worker              // workers waiting for a key, the last parked last
 	stopping bool
 	stopCh   chan struct{}
 	sem      chan struct{}
@@ -160,7 +159,6 @@ func Consume(ctx context.Context, js jetstream.JetStream, h Handler, opts Consum
 		abort:      abort,
 		queues:     make(map[string][]*delivery),
 		running:    make(map[string]bool),
-		handoff:    make(chan string),
 		stopCh:     make(chan struct{}),
 		sem:        make(chan struct{}, opts.Concurrency),
 	}
@@ -184,13 +182,14 @@ func (c *Consumer) enqueue(msg *delivery) {
 	if !c.running[key] && !c.stopping && c.handlerCtx.Err() == nil {
 		c.running[key] = true
 		c.wg.Add(1)
-		if c.parked > 0 {
-			// A parked worker is in (or on its way to) its receive on handoff, and cannot leave
-			// it before stopCh closes, which needs c.mu: the send completes at once.
-			c.parked--
-			c.handoff <- key
+		if n := len(c.parked); n > 0 {
+			w := c.parked[n-1]
+			c.parked[n-1] = nil
+			c.parked = c.parked[:n-1]
+			w.keys <- key // never blocks: a parked worker's channel is empty
 		} else {
-			go c.worker(key)
+			w := &worker{c: c, keys: make(chan string, 1), keep: keeper{period: c.ackWait / 6}}
+			go w.run(key)
 		}
 	}
 }
@@ -198,18 +197,36 @@ func (c *Consumer) enqueue(msg *delivery) {
 // maxParked bounds the workers kept waiting for a key, per Consumer.
 const maxParked = 256
 
-// worker runs the key it was started for, then waits for another key rather than ending. A new
-// goroutine for every key that became busy (in BenchmarkConsume, for nearly every message) had
-// its stack grown again while decoding: 9 % of the client's CPU. At most maxParked workers wait;
-// they end when the consumer stops.
-func (c *Consumer) worker(key string) {
+// worker is a goroutine that runs the key it was started for, then waits for another key rather
+// than ending. A new goroutine for every key that became busy (in BenchmarkConsume, for nearly
+// every message) had its stack grown again while decoding: 9 % of the client's CPU. At most
+// maxParked workers wait; they end when the consumer stops.
+//
+// The worker parked last is the first to get a key (a stack, where a channel shared by all
+// would hand the key to the one that waited longest): a few workers then do most of the work,
+// and fewer stacks the garbage collector shrank in between have to grow again.
+type worker struct {
+	c    *Consumer
+	keys chan string // the next key, while parked; a buffer of one
+	keep keeper      // the keep-alive of the message in work, reused from one to the next
+}
+
+func (w *worker) run(key string) {
+	c := w.c
 	for {
-		if !c.runKey(key) {
+		if !c.runKey(w, key) {
 			return
 		}
 		select {
-		case key = <-c.handoff:
+		case key = <-w.keys:
 		case <-c.stopCh:
+			// A key handed over before the stop still has the worker counted in c.wg: run
+			// it (runKey returns at once, the key's messages stay queued for Stop).
+			select {
+			case key = <-w.keys:
+				c.runKey(w, key)
+			default:
+			}
 			return
 		}
 	}
@@ -217,8 +234,8 @@ func (c *Consumer) worker(key string) {
 
 // runKey handles the messages of one key, one at a time, until its queue is empty or the
 // consumer stops; at a stop, unfinished messages stay queued, in order, for Stop to hand back.
-// It reports whether the worker was counted as parked, to wait for another key.
-func (c *Consumer) runKey(key string) (park bool) {
+// It reports whether the worker was parked, to wait for another key.
+func (c *Consumer) runKey(w *worker, key string) (park bool) {
 	defer c.wg.Done()
 	for {
 		c.mu.Lock()
@@ -228,9 +245,9 @@ func (c *Consumer) runKey(key string) (park bool) {
 				delete(c.queues, key)
 			}
 			c.running[key] = false
-			park = !c.stopping && c.parked < maxParked
+			park = !c.stopping && len(c.parked) < maxParked
 			if park {
-				c.parked++
+				c.parked = append(c.parked, w)
 			}
 			c.mu.Unlock()
 			return park
@@ -238,7 +255,7 @@ func (c *Consumer) runKey(key string) (park bool) {
 		msg := q[0]
 		c.mu.Unlock()
 
-		finished := c.process(msg)
+		finished := c.process(w, msg)
 
 		c.mu.Lock()
 		if finished {
@@ -251,28 +268,30 @@ func (c *Consumer) runKey(key string) (park bool) {
 // process decides, in this one place, what happens to a message: ack, retry in place or dead
 // letter. It returns false when a stop interrupted a retry wait, or an Abort the handler: the
 // message is then left for Stop to hand back.
-func (c *Consumer) process(msg *delivery) bool {
+func (c *Consumer) process(w *worker, msg *delivery) bool {
 	ev, meta, err := Decode(msg.Subject(), msg.Headers(), msg.Data())
-	if md, mdErr := msg.Metadata(); mdErr == nil {
-		meta.Sequence, meta.NumDelivered = md.Sequence.Stream, md.NumDelivered
+	if seq, delivered, ok := msg.Sequences(); ok {
+		meta.Sequence, meta.NumDelivered = seq, delivered
 	}
 	if err != nil {
 		c.deadLetter(msg, meta, 1, err)
 		return true
 	}
-	defer c.keepAlive(msg).stop()
+	w.keep.start(msg)
+	defer w.keep.stop()
 
 	for local := 1; ; local++ {
 		start := time.Now()
 		// A slot is held only while the handler runs: a message waiting for its retry (below)
 		// holds none, and a handler gives its slot back while it waits itself (Idle).
-		s := &slot{sem: c.sem}
-		s.take()
-		ctx, cancel := context.WithTimeout(context.WithValue(c.handlerCtx, slotKey{}, s), c.opts.HandlerTimeout)
+		ctx := &handlerContext{parent: c.handlerCtx, slot: slot{sem: c.sem}}
+		ctx.slot.take()
+		ctx.deadline = time.Now().Add(c.opts.HandlerTimeout) // the timeout starts with the slot
 		err = c.call(ctx, ev, meta)
-		cancel()
-		s.give()
-		c.opts.Metrics.observe(meta.Type, time.Since(start))
+		end := time.Now()
+		ctx.end(end)
+		ctx.slot.release()
+		c.opts.Metrics.observe(meta.Type, end.Sub(start))
 		if err == nil {
 			c.ack(msg, meta, "acked")
 			return true
@@ -309,47 +328,6 @@ func (c *Consumer) process(msg *delivery) bool {
 	}
 }
 
-// slot is one of the Concurrency places a handler runs in, as held by one handler call.
-type slot struct {
-	sem  chan struct{}
-	held bool
-}
-
-func (s *slot) take() {
-	if !s.held {
-		s.sem <- struct{}{}
-		s.held = true
-	}
-}
-
-func (s *slot) give() {
-	if s.held {
-		<-s.sem
-		s.held = false
-	}
-}
-
-// slotKey is the context key of the handler call's slot.
-type slotKey struct{}
-
-// Idle runs wait, typically a sleep before the handler's own next try, with the calling
-// handler's concurrency slot given back, and takes a slot again before it returns (waiting for
-// one if all are busy). So a handler that waits, such as a webhook delivery between two
-// attempts, does not hold up the handlers of other keys: Concurrency bounds the handlers that
-// work, not those that wait. The handler's key stays blocked meanwhile, which keeps its order.
-// ctx must be the context the Consumer passed to the handler (or derived from it); with any
-// other context Idle just runs wait. Call it from the handler's own goroutine only.
-func Idle(ctx context.Context, wait func()) {
-	s, ok := ctx.Value(slotKey{}).(*slot)
-	if !ok {
-		wait()
-		return
-	}
-	s.give()
-	defer s.take()
-	wait()
-}
-
 // call runs the handler and turns a panic into a permanent error, so the event becomes a dead
 // letter with the panic value as its reason and the service goes on with other events (and with
 // later events of the same key). A handler that panics on an event panics again on every
@@ -377,45 +355,62 @@ func (c *Consumer) ack(msg *delivery, meta Meta, outcome string) {
 	c.opts.Metrics.outcome(meta.Type, outcome)
 }
 
-// keepAlive tells the server the message is still being worked on, so AckWait never triggers a
-// redelivery (and an overtaking) while a handler runs or a retry waits. It costs a timer, not a
-// goroutine: most messages are done long before the first InProgress is due.
-func (c *Consumer) keepAlive(msg *delivery) *keeper {
-	k := &keeper{msg: msg, every: c.ackWait / 3}
-	if c.ackWait > 0 {
-		k.mu.Lock()
-		k.timer = time.AfterFunc(k.every, k.tick)
-		k.mu.Unlock()
-	}
-	return k
-}
-
-// keeper sends InProgress for one message every third of AckWait until stopped.
+// keeper tells the server that the message in work is still being worked on, so AckWait never
+// triggers a redelivery (and an overtaking) while a handler runs or a retry waits. It has one
+// timer per worker, which ticks every sixth of AckWait while the worker is busy, and sends
+// InProgress at every second tick a message sees: the first at most a third of AckWait after the
+// message started, and then every third. It costs a timer, not a goroutine, and only while the
+// worker is busy: most messages are done long before their first InProgress is due, and a timer
+// made, or even reset and stopped, for every message was a good part of the consumer's own CPU
+// per message (BenchmarkConsume). The timer stops at the first tick that finds no message.
 type keeper struct {
-	msg   *delivery
-	every time.Duration
+	period time.Duration // a sixth of AckWait; 0 when AckWait is unknown: nothing to keep alive
+
 	mu    sync.Mutex
 	timer *time.Timer
-	done  bool
+	armed bool      // timer will tick
+	msg   *delivery // the message in work, nil between two messages
+	ticks int       // ticks msg saw since it started or was last reported in progress
+}
+
+// start keeps msg alive until stop.
+func (k *keeper) start(msg *delivery) {
+	if k.period <= 0 {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.msg, k.ticks = msg, 0
+	switch {
+	case k.timer == nil:
+		k.timer = time.AfterFunc(k.period, k.tick)
+	case !k.armed:
+		k.timer.Reset(k.period)
+	}
+	k.armed = true
+}
+
+func (k *keeper) stop() {
+	if k.period <= 0 {
+		return
+	}
+	k.mu.Lock()
+	k.msg = nil
+	k.mu.Unlock()
 }
 
 func (k *keeper) tick() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.done {
+	if k.msg == nil {
+		k.armed = false
 		return
 	}
-	_ = k.msg.InProgress()
-	k.timer.Reset(k.every)
-}
-
-func (k *keeper) stop() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.done = true
-	if k.timer != nil {
-		k.timer.Stop()
+	if k.ticks++; k.ticks == 2 {
+		_ = k.msg.InProgress()
+		k.ticks = 0
 	}
+	k.timer.Reset(k.period)
 }
 
 // handBack returns a message to the server at shutdown so that another instance gets it at once.

@@ -233,8 +233,50 @@ func (d *delivery) Subject() string      { return d.msg.Subject }
 func (d *delivery) Headers() nats.Header { return d.msg.Header }
 func (d *delivery) Data() []byte         { return d.msg.Data }
 
-// Metadata parses the stream sequence and delivery count out of the reply subject.
-func (d *delivery) Metadata() (*nats.MsgMetadata, error) { return d.msg.Metadata() }
+// Sequences reads the stream sequence and the delivery count out of the reply subject; ok is
+// false if it is not an ack subject.
+func (d *delivery) Sequences() (stream, delivered uint64, ok bool) { return ackSequences(d.msg.Reply) }
+
+// ackSequences reads the stream sequence and the delivery count out of a JetStream ack subject,
+// as nats.go's Msg.Metadata does (TestAckSequencesReadsWhatMetadataReads), without an allocation
+// and without the fields the consumer does not use: Metadata was 1 of the 30 allocations, and
+// 2 % of the CPU, per message in BenchmarkConsume. The subject is
+//
+//	$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>
+//
+// or, from newer servers, with <domain>.<account hash> after $JS.ACK and possibly more tokens
+// at the end (11 tokens or more).
+func ackSequences(reply string) (stream, delivered uint64, ok bool) {
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	if !ok {
+		return 0, 0, false
+	}
+	skip := 2 // stream and consumer
+	switch tokens := strings.Count(reply, ".") + 1; {
+	case tokens == 9:
+	case tokens >= 11:
+		skip = 4 // domain, account hash, stream and consumer
+	default:
+		return 0, 0, false
+	}
+	for range skip {
+		_, rest, _ = strings.Cut(rest, ".")
+	}
+	d, rest, _ := strings.Cut(rest, ".")
+	s, _, _ := strings.Cut(rest, ".")
+	return ackNumber(s), ackNumber(d), true
+}
+
+// ackNumber reads a number of an ack subject; 0 if it is not one (as nats.go reads it).
+func ackNumber(s string) (n uint64) {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0
+		}
+		n = n*10 + uint64(s[i]-'0')
+	}
+	return n
+}
 
 var (
 	ackBody      = []byte("+ACK")

@@ -90,3 +90,31 @@ func waitNoAckPending(ctx context.Context, t *testing.T, js jetstream.JetStream)
 		}
 	}
 }
+
+// ackSequences reads the stream sequence and the delivery count as nats.go's Metadata does, from
+// the ack subjects of old and new servers, and refuses what Metadata refuses.
+func TestAckSequencesReadsWhatMetadataReads(t *testing.T) {
+	for _, reply := range []string{
+		"$JS.ACK.ENFORCEMENT.rule-engine.3.1042.77.1764842400000000000.12",
+		"$JS.ACK._.hash.ENFORCEMENT.rule-engine.1.7.7.1764842400000000000.0.token",
+		"$JS.ACK.domain.hash.ENFORCEMENT.rule-engine.2.18446744073709551615.9.1764842400000000000.0",
+		"$JS.ACK.domain.hash.ENFORCEMENT.rule-engine.2.5.9.1764842400000000000.0.token.more",
+		"$JS.ACK.ENFORCEMENT.rule-engine.x.1042.77.1764842400000000000.12",
+		"$JS.ACK.ENFORCEMENT.rule-engine.3.-1.77.1764842400000000000.12",
+		"$JS.ACK.ENFORCEMENT.rule-engine.3..77.1764842400000000000.12",
+		"$JS.ACK.ENFORCEMENT.rule-engine.3.1042.77.1764842400000000000",
+		"$JS.ACK.a.b.ENFORCEMENT.rule-engine.3.1042.77.1764842400000000000",
+		"$JS.NAK.ENFORCEMENT.rule-engine.3.1042.77.1764842400000000000.12",
+		"_INBOX.abc",
+	} {
+		seq, delivered, ok := ackSequences(reply)
+		md, err := (&nats.Msg{Reply: reply, Sub: &nats.Subscription{}}).Metadata()
+		if ok != (err == nil) {
+			t.Errorf("%s: ok %v, Metadata's error %v", reply, ok, err)
+			continue
+		}
+		if ok && (seq != md.Sequence.Stream || delivered != md.NumDelivered) {
+			t.Errorf("%s: sequence %d delivered %d, Metadata reads %d and %d", reply, seq, delivered, md.Sequence.Stream, md.NumDelivered)
+		}
+	}
+}

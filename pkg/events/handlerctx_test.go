@@ -1,0 +1,247 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// startCall makes the context of one handler call on parent, with its slot taken, as process
+// does; end finishes the call.
+func startCall(parent context.Context, sem chan struct{}, timeout time.Duration) (ctx *handlerContext, end func()) {
+	ctx = &handlerContext{parent: parent, slot: slot{sem: sem}}
+	ctx.slot.take()
+	ctx.deadline = time.Now().Add(timeout)
+	return ctx, func() {
+		ctx.end(time.Now())
+		ctx.slot.release()
+	}
+}
+
+// waitDone fails unless ctx is done within a second, with err.
+func waitDone(t *testing.T, ctx context.Context, want error) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Second):
+		t.Fatalf("context not done a second later (Err %v)", ctx.Err())
+	}
+	if err := ctx.Err(); !errors.Is(err, want) {
+		t.Fatalf("Err() = %v, want %v", err, want)
+	}
+}
+
+type testKey struct{}
+
+// A handler's context behaves as the context.WithTimeout(context.WithValue(...)) it replaces:
+// it ends at its deadline, with the parent (Abort), and when the handler returns, whether
+// something waited on it from the start, looked at it late, or derived a context from it.
+func TestHandlerContextEndsLikeAContextWithTimeout(t *testing.T) {
+	base := context.WithValue(context.Background(), testKey{}, "parent's")
+	sem := make(chan struct{}, 1)
+
+	t.Run("deadline, waited on", func(t *testing.T) {
+		ctx, end := startCall(base, sem, 50*time.Millisecond)
+		defer end()
+		if d, ok := ctx.Deadline(); !ok || time.Until(d) > 50*time.Millisecond {
+			t.Fatalf("Deadline() = %v, %v", d, ok)
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("Err() = %v before the deadline", ctx.Err())
+		}
+		waitDone(t, ctx, context.DeadlineExceeded)
+	})
+	t.Run("deadline, polled", func(t *testing.T) {
+		ctx, end := startCall(base, sem, 20*time.Millisecond)
+		defer end()
+		time.Sleep(40 * time.Millisecond)
+		if err := ctx.Err(); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Err() = %v past the deadline", err)
+		}
+		waitDone(t, ctx, context.DeadlineExceeded)
+	})
+	t.Run("deadline, derived", func(t *testing.T) {
+		ctx, end := startCall(base, sem, 50*time.Millisecond)
+		defer end()
+		child, cancel := context.WithTimeout(ctx, time.Hour)
+		defer cancel()
+		if d, _ := child.Deadline(); !d.Equal(ctx.deadline) {
+			t.Fatalf("derived deadline %v, want the handler's %v", d, ctx.deadline)
+		}
+		waitDone(t, child, context.DeadlineExceeded)
+		if child.Value(testKey{}) != "parent's" || child.Value(slotKey{}) != &ctx.slot {
+			t.Fatal("a derived context does not carry the parent's values and the slot")
+		}
+	})
+	t.Run("abort", func(t *testing.T) {
+		parent, abort := context.WithCancel(base)
+		ctx, end := startCall(parent, sem, time.Hour)
+		defer end()
+		done := ctx.Done()
+		abort()
+		<-done
+		waitDone(t, ctx, context.Canceled)
+	})
+	t.Run("abort, looked at late", func(t *testing.T) {
+		parent, abort := context.WithCancel(base)
+		ctx, end := startCall(parent, sem, time.Hour)
+		defer end()
+		abort()
+		waitDone(t, ctx, context.Canceled)
+	})
+	t.Run("return", func(t *testing.T) {
+		ctx, end := startCall(base, sem, time.Hour)
+		child, cancel := context.WithCancel(ctx)
+		defer cancel()
+		end()
+		waitDone(t, child, context.Canceled)
+		waitDone(t, ctx, context.Canceled)
+	})
+	t.Run("return, looked at after the deadline", func(t *testing.T) {
+		ctx, end := startCall(base, sem, 20*time.Millisecond)
+		end()
+		time.Sleep(40 * time.Millisecond)
+		waitDone(t, ctx, context.Canceled) // it ended before its deadline
+		if ctx.Value(testKey{}) != "parent's" {
+			t.Fatal("a context kept after return lost the parent's values")
+		}
+	})
+	t.Run("return after the deadline", func(t *testing.T) {
+		ctx, end := startCall(base, sem, 10*time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
+		end()
+		waitDone(t, ctx, context.DeadlineExceeded)
+	})
+	if len(sem) != 0 {
+		t.Fatalf("%d slots still taken after every call returned", len(sem))
+	}
+}
+
+// Each call has a context of its own: a context a handler kept (or a goroutine it started still
+// holds) stays cancelled after the call returned, whatever the next calls on the same worker do,
+// and Idle on it after the return takes no slot.
+func TestHandlerContextIsNotReused(t *testing.T) {
+	sem := make(chan struct{}, 1)
+	kept, end := startCall(context.Background(), sem, time.Hour)
+	var watcher sync.WaitGroup
+	watcher.Go(func() { <-kept.Done() })
+	end()
+	watcher.Wait()
+	for range 3 {
+		ctx, end := startCall(context.Background(), sem, time.Hour)
+		if ctx == kept || ctx.Err() != nil {
+			t.Fatalf("next call's context %p: Err %v, kept %p", ctx, ctx.Err(), kept)
+		}
+		Idle(ctx, func() {
+			if len(sem) != 0 {
+				t.Error("Idle did not give the slot back")
+			}
+		})
+		end()
+		waitDone(t, kept, context.Canceled)
+	}
+	Idle(kept, func() {})
+	if len(sem) != 0 {
+		t.Fatal("Idle on a context kept after its call returned took a slot for good")
+	}
+}
+
+// A handler running past HandlerTimeout finds its context cancelled with DeadlineExceeded, a
+// second later attempt gets a fresh context, and a context the consumer passed keeps the values
+// of the context given to Consume.
+func TestConsumeCancelsASlowHandlerAtHandlerTimeout(t *testing.T) {
+	_, js := connect(t, startNATS(t, ""), TopologyOptions{})
+	publish(t, NewPublisher(js, "/test"), appeared("a", 1))
+	type call struct {
+		err   error
+		value any
+		ctx   context.Context
+	}
+	calls := make(chan call, 2)
+	var n atomic.Int32
+	parent := context.WithValue(context.Background(), testKey{}, "consume's")
+	c, err := Consume(parent, js, func(ctx context.Context, _ Event, _ Meta) error {
+		if n.Add(1) == 1 {
+			<-ctx.Done() // the first attempt waits for its timeout
+		}
+		calls <- call{ctx.Err(), ctx.Value(testKey{}), ctx}
+		return ctx.Err()
+	}, ConsumerOptions{Name: ConsumerRuleEngine, HandlerTimeout: 100 * time.Millisecond, Backoff: func(int) time.Duration { return 0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	var got []call
+	for range 2 {
+		select {
+		case c := <-calls:
+			got = append(got, c)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d handler calls, want 2", len(got))
+		}
+	}
+	if !errors.Is(got[0].err, context.DeadlineExceeded) || got[1].err != nil {
+		t.Fatalf("first call's Err %v, second's %v: want the first past its timeout, the second fresh", got[0].err, got[1].err)
+	}
+	if got[0].value != "consume's" || got[1].value != "consume's" {
+		t.Fatalf("handler contexts carry %v and %v, want the value of Consume's context", got[0].value, got[1].value)
+	}
+	waitDone(t, got[1].ctx, context.Canceled) // kept after its call returned
+}
+
+// Abort cancels the context of a handler in flight.
+func TestConsumeAbortCancelsTheHandlersContext(t *testing.T) {
+	_, js := connect(t, startNATS(t, ""), TopologyOptions{})
+	publish(t, NewPublisher(js, "/test"), appeared("a", 1))
+	started, ended := make(chan struct{}), make(chan error, 1)
+	c := consume(t, js, func(ctx context.Context, _ Event, _ Meta) error {
+		close(started)
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+		}
+		ended <- ctx.Err()
+		return ctx.Err()
+	}, ConsumerOptions{})
+	<-started
+	c.Abort()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("handler's Err after Abort: %v, want Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler's context was not cancelled by Abort")
+	}
+}
+
+// A message whose handler runs for several AckWaits is kept alive (InProgress) and not
+// delivered again, and so is a later one, on the worker that parked last, which reuses its
+// keep-alive timer.
+func TestConsumeKeepsALongHandlersMessageAlive(t *testing.T) {
+	const ackWait = 600 * time.Millisecond
+	_, js := connect(t, startNATS(t, ""), TopologyOptions{AckWait: ackWait})
+	pub := NewPublisher(js, "/test")
+	r := newRecorder(func(_ *ClusterAppeared, m Meta) error {
+		if m.NumDelivered == 1 { // a redelivery would be handled at once, and seen below
+			time.Sleep(3 * ackWait)
+		}
+		return nil
+	})
+	consume(t, js, r.handle, ConsumerOptions{})
+	for rev := uint64(1); rev <= 2; rev++ {
+		publish(t, pub, appeared("a", rev))
+		if got, want := r.waitFor(t, 1)[0], fmt.Sprintf("a@%d#1", rev); got != want {
+			t.Fatalf("handled %s, want %s", got, want)
+		}
+	}
+	select {
+	case extra := <-r.signal:
+		t.Fatalf("a message came again: %s", extra)
+	case <-time.After(2 * ackWait):
+	}
+}
