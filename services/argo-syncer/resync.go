@@ -191,7 +191,7 @@ func (s *Syncer) Restore(ctx context.Context, in *events.InstallIntent, create b
 	if terminating || (!exists && !create) {
 		return InstallResult{Application: name}, nil
 	}
-	res, err := s.install(ctx, in, false, false) // credentials are refreshed by intents only
+	res, err := s.install(ctx, installing{}, in, false, false) // credentials are refreshed by intents only
 	if err == nil && res.Writes > 0 {
 		s.logger.Info("Restored desired state", "application", name, "cluster", in.Cluster.Name, "rule", in.Rule.String(), "writes", res.Writes)
 	}

@@ -11,6 +11,8 @@ package main
 // and tombstones the ones it deleted (until the informer has seen the deletion).
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -198,21 +200,34 @@ func (v *view[T]) removed(name string, uid types.UID, terminating bool) {
 	}
 }
 
-// keyedMutex serialises work per key (a cluster): intents of different rules for one cluster
-// share its Secret and AppProject.
+// keyedMutex serialises work per key.
 type keyedMutex struct {
 	mu    sync.Mutex
 	locks map[string]*keyLock
 }
 
 type keyLock struct {
-	sync.Mutex
+	sync.RWMutex
 	refs int
 }
 
-// lock locks key and returns its unlock function.
+// lock locks key exclusively and returns its unlock function.
 func (k *keyedMutex) lock(key string) func() {
+	l := k.ref(key)
+	l.Lock()
+	return func() { l.Unlock(); k.unref(key, l) }
+}
+
+// rlock locks key shared with other rlock holders, and returns its unlock function.
+func (k *keyedMutex) rlock(key string) func() {
+	l := k.ref(key)
+	l.RLock()
+	return func() { l.RUnlock(); k.unref(key, l) }
+}
+
+func (k *keyedMutex) ref(key string) *keyLock {
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	if k.locks == nil {
 		k.locks = map[string]*keyLock{}
 	}
@@ -222,17 +237,106 @@ func (k *keyedMutex) lock(key string) func() {
 		k.locks[key] = l
 	}
 	l.refs++
-	k.mu.Unlock()
-	l.Lock()
-	return func() {
-		l.Unlock()
-		k.mu.Lock()
-		l.refs--
-		if l.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
+	return l
+}
+
+func (k *keyedMutex) unref(key string, l *keyLock) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l.refs--
+	if l.refs == 0 {
+		delete(k.locks, key)
 	}
+}
+
+// clusterLocks order the work on one cluster. An install holds its cluster shared, so that the
+// Applications of a new cluster (one a rule) are written side by side instead of one after the
+// other; within it, the cluster's own objects (its Secret and AppProject, which its intents
+// share) and each Application name are held exclusively for the moment they are read and
+// written. Everything else (an uninstall and the unregistration it may end in, the resync's
+// restores, a name-conflict check) holds the cluster exclusively: it sees no install half done,
+// and an unregistration never removes a project that an Application being written relies on.
+type clusterLocks struct {
+	clusters keyedMutex // shared: installs; exclusive: the rest
+	objects  keyedMutex // the cluster's Secret and AppProject, within a shared hold
+	apps     keyedMutex // an Application name, within a shared hold
+}
+
+// lock holds the cluster exclusively.
+func (c *clusterLocks) lock(cluster string) func() { return c.clusters.lock(cluster) }
+
+// installing is a shared hold of one cluster by an install; its zero value stands for an
+// exclusive hold, which needs nothing more.
+type installing struct {
+	locks *clusterLocks
+}
+
+// install holds the cluster shared, for an install.
+func (c *clusterLocks) install(cluster string) (installing, func()) {
+	return installing{locks: c}, c.clusters.rlock(cluster)
+}
+
+// objects holds the cluster's own objects, and application holds one Application name, for the
+// rest of a shared hold's read-then-write; both return their unlock function.
+func (h installing) objects(cluster string) func() {
+	if h.locks == nil {
+		return func() {}
+	}
+	return h.locks.objects.lock(cluster)
+}
+
+func (h installing) application(name string) func() {
+	if h.locks == nil {
+		return func() {}
+	}
+	return h.locks.apps.lock(name)
+}
+
+// repoQueue holds, per AppProject and cluster identity, the repositories that installs waiting
+// for their cluster's objects want the project to allow. The install that writes the project
+// takes them all: the Applications of a new cluster, one a rule, cost the project two writes or
+// so instead of one each. Each install still adds its own repository itself, so an entry taken
+// by a write that then fails is not lost. The identity keeps two clusters that share a name
+// (one of them refused as a name conflict) from allowing each other's repositories.
+type repoQueue struct {
+	mu   sync.Mutex
+	want map[repoQueueKey]map[string]int // repository → installs waiting with it
+}
+
+type repoQueueKey struct{ project, identity string }
+
+// add queues repo for the project until done is called with the same arguments.
+func (q *repoQueue) add(project, identity, repo string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := repoQueueKey{project, identity}
+	if q.want == nil {
+		q.want = map[repoQueueKey]map[string]int{}
+	}
+	if q.want[k] == nil {
+		q.want[k] = map[string]int{}
+	}
+	q.want[k][repo]++
+}
+
+// done ends the wait of one install that queued repo for the project.
+func (q *repoQueue) done(project, identity, repo string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := repoQueueKey{project, identity}
+	if q.want[k][repo]--; q.want[k][repo] <= 0 {
+		delete(q.want[k], repo)
+	}
+	if len(q.want[k]) == 0 {
+		delete(q.want, k)
+	}
+}
+
+// queued lists the repositories queued for the project.
+func (q *repoQueue) queued(project, identity string) []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Collect(maps.Keys(q.want[repoQueueKey{project, identity}]))
 }
 
 // trimForCache drops from an object, before the informer caches it, what argo-syncer never reads:

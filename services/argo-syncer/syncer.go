@@ -98,7 +98,10 @@ type Syncer struct {
 	projects *view[*argov1.AppProject]
 	secrets  *view[*corev1.Secret]
 	creds    *credentialCache
-	clusters keyedMutex
+	clusters clusterLocks
+	// repos are the repositories that installs waiting for their cluster's objects want its
+	// AppProject to allow.
+	repos repoQueue
 	// pending holds clusters to unregister once their terminating Applications are gone.
 	pending workqueue.TypedRateLimitingInterface[string]
 	synced  []cache.InformerSynced
@@ -263,16 +266,18 @@ type InstallResult struct {
 // Install makes the intent's Application exist as rendered, registering the cluster and writing
 // its AppProject first when needed. With gate set, a new Application whose intent has a
 // beforeInstall trigger is not created: the result says Waiting. Errors are *failure values.
+// The intents of one cluster's other Applications are installed alongside (clusterLocks).
 func (s *Syncer) Install(ctx context.Context, in *events.InstallIntent, gate bool) (InstallResult, error) {
-	unlock := s.clusters.lock(in.Cluster.Name)
+	h, unlock := s.clusters.install(in.Cluster.Name)
 	defer unlock()
-	return s.install(ctx, in, gate, true)
+	return s.install(ctx, h, in, gate, true)
 }
 
-// install is Install with the cluster's lock held. With refreshCredentials set (an intent, not
-// the resync) the cluster Secret's credentials follow the Secret the intent references, and an
-// Application it creates records the intent (AnnotationCreatedBy).
-func (s *Syncer) install(ctx context.Context, in *events.InstallIntent, gate, refreshCredentials bool) (InstallResult, error) {
+// install is Install with the cluster held: shared by h, or exclusively (h is then the zero
+// installing). With refreshCredentials set (an intent, not the resync) the cluster Secret's
+// credentials follow the Secret the intent references, and an Application it creates records
+// the intent (AnnotationCreatedBy).
+func (s *Syncer) install(ctx context.Context, h installing, in *events.InstallIntent, gate, refreshCredentials bool) (InstallResult, error) {
 	cluster := in.Cluster.Name
 	// Decide from the cache (and argo-syncer's own recent writes) before writing anything: the
 	// common cases, a redelivery or an unchanged render, cost no request at all.
@@ -284,10 +289,13 @@ func (s *Syncer) install(ctx context.Context, in *events.InstallIntent, gate, re
 	desired := RenderApplication(s.ns, in, names)
 	desired.seal()
 	res := InstallResult{Application: desired.Metadata.Name}
+	defer h.application(desired.Metadata.Name)()
 	existing, exists, terminating := s.apps.get(desired.Metadata.Name)
 	if terminating {
 		return res, &failure{reason: ReasonTerminating, err: fmt.Errorf("application %s is being deleted; waiting until it is gone", desired.Metadata.Name)}
 	}
+	// Checked again in prepareCluster, with the cluster's objects held: here it is read
+	// without, so that the cluster's installs queue their repositories for one project write.
 	if err := s.nameConflict(in.Rule, in.Cluster, names); err != nil {
 		return res, err
 	}
@@ -300,24 +308,7 @@ func (s *Syncer) install(ctx context.Context, in *events.InstallIntent, gate, re
 		res.Waiting = true
 		return res, nil
 	}
-
-	// Order matters for Argo CD: the cluster must be registered and the project must allow the
-	// repository before the Application is reconciled, or its first sync fails.
-	writes, err := s.ensureCluster(ctx, in.Cluster, names.secret, refreshCredentials)
-	res.Writes += writes
-	if err != nil {
-		return res, err
-	}
-	writes, err = s.clearUnregisterPending(ctx, cluster)
-	res.Writes += writes
-	if err != nil {
-		return res, err
-	}
-	if in.Grant != nil {
-		writes, err = s.ensureTenantProject(ctx, in.Cluster, names.project, in.Grant)
-	} else {
-		writes, err = s.ensureProject(ctx, in.Cluster, names, in.Enforcement.Repo)
-	}
+	writes, err := s.prepareCluster(ctx, h, in, names, refreshCredentials)
 	res.Writes += writes
 	if err != nil {
 		return res, err
@@ -356,6 +347,38 @@ func (s *Syncer) install(ctx context.Context, in *events.InstallIntent, gate, re
 		s.logger.Info("Updated Application", "application", app.Name, "cluster", cluster, "rule", in.Rule.String())
 	}
 	return res, nil
+}
+
+// prepareCluster readies the cluster for the intent's Application, holding the cluster's own
+// objects: no other cluster of that name holds them (nameConflict, again: another install of
+// the cluster may have written them since the first check), the cluster is registered,
+// a pending unregistration is called off and the AppProject allows the repository. Order
+// matters for Argo CD: the cluster must be registered and the project must allow the repository
+// before the Application is reconciled, or its first sync fails.
+func (s *Syncer) prepareCluster(ctx context.Context, h installing, in *events.InstallIntent, names objectNames, refreshCredentials bool) (int, error) {
+	if in.Grant == nil {
+		s.repos.add(names.project, in.Cluster.Identity, in.Enforcement.Repo)
+		defer s.repos.done(names.project, in.Cluster.Identity, in.Enforcement.Repo)
+	}
+	defer h.objects(in.Cluster.Name)()
+	if err := s.nameConflict(in.Rule, in.Cluster, names); err != nil {
+		return 0, err
+	}
+	writes, err := s.ensureCluster(ctx, in.Cluster, names.secret, refreshCredentials)
+	if err != nil {
+		return writes, err
+	}
+	w, err := s.clearUnregisterPending(ctx, in.Cluster.Name)
+	writes += w
+	if err != nil {
+		return writes, err
+	}
+	if in.Grant != nil {
+		w, err = s.ensureTenantProject(ctx, in.Cluster, names.project, in.Grant)
+	} else {
+		w, err = s.ensureProject(ctx, in.Cluster, names, in.Enforcement.Repo)
+	}
+	return writes + w, err
 }
 
 // mayWrite reports, as a permanent NotOwned failure, why the intent must not write over the
@@ -665,8 +688,9 @@ func (s *Syncer) ensureProject(ctx context.Context, t events.Target, n objectNam
 		}
 	}
 	// Repositories are only added: an AppProject never loses a repository while the cluster is
-	// registered (an adopted project keeps what the original operator allowed).
-	repos := []string{repo}
+	// registered (an adopted project keeps what the original operator allowed). The write also
+	// allows the repositories of the cluster's installs waiting behind this one (repoQueue).
+	repos := append([]string{repo}, s.repos.queued(name, t.Identity)...)
 	if exists {
 		repos = append(repos, existing.Spec.SourceRepos...)
 	}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -147,18 +148,8 @@ func pipelineRound(b *testing.B, n, rules, newClusters int) {
 	stages := fmt.Sprintf("last cluster appeared at %s, last install intent at %s",
 		appeared.last(&events.ClusterAppeared{}).Sub(appeared.first()).Round(time.Millisecond),
 		appeared.last(&events.InstallIntent{}).Sub(appeared.first()).Round(time.Millisecond))
-	// The CPU each service spent on it, against the two cores' 2 × create.
-	var cpu []string
-	for _, name := range hubServices {
-		cpu = append(cpu, fmt.Sprintf("%s %.1f s", name, (cpuCreate[name]-cpuBefore[name]).Seconds()))
-	}
-
-	// The floor of the creates, in a namespace of its own on the same API server, from the
-	// objects the services wrote (so the sizes match).
-	floorNS := s.kube.Namespace(b, "floor")
-	tmpl := pipelineTemplates(b, s, "bench-00000")
-	floor := newFloor(b, s.kube.Config, floorNS)
-	createFloor := floor.createAll(tmpl, n, rules)
+	fl := measureFloors(b, s, n, rules)
+	createFloor := fl.create
 
 	// The rule edit.
 	start := time.Now()
@@ -168,7 +159,7 @@ func pipelineRound(b *testing.B, n, rules, newClusters int) {
 	}
 	waitFor(b, time.Hour, fmt.Sprintf("%d Applications updated", n), func() bool { return apps.count("2") == n })
 	edit := apps.last("2").Sub(start)
-	editFloor := floor.updateAll()
+	editFloor := fl.floor.updateAll()
 
 	latencies := newClusterLatencies(b, s, apps, appeared, fleet, rules, newClusters)
 	slices.Sort(latencies)
@@ -189,15 +180,54 @@ func pipelineRound(b *testing.B, n, rules, newClusters int) {
 	}
 	b.Logf("%d clusters, %d rule(s) of one package each, shipped defaults but SCAN_INTERVAL=1s:\n"+
 		"  create  %8s   floor (%d plain creates, %d clients) %8s   ratio %.2f (%s)\n"+
-		"          CPU of the services meanwhile: %s\n"+
+		"          CPU meanwhile: %s\n"+
+		"          floor by server-side apply %8s (ratio to plain creates %.2f), CPU of the control plane: creates %s; applies %s\n"+
 		"  edit    %8s   floor (%d plain updates) %8s   ratio %.2f\n"+
 		"  one new cluster, event to its last Application, %d in a row: median %s, p99 %s, slowest %s\n"+
 		"  resident memory (the growth is per cluster present at the end):\n%s",
 		n, rules, create.Round(time.Millisecond), (2+rules)*n, benchParallel, createFloor.Round(time.Millisecond), create.Seconds()/createFloor.Seconds(), stages,
-		strings.Join(cpu, ", "),
+		cpuSpent(cpuBefore, cpuCreate),
+		fl.apply.Round(time.Millisecond), fl.apply.Seconds()/createFloor.Seconds(), fl.createCPU, fl.applyCPU,
 		edit.Round(time.Millisecond), n, editFloor.Round(time.Millisecond), edit.Seconds()/editFloor.Seconds(),
 		len(latencies), median.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), latencies[len(latencies)-1].Round(100*time.Microsecond),
 		strings.Join(memory, "\n"))
+}
+
+// floors are the floors of a round, measured on the same API server after the services' create:
+// the same objects by plain creates (kept for the update floor) and by server-side apply, each in a
+// namespace of its own, with the control plane's CPU time for each.
+type floors struct {
+	floor               *floor
+	create, apply       time.Duration
+	createCPU, applyCPU string
+}
+
+func measureFloors(b *testing.B, s *system, n, rules int) floors {
+	tmpl := pipelineTemplates(b, s, "bench-00000")
+	f := floors{floor: newFloor(b, s.kube.Config, s.kube.Namespace(b, "floor"))}
+	before := s.cpuTimes()
+	f.create = f.floor.createAll(tmpl, n, rules)
+	afterCreate := s.cpuTimes()
+	f.apply = newFloor(b, s.kube.Config, s.kube.Namespace(b, "floor-apply")).applyAll(tmpl, n, rules)
+	afterApply := s.cpuTimes()
+	f.createCPU = cpuSpent(before, afterCreate, "kube-apiserver", "etcd")
+	f.applyCPU = cpuSpent(afterCreate, afterApply, "kube-apiserver", "etcd")
+	return f
+}
+
+// cpuSpent lists the CPU time each process spent between two cpuTimes readings: those named, or
+// the hub services and the control plane.
+func cpuSpent(before, after map[string]time.Duration, names ...string) string {
+	if len(names) == 0 {
+		names = append(slices.Clone(hubServices), "kube-apiserver", "etcd")
+	}
+	var out []string
+	for _, name := range names {
+		if _, ok := after[name]; ok {
+			out = append(out, fmt.Sprintf("%s %.1f s", name, (after[name]-before[name]).Seconds()))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // percentile is the p-th percentile of sorted (nearest rank).
@@ -269,29 +299,83 @@ func (s *system) memoryKB(name, field string) int {
 	return 0
 }
 
-// cpuTimes is each hub service's CPU time so far (user and system, from /proc/<pid>/stat).
+// cpuTimes is the CPU time so far (user and system) of each hub service and of the control
+// plane behind it, "kube-apiserver" and "etcd".
 func (s *system) cpuTimes() map[string]time.Duration {
 	out := map[string]time.Duration{}
 	for _, name := range hubServices {
 		s.mu.Lock()
 		p := s.procs[name]
 		s.mu.Unlock()
-		data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.cmd.Process.Pid), "stat"))
+		if t, ok := processCPU(p.cmd.Process.Pid); ok {
+			out[name] = t
+		}
+	}
+	for name, pid := range controlPlanePIDs(s.kube.Config.Host) {
+		if t, ok := processCPU(pid); ok {
+			out[name] = t
+		}
+	}
+	return out
+}
+
+// processCPU is a process's CPU time so far, from /proc/<pid>/stat.
+func processCPU(pid int) (time.Duration, bool) {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, false
+	}
+	// The fields after the command name, which is in parentheses: utime and stime are the
+	// 12th and 13th, in clock ticks (100 a second on Linux).
+	_, rest, _ := strings.Cut(string(data), ") ")
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0, false
+	}
+	utime, _ := strconv.Atoi(f[11])
+	stime, _ := strconv.Atoi(f[12])
+	return time.Duration(utime+stime) * 10 * time.Millisecond, true
+}
+
+// controlPlanePIDs finds, by their command lines, the kube-apiserver serving host
+// ("https://127.0.0.1:<port>/") and the etcd it stores in; either is missing when not found.
+func controlPlanePIDs(host string) map[string]int {
+	u, err := url.Parse(host)
+	if err != nil {
+		return nil
+	}
+	port := u.Port()
+	cmdlines := map[int][]string{}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
 		if err != nil {
 			continue
 		}
-		// The fields after the command name, which is in parentheses: utime and stime are the
-		// 12th and 13th, in clock ticks (100 a second on Linux).
-		_, rest, _ := strings.Cut(string(data), ") ")
-		f := strings.Fields(rest)
-		if len(f) < 13 {
+		data, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err == nil {
+			cmdlines[pid] = strings.Split(string(data), "\x00")
+		}
+	}
+	pids := map[string]int{}
+	var etcdURL string
+	for pid, args := range cmdlines {
+		if len(args) == 0 || filepath.Base(args[0]) != "kube-apiserver" || !slices.Contains(args, "--secure-port="+port) {
 			continue
 		}
-		utime, _ := strconv.Atoi(f[11])
-		stime, _ := strconv.Atoi(f[12])
-		out[name] = time.Duration(utime+stime) * 10 * time.Millisecond
+		pids["kube-apiserver"] = pid
+		for _, a := range args {
+			if v, ok := strings.CutPrefix(a, "--etcd-servers="); ok {
+				etcdURL = v
+			}
+		}
 	}
-	return out
+	for pid, args := range cmdlines {
+		if etcdURL != "" && len(args) > 0 && filepath.Base(args[0]) == "etcd" && slices.Contains(args, "--listen-client-urls="+etcdURL) {
+			pids["etcd"] = pid
+		}
+	}
+	return pids
 }
 
 // pipelineApps records, from a watch of the Argo CD namespace, when each Application was first
@@ -521,30 +605,43 @@ func cmpErr(first, err error) error {
 // createAll creates, for each of n clusters, its Secret, its AppProject and the Applications of
 // rules packages: (2 + rules) × n objects. The first package's Applications are kept for updateAll.
 func (f *floor) createAll(t pipelineTemplate, n, rules int) time.Duration {
+	return f.writeAll(t, n, rules, func(r dynamic.ResourceInterface, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+		got, err := r.Create(context.Background(), u, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("%s %s exists already", u.GetKind(), u.GetName())
+		}
+		return got, err
+	})
+}
+
+// applyAll writes the objects of createAll by server-side apply, as argo-syncer does: what the
+// write method costs the API server, next to plain creates.
+func (f *floor) applyAll(t pipelineTemplate, n, rules int) time.Duration {
+	return f.writeAll(t, n, rules, func(r dynamic.ResourceInterface, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+		return r.Apply(context.Background(), u.GetName(), u, metav1.ApplyOptions{FieldManager: "floor", Force: true})
+	})
+}
+
+func (f *floor) writeAll(t pipelineTemplate, n, rules int, write func(dynamic.ResourceInterface, *unstructured.Unstructured) (*unstructured.Unstructured, error)) time.Duration {
 	f.apps = make([]*unstructured.Unstructured, n)
-	ctx := context.Background()
-	create := func(gvr schema.GroupVersionResource, tmpl *unstructured.Unstructured, name string) (*unstructured.Unstructured, error) {
+	copyOf := func(tmpl *unstructured.Unstructured, name string) *unstructured.Unstructured {
 		u := tmpl.DeepCopy()
 		u.SetName(name)
 		u.SetNamespace(f.ns)
-		got, err := f.dyn.Resource(gvr).Namespace(f.ns).Create(ctx, u, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("%s %s exists already", gvr.Resource, name)
-		}
-		return got, err
+		return u
 	}
 	perCluster := 2 + rules
 	return f.parallel(perCluster*n, func(i int) error {
 		c := fmt.Sprintf("floor-%05d", i/perCluster)
 		switch k := i % perCluster; k {
 		case 0:
-			_, err := create(gvrSecret, t.secret, "cluster-"+c)
+			_, err := write(f.dyn.Resource(gvrSecret).Namespace(f.ns), copyOf(t.secret, "cluster-"+c))
 			return err
 		case 1:
-			_, err := create(gvrAppProject, t.project, c)
+			_, err := write(f.dyn.Resource(gvrAppProject).Namespace(f.ns), copyOf(t.project, c))
 			return err
 		default:
-			got, err := create(gvrApplication, t.app, c+"-"+pipelineEnforcement(k-2))
+			got, err := write(f.dyn.Resource(gvrApplication).Namespace(f.ns), copyOf(t.app, c+"-"+pipelineEnforcement(k-2)))
 			if k == 2 {
 				f.apps[i/perCluster] = got
 			}
