@@ -123,9 +123,9 @@ type Consumer struct {
 	abort context.CancelFunc
 
 	mu       sync.Mutex
-	queues   map[string][]*delivery // messages not finished yet, per ordering key
-	running  map[string]bool        // keys with a worker
-	parked   []*worker              // workers waiting for a key, the last parked last
+	queues   map[string]*keyQueue // messages not finished yet, per ordering key
+	spare    []*keyQueue          // emptied queues, for the next keys that become busy
+	parked   []*worker            // workers waiting for a key, the last parked last
 	stopping bool
 	stopCh   chan struct{}
 	sem      chan struct{}
@@ -157,8 +157,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, h Handler, opts Consum
 		handler:    h,
 		handlerCtx: handlerCtx,
 		abort:      abort,
-		queues:     make(map[string][]*delivery),
-		running:    make(map[string]bool),
+		queues:     make(map[string]*keyQueue),
 		stopCh:     make(chan struct{}),
 		sem:        make(chan struct{}, opts.Concurrency),
 	}
@@ -178,19 +177,56 @@ func (c *Consumer) enqueue(msg *delivery) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.queues[key] = append(c.queues[key], msg)
-	if !c.running[key] && !c.stopping && c.handlerCtx.Err() == nil {
-		c.running[key] = true
+	q := c.queues[key]
+	if q == nil {
+		if n := len(c.spare); n > 0 {
+			q = c.spare[n-1]
+			c.spare[n-1] = nil
+			c.spare = c.spare[:n-1]
+		} else {
+			q = new(keyQueue)
+		}
+		q.key = key
+		c.queues[key] = q
+	}
+	q.msgs = append(q.msgs, msg)
+	if !q.running && !c.stopping && c.handlerCtx.Err() == nil {
+		q.running = true
 		c.wg.Add(1)
 		if n := len(c.parked); n > 0 {
 			w := c.parked[n-1]
 			c.parked[n-1] = nil
 			c.parked = c.parked[:n-1]
-			w.keys <- key // never blocks: a parked worker's channel is empty
+			w.keys <- q // never blocks: a parked worker's channel is empty
 		} else {
-			w := &worker{c: c, keys: make(chan string, 1), keep: keeper{period: c.ackWait / 6}}
-			go w.run(key)
+			w := &worker{c: c, keys: make(chan *keyQueue, 1), keep: keeper{period: c.ackWait / 6}}
+			go w.run(q)
 		}
+	}
+}
+
+// maxSpareArray bounds the array of a queue kept for another key: a key that had a long backlog
+// does not leave its array behind for good.
+const maxSpareArray = 64
+
+// keyQueue holds the messages of one ordering key that are not finished yet, in order. c.mu
+// guards it. An emptied queue is kept (Consumer.spare) for the next key that becomes busy, with
+// its array: in BenchmarkConsume, nearly every message made a key busy, and a queue of its own.
+type keyQueue struct {
+	key     string
+	msgs    []*delivery // msgs[head] is the first message, in work or next
+	head    int
+	running bool // a worker runs the key
+}
+
+func (q *keyQueue) len() int { return len(q.msgs) - q.head }
+
+// pop drops the first message; once the queue is empty, it starts again at the front of its array.
+func (q *keyQueue) pop() {
+	q.msgs[q.head] = nil
+	q.head++
+	if q.head == len(q.msgs) {
+		q.msgs, q.head = q.msgs[:0], 0
 	}
 }
 
@@ -207,24 +243,24 @@ const maxParked = 256
 // and fewer stacks the garbage collector shrank in between have to grow again.
 type worker struct {
 	c    *Consumer
-	keys chan string // the next key, while parked; a buffer of one
-	keep keeper      // the keep-alive of the message in work, reused from one to the next
+	keys chan *keyQueue // the next key, while parked; a buffer of one
+	keep keeper         // the keep-alive of the message in work, reused from one to the next
 }
 
-func (w *worker) run(key string) {
+func (w *worker) run(q *keyQueue) {
 	c := w.c
 	for {
-		if !c.runKey(w, key) {
+		if !c.runKey(w, q) {
 			return
 		}
 		select {
-		case key = <-w.keys:
+		case q = <-w.keys:
 		case <-c.stopCh:
 			// A key handed over before the stop still has the worker counted in c.wg: run
 			// it (runKey returns at once, the key's messages stay queued for Stop).
 			select {
-			case key = <-w.keys:
-				c.runKey(w, key)
+			case q = <-w.keys:
+				c.runKey(w, q)
 			default:
 			}
 			return
@@ -235,16 +271,18 @@ func (w *worker) run(key string) {
 // runKey handles the messages of one key, one at a time, until its queue is empty or the
 // consumer stops; at a stop, unfinished messages stay queued, in order, for Stop to hand back.
 // It reports whether the worker was parked, to wait for another key.
-func (c *Consumer) runKey(w *worker, key string) (park bool) {
+func (c *Consumer) runKey(w *worker, q *keyQueue) (park bool) {
 	defer c.wg.Done()
 	for {
 		c.mu.Lock()
-		q := c.queues[key]
-		if len(q) == 0 || c.stopping || c.handlerCtx.Err() != nil {
-			if len(q) == 0 {
-				delete(c.queues, key)
+		if q.len() == 0 || c.stopping || c.handlerCtx.Err() != nil {
+			q.running = false
+			if q.len() == 0 {
+				delete(c.queues, q.key)
+				if len(c.spare) < maxParked && cap(q.msgs) <= maxSpareArray {
+					c.spare = append(c.spare, q)
+				}
 			}
-			c.running[key] = false
 			park = !c.stopping && len(c.parked) < maxParked
 			if park {
 				c.parked = append(c.parked, w)
@@ -252,16 +290,14 @@ func (c *Consumer) runKey(w *worker, key string) (park bool) {
 			c.mu.Unlock()
 			return park
 		}
-		msg := q[0]
+		msg := q.msgs[q.head]
 		c.mu.Unlock()
 
-		finished := c.process(w, msg)
-
-		c.mu.Lock()
-		if finished {
-			c.queues[key] = c.queues[key][1:]
+		if c.process(w, msg) {
+			c.mu.Lock()
+			q.pop()
+			c.mu.Unlock()
 		}
-		c.mu.Unlock()
 	}
 }
 
@@ -488,7 +524,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for key, q := range c.queues {
-		for _, m := range q {
+		for _, m := range q.msgs[q.head:] {
 			c.handBack(m)
 		}
 		delete(c.queues, key)

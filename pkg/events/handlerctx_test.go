@@ -245,3 +245,22 @@ func TestConsumeKeepsALongHandlersMessageAlive(t *testing.T) {
 	case <-time.After(2 * ackWait):
 	}
 }
+
+// A key's queue keeps its order and, once emptied, starts again at the front of its array, which
+// the next key to use the queue gets with it.
+func TestKeyQueueReusesItsArray(t *testing.T) {
+	var q keyQueue
+	m := []*delivery{{}, {}, {}}
+	q.msgs = append(q.msgs, m[0], m[1])
+	q.pop()
+	q.msgs = append(q.msgs, m[2])
+	for _, want := range m[1:] {
+		if q.len() == 0 || q.msgs[q.head] != want {
+			t.Fatal("messages out of order")
+		}
+		q.pop()
+	}
+	if q.len() != 0 || q.head != 0 || cap(q.msgs) == 0 {
+		t.Fatalf("emptied queue: len %d, head %d, cap %d; want it back at the front of its array", q.len(), q.head, cap(q.msgs))
+	}
+}
