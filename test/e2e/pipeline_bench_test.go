@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"maps"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -139,15 +143,17 @@ func pipelineRound(b *testing.B, n, rules, newClusters int) {
 	for i := range n {
 		fleet = append(fleet, gke(fmt.Sprintf("c-%05d", i), fmt.Sprintf("bench-%05d", i), "active", nil))
 	}
-	cpuBefore := s.cpuTimes()
+	cpuBefore, writesBefore, requestsBefore := s.cpuTimes(), argoSyncerWrites(b, s), apiRequests(b, s)
 	s.rancher.SetClusters(fleet...)
 	waitFor(b, time.Hour, fmt.Sprintf("%d Applications", rules*n), func() bool { return apps.count("1") == rules*n })
-	cpuCreate := s.cpuTimes()
+	cpuCreate, writesCreate, requestsCreate := s.cpuTimes(), argoSyncerWrites(b, s), apiRequests(b, s)
+	b.Logf("API server requests during the create: %s", countsSpent(requestsBefore, requestsCreate, 12))
 	create := apps.last("1").Sub(appeared.first())
 	// Where the time went: the last cluster announced, the last intent published.
-	stages := fmt.Sprintf("last cluster appeared at %s, last install intent at %s",
+	stages := fmt.Sprintf("last cluster appeared at %s, last install intent at %s; argo-syncer's writes: %s",
 		appeared.last(&events.ClusterAppeared{}).Sub(appeared.first()).Round(time.Millisecond),
-		appeared.last(&events.InstallIntent{}).Sub(appeared.first()).Round(time.Millisecond))
+		appeared.last(&events.InstallIntent{}).Sub(appeared.first()).Round(time.Millisecond),
+		writesSpent(writesBefore, writesCreate))
 	fl := measureFloors(b, s, n, rules)
 	createFloor := fl.create
 
@@ -226,6 +232,88 @@ func cpuSpent(before, after map[string]time.Duration, names ...string) string {
 		if _, ok := after[name]; ok {
 			out = append(out, fmt.Sprintf("%s %.1f s", name, (after[name]-before[name]).Seconds()))
 		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// argoSyncerWrites is argo-syncer's count of write requests so far, by object kind, from its
+// /metrics page.
+func argoSyncerWrites(b *testing.B, s *system) map[string]int {
+	b.Helper()
+	s.mu.Lock()
+	addr := s.procs["argo-syncer"].metrics
+	s.mu.Unlock()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	page, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(string(page), "\n") {
+		rest, ok := strings.CutPrefix(line, "enforcement_argo_syncer_api_writes_total{")
+		if !ok {
+			continue
+		}
+		labels, value, _ := strings.Cut(rest, "} ")
+		kind, _, _ := strings.Cut(labels[strings.Index(labels, `kind="`)+len(`kind="`):], `"`)
+		n, _ := strconv.ParseFloat(value, 64)
+		out[kind] += int(n)
+	}
+	return out
+}
+
+// apiRequests is the API server's count so far of the requests it served, by verb and resource,
+// and of the watch events it sent, by kind, from its /metrics.
+func apiRequests(b *testing.B, s *system) map[string]int {
+	b.Helper()
+	page, err := discovery.NewDiscoveryClientForConfigOrDie(s.kube.Config).RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(string(page), "\n") {
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok || (name != "apiserver_request_total" && name != "apiserver_watch_events_total") {
+			continue
+		}
+		labels, value, _ := strings.Cut(rest, "} ")
+		l := map[string]string{}
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			l[k] = strings.Trim(v, `"`)
+		}
+		key := "watch event " + l["kind"]
+		if name == "apiserver_request_total" {
+			key = strings.TrimSuffix(l["verb"]+" "+l["resource"]+"/"+l["subresource"], "/")
+		}
+		n, _ := strconv.ParseFloat(value, 64)
+		out[key] += int(n)
+	}
+	return out
+}
+
+// countsSpent lists the top counts that grew between two readings, largest first.
+func countsSpent(before, after map[string]int, top int) string {
+	keys := slices.Collect(maps.Keys(after))
+	slices.SortFunc(keys, func(a, b string) int { return (after[b] - before[b]) - (after[a] - before[a]) })
+	var out []string
+	for _, k := range keys[:min(top, len(keys))] {
+		if d := after[k] - before[k]; d > 0 {
+			out = append(out, fmt.Sprintf("%s %d", k, d))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// writesSpent lists the writes by kind between two argoSyncerWrites readings.
+func writesSpent(before, after map[string]int) string {
+	var out []string
+	for _, kind := range slices.Sorted(maps.Keys(after)) {
+		out = append(out, fmt.Sprintf("%s %d", kind, after[kind]-before[kind]))
 	}
 	return strings.Join(out, ", ")
 }
