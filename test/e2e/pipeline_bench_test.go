@@ -37,8 +37,9 @@ import (
 const benchParallel = 16
 
 // pipelineRule is the benchmark's rule number i: it selects every cluster of the fake Rancher
-// (Google's driver) and installs one package, pipelineEnforcement(i), with one Helm value (1), so each
-// rule gives every cluster an Application of its own. Rule 0 is "pipeline", the rule edited.
+// (Google's driver) and installs one package, pipelineEnforcement(i), from a repository of its own
+// with one Helm value (1), so each rule gives every cluster an Application of its own and adds a
+// repository to its AppProject. Rule 0 is "pipeline", the rule edited.
 func pipelineRule(i int) string {
 	name := "pipeline"
 	if i > 0 {
@@ -47,11 +48,11 @@ func pipelineRule(i int) string {
 	return fmt.Sprintf(`apiVersion: enforcement.globo.com/v1beta1
 kind: ClusterRule
 metadata:
-  name: %s
+  name: %[1]s
 spec:
   enforcements:
-    - name: %s
-      repo: https://git.example/agent
+    - name: %[2]s
+      repo: https://git.example/%[2]s
       path: charts/agent
       namespace: monitoring
       helm:
