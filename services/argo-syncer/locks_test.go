@@ -25,6 +25,18 @@ type holdWrite struct {
 	release chan struct{}
 }
 
+// newHarnessHolding is a harness whose Syncer's Argo CD writes to paths ending in suffix wait
+// until the returned holdWrite is released.
+func newHarnessHolding(t *testing.T, suffix string) (*harness, *holdWrite) {
+	hold := &holdWrite{suffix: suffix, held: make(chan struct{}), release: make(chan struct{})}
+	h := newHarness(t, func(h *harness, _ *SyncerOptions) {
+		cfg := rest.CopyConfig(h.log.wrap(testenv.SharedKube(t).Config))
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { hold.next = rt; return hold })
+		h.syncerArgo = argoclient.NewForConfigOrDie(cfg)
+	})
+	return h, hold
+}
+
 func (w *holdWrite) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.Method != http.MethodGet && strings.HasSuffix(r.URL.Path, w.suffix) {
 		w.once.Do(func() { close(w.held) })
@@ -38,12 +50,7 @@ func (w *holdWrite) RoundTrip(r *http.Request) (*http.Response, error) {
 // written side by side), and an uninstall of the cluster waits until the write is done, so an
 // unregistration never removes the project an Application being written relies on.
 func TestInstallsOfOneClusterRunSideBySide(t *testing.T) {
-	hold := &holdWrite{suffix: "/applications/fleet-slow", held: make(chan struct{}), release: make(chan struct{})}
-	h := newHarness(t, func(h *harness, _ *SyncerOptions) {
-		cfg := rest.CopyConfig(h.log.wrap(testenv.SharedKube(t).Config))
-		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { hold.next = rt; return hold })
-		h.syncerArgo = argoclient.NewForConfigOrDie(cfg)
-	})
+	h, hold := newHarnessHolding(t, "/applications/fleet-slow")
 	ctx := context.Background()
 	slow := h.installIntent("rule-a", "fleet", "slow")
 	fast := h.installIntent("rule-b", "fleet", "fast")
@@ -135,12 +142,7 @@ func TestOneApplicationNameOneWriterAtATime(t *testing.T) {
 // AppProject, four more installs of the cluster queue up; the next project write allows all
 // four repositories, and the project is written twice in all, not five times.
 func TestWaitingInstallsShareOneProjectWrite(t *testing.T) {
-	hold := &holdWrite{suffix: "/appprojects/burst", held: make(chan struct{}), release: make(chan struct{})}
-	h := newHarness(t, func(h *harness, _ *SyncerOptions) {
-		cfg := rest.CopyConfig(h.log.wrap(testenv.SharedKube(t).Config))
-		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { hold.next = rt; return hold })
-		h.syncerArgo = argoclient.NewForConfigOrDie(cfg)
-	})
+	h, hold := newHarnessHolding(t, "/appprojects/burst")
 	ctx := context.Background()
 	mark := h.log.mark()
 	done := make(chan error, 5)

@@ -301,7 +301,7 @@ spec:
 }
 
 // get returns the body of a GET.
-func get(t *testing.T, url string) string {
+func get(t testing.TB, url string) string {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {

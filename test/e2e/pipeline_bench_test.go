@@ -3,9 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"maps"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -244,17 +242,9 @@ func argoSyncerWrites(b *testing.B, s *system) map[string]int {
 	s.mu.Lock()
 	addr := s.procs["argo-syncer"].metrics
 	s.mu.Unlock()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	page, err := io.ReadAll(resp.Body)
-	if err != nil {
-		b.Fatal(err)
-	}
+	page := get(b, "http://"+addr+"/metrics")
 	out := map[string]int{}
-	for _, line := range strings.Split(string(page), "\n") {
+	for _, line := range strings.Split(page, "\n") {
 		rest, ok := strings.CutPrefix(line, "enforcement_argo_syncer_api_writes_total{")
 		if !ok {
 			continue
