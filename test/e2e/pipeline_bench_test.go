@@ -152,7 +152,7 @@ func pipelineRound(b *testing.B, n, rules, newClusters int) {
 	stages := fmt.Sprintf("last cluster appeared at %s, last install intent at %s; argo-syncer's writes: %s",
 		appeared.last(&events.ClusterAppeared{}).Sub(appeared.first()).Round(time.Millisecond),
 		appeared.last(&events.InstallIntent{}).Sub(appeared.first()).Round(time.Millisecond),
-		writesSpent(writesBefore, writesCreate))
+		countsSpent(writesBefore, writesCreate, len(writesCreate)))
 	fl := measureFloors(b, s, n, rules)
 	createFloor := fl.create
 
@@ -242,19 +242,12 @@ func argoSyncerWrites(b *testing.B, s *system) map[string]int {
 	s.mu.Lock()
 	addr := s.procs["argo-syncer"].metrics
 	s.mu.Unlock()
-	page := get(b, "http://"+addr+"/metrics")
-	out := map[string]int{}
-	for _, line := range strings.Split(page, "\n") {
-		rest, ok := strings.CutPrefix(line, "enforcement_argo_syncer_api_writes_total{")
-		if !ok {
-			continue
+	return metricCounts(get(b, "http://"+addr+"/metrics"), func(name string, labels map[string]string) string {
+		if name != "enforcement_argo_syncer_api_writes_total" {
+			return ""
 		}
-		labels, value, _ := strings.Cut(rest, "} ")
-		kind, _, _ := strings.Cut(labels[strings.Index(labels, `kind="`)+len(`kind="`):], `"`)
-		n, _ := strconv.ParseFloat(value, 64)
-		out[kind] += int(n)
-	}
-	return out
+		return labels["kind"]
+	})
 }
 
 // apiRequests is the API server's count so far of the requests it served, by verb and resource,
@@ -265,24 +258,36 @@ func apiRequests(b *testing.B, s *system) map[string]int {
 	if err != nil {
 		b.Fatal(err)
 	}
+	return metricCounts(string(page), func(name string, labels map[string]string) string {
+		switch name {
+		case "apiserver_request_total":
+			return strings.TrimSuffix(labels["verb"]+" "+labels["resource"]+"/"+labels["subresource"], "/")
+		case "apiserver_watch_events_total":
+			return "watch event " + labels["kind"]
+		}
+		return ""
+	})
+}
+
+// metricCounts sums the samples of a Prometheus text page by key(metric name, labels), skipping
+// those whose key is "".
+func metricCounts(page string, key func(name string, labels map[string]string) string) map[string]int {
 	out := map[string]int{}
-	for _, line := range strings.Split(string(page), "\n") {
+	for _, line := range strings.Split(page, "\n") {
 		name, rest, ok := strings.Cut(line, "{")
-		if !ok || (name != "apiserver_request_total" && name != "apiserver_watch_events_total") {
+		if !ok || strings.HasPrefix(name, "#") {
 			continue
 		}
-		labels, value, _ := strings.Cut(rest, "} ")
-		l := map[string]string{}
-		for _, kv := range strings.Split(labels, ",") {
+		labelText, value, _ := strings.Cut(rest, "} ")
+		labels := map[string]string{}
+		for _, kv := range strings.Split(labelText, ",") {
 			k, v, _ := strings.Cut(kv, "=")
-			l[k] = strings.Trim(v, `"`)
+			labels[k] = strings.Trim(v, `"`)
 		}
-		key := "watch event " + l["kind"]
-		if name == "apiserver_request_total" {
-			key = strings.TrimSuffix(l["verb"]+" "+l["resource"]+"/"+l["subresource"], "/")
+		if k := key(name, labels); k != "" {
+			n, _ := strconv.ParseFloat(value, 64)
+			out[k] += int(n)
 		}
-		n, _ := strconv.ParseFloat(value, 64)
-		out[key] += int(n)
 	}
 	return out
 }
@@ -296,15 +301,6 @@ func countsSpent(before, after map[string]int, top int) string {
 		if d := after[k] - before[k]; d > 0 {
 			out = append(out, fmt.Sprintf("%s %d", k, d))
 		}
-	}
-	return strings.Join(out, ", ")
-}
-
-// writesSpent lists the writes by kind between two argoSyncerWrites readings.
-func writesSpent(before, after map[string]int) string {
-	var out []string
-	for _, kind := range slices.Sorted(maps.Keys(after)) {
-		out = append(out, fmt.Sprintf("%s %d", kind, after[kind]-before[kind]))
 	}
 	return strings.Join(out, ", ")
 }
