@@ -19,11 +19,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 )
@@ -50,7 +52,12 @@ func setupController(ctx context.Context, mgr ctrl.Manager, rc *reconciler, stat
 	go n.pump(ctx)
 	skip := true
 	err := ctrl.NewControllerManagedBy(mgr).
-		For(&v1beta1.ClusterRule{}).
+		// Only what an author writes starts a reconcile: the spec (its generation, which deletion
+		// bumps too), the annotations (a rollout's approval) and the labels. The status this
+		// controller writes comes back as an update; reconciling that would write again as soon
+		// as the counts moved, at the pace of API round trips instead of STATUS_INTERVAL.
+		For(&v1beta1.ClusterRule{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{},
+			predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		// A grant's change re-evaluates the rules outside OPERATOR_NAMESPACE (tenancy.go).
 		Watches(&v1beta1.ClusterRuleGrant{}, handler.EnqueueRequestsFromMapFunc(rc.tenantRules)).
 		WatchesRawSource(source.Channel(n.out, &handler.EnqueueRequestForObject{})).
