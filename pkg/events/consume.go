@@ -199,7 +199,7 @@ func (c *Consumer) enqueue(msg *delivery) {
 			c.parked = c.parked[:n-1]
 			w.keys <- q // never blocks: a parked worker's channel is empty
 		} else {
-			w := &worker{c: c, keys: make(chan *keyQueue, 1), keep: keeper{period: c.ackWait / 6}}
+			w := &worker{c: c, keys: make(chan *keyQueue, 1), keep: keeper{period: c.ackWait / 6, queueMu: &c.mu}}
 			go w.run(q)
 		}
 	}
@@ -245,6 +245,8 @@ type worker struct {
 	c    *Consumer
 	keys chan *keyQueue // the next key, while parked; a buffer of one
 	keep keeper         // the keep-alive of the message in work, reused from one to the next
+	// queue is the key in work (this worker's goroutine alone reads and writes it).
+	queue *keyQueue
 }
 
 func (w *worker) run(q *keyQueue) {
@@ -293,6 +295,7 @@ func (c *Consumer) runKey(w *worker, q *keyQueue) (park bool) {
 		msg := q.msgs[q.head]
 		c.mu.Unlock()
 
+		w.queue = q
 		if c.process(w, msg) {
 			c.mu.Lock()
 			q.pop()
@@ -313,7 +316,7 @@ func (c *Consumer) process(w *worker, msg *delivery) bool {
 		c.deadLetter(msg, meta, 1, err)
 		return true
 	}
-	w.keep.start(msg)
+	w.keep.start(msg, w.queue)
 	defer w.keep.stop()
 
 	for local := 1; ; local++ {
@@ -399,24 +402,30 @@ func (c *Consumer) ack(msg *delivery, meta Meta, outcome string) {
 // worker is busy: most messages are done long before their first InProgress is due, and a timer
 // made, or even reset and stopped, for every message was a good part of the consumer's own CPU
 // per message (BenchmarkConsume). The timer stops at the first tick that finds no message.
+//
+// The messages queued behind the one in work (same key) are reported in progress with it: their
+// AckWait runs too, and one redelivered while it waits would be handled twice.
 type keeper struct {
-	period time.Duration // a sixth of AckWait; 0 when AckWait is unknown: nothing to keep alive
+	period  time.Duration // a sixth of AckWait; 0 when AckWait is unknown: nothing to keep alive
+	queueMu *sync.Mutex   // guards queue's messages (the consumer's mutex)
 
-	mu    sync.Mutex
-	timer *time.Timer
-	armed bool      // timer will tick
-	msg   *delivery // the message in work, nil between two messages
-	ticks int       // ticks msg saw since it started or was last reported in progress
+	mu     sync.Mutex
+	queue  *keyQueue // the queue of msg's key
+	timer  *time.Timer
+	armed  bool        // timer will tick
+	msg    *delivery   // the message in work, nil between two messages
+	ticks  int         // ticks msg saw since it started or was last reported in progress
+	behind []*delivery // reused: the messages queued behind msg at a report
 }
 
-// start keeps msg alive until stop.
-func (k *keeper) start(msg *delivery) {
+// start keeps msg, first in queue, alive until stop (and the messages queued behind it).
+func (k *keeper) start(msg *delivery, queue *keyQueue) {
 	if k.period <= 0 {
 		return
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.msg, k.ticks = msg, 0
+	k.msg, k.queue, k.ticks = msg, queue, 0
 	switch {
 	case k.timer == nil:
 		k.timer = time.AfterFunc(k.period, k.tick)
@@ -431,7 +440,7 @@ func (k *keeper) stop() {
 		return
 	}
 	k.mu.Lock()
-	k.msg = nil
+	k.msg, k.queue = nil, nil
 	k.mu.Unlock()
 }
 
@@ -445,8 +454,25 @@ func (k *keeper) tick() {
 	if k.ticks++; k.ticks == 2 {
 		_ = k.msg.InProgress()
 		k.ticks = 0
+		for _, m := range k.queued() {
+			_ = m.InProgress()
+		}
 	}
 	k.timer.Reset(k.period)
+}
+
+// queued returns the messages waiting behind msg in its key's queue.
+func (k *keeper) queued() []*delivery {
+	k.behind = k.behind[:0]
+	if k.queue == nil {
+		return nil
+	}
+	k.queueMu.Lock()
+	if q := k.queue; q.len() > 1 && q.msgs[q.head] == k.msg {
+		k.behind = append(k.behind, q.msgs[q.head+1:]...)
+	}
+	k.queueMu.Unlock()
+	return k.behind
 }
 
 // handBack returns a message to the server at shutdown so that another instance gets it at once.

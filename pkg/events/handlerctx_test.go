@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -238,6 +239,33 @@ func TestConsumeKeepsALongHandlersMessageAlive(t *testing.T) {
 		if got, want := r.waitFor(t, 1)[0], fmt.Sprintf("a@%d#1", rev); got != want {
 			t.Fatalf("handled %s, want %s", got, want)
 		}
+	}
+	select {
+	case extra := <-r.signal:
+		t.Fatalf("a message came again: %s", extra)
+	case <-time.After(2 * ackWait):
+	}
+}
+
+// Messages queued behind a long handler's message of the same key are kept alive with it: each
+// is handled once, in order, though it waits several AckWaits for its turn.
+func TestConsumeKeepsQueuedMessagesAlive(t *testing.T) {
+	const ackWait = 600 * time.Millisecond
+	_, js := connect(t, startNATS(t, ""), TopologyOptions{AckWait: ackWait})
+	pub := NewPublisher(js, "/test")
+	r := newRecorder(func(_ *ClusterAppeared, m Meta) error {
+		if m.NumDelivered == 1 { // a redelivery would be handled at once, and seen below
+			time.Sleep(2 * ackWait)
+		}
+		return nil
+	})
+	consume(t, js, r.handle, ConsumerOptions{})
+	for rev := uint64(1); rev <= 3; rev++ {
+		publish(t, pub, appeared("a", rev))
+	}
+	got := r.waitFor(t, 3)
+	if want := []string{"a@1#1", "a@2#1", "a@3#1"}; !slices.Equal(got, want) {
+		t.Fatalf("handled %v, want %v", got, want)
 	}
 	select {
 	case extra := <-r.signal:

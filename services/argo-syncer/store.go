@@ -44,12 +44,13 @@ type view[T kubeObject] struct {
 	onDelete func(T)
 
 	mu      sync.Mutex
-	written map[string]T
+	written overlay[T]
 	gone    map[string]tombstone
 }
 
 func newView[T kubeObject](ns string, informer cache.SharedIndexInformer) *view[T] {
-	v := &view[T]{ns: ns, informer: informer, written: map[string]T{}, gone: map[string]tombstone{}}
+	v := &view[T]{ns: ns, informer: informer, written: newOverlay[T](informer.GetIndexer().GetIndexers()),
+		gone: map[string]tombstone{}}
 	// Before the informer starts, so it never fails.
 	_ = informer.SetTransform(trimForCache)
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -68,8 +69,8 @@ func (v *view[T]) seen(obj any) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if w, ok := v.written[o.GetName()]; ok && !newer(w, o) {
-		delete(v.written, o.GetName())
+	if w, ok := v.written.objects[o.GetName()]; ok && !newer(w, o) {
+		v.written.drop(o.GetName())
 	}
 }
 
@@ -85,8 +86,8 @@ func (v *view[T]) deleted(obj any) {
 	if t, ok := v.gone[o.GetName()]; ok && t.uid == o.GetUID() {
 		delete(v.gone, o.GetName())
 	}
-	if w, ok := v.written[o.GetName()]; ok && w.GetUID() == o.GetUID() {
-		delete(v.written, o.GetName())
+	if w, ok := v.written.objects[o.GetName()]; ok && w.GetUID() == o.GetUID() {
+		v.written.drop(o.GetName())
 	}
 	v.mu.Unlock()
 	if v.onDelete != nil {
@@ -119,7 +120,7 @@ func (v *view[T]) get(name string) (obj T, ok, terminating bool) {
 	if exists {
 		obj, ok = cached.(T)
 	}
-	if w, found := v.written[name]; found && (!ok || newer(w, obj)) {
+	if w, found := v.written.objects[name]; found && (!ok || newer(w, obj)) {
 		obj, ok = w, true
 	}
 	if !ok {
@@ -151,40 +152,27 @@ func (v *view[T]) list(indexName, value string) []T {
 		}
 	}
 	// Objects written but not cached yet.
-	indexFunc := v.informer.GetIndexer().GetIndexers()[indexName]
 	v.mu.Lock()
-	var extra []T
-	for name, w := range v.written {
-		if seen[name] || indexFunc == nil {
-			continue
-		}
-		if values, err := indexFunc(w); err == nil && contains(values, value) {
-			extra = append(extra, w)
+	var extra []string
+	for name := range v.written.index[indexName][value] {
+		if !seen[name] {
+			extra = append(extra, name)
 		}
 	}
 	v.mu.Unlock()
-	for _, w := range extra {
-		if latest, exists, _ := v.get(w.GetName()); exists {
+	for _, name := range extra {
+		if latest, exists, _ := v.get(name); exists {
 			out = append(out, latest)
 		}
 	}
 	return out
 }
 
-func contains(values []string, v string) bool {
-	for _, x := range values {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
 // wrote records an object returned by a write.
 func (v *view[T]) wrote(obj T) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.written[obj.GetName()] = obj
+	v.written.put(obj)
 	if t, ok := v.gone[obj.GetName()]; ok && t.uid != obj.GetUID() {
 		delete(v.gone, obj.GetName())
 	}
@@ -195,9 +183,72 @@ func (v *view[T]) removed(name string, uid types.UID, terminating bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.gone[name] = tombstone{uid: uid, terminating: terminating}
-	if w, ok := v.written[name]; ok && w.GetUID() == uid {
-		delete(v.written, name)
+	if w, ok := v.written.objects[name]; ok && w.GetUID() == uid {
+		v.written.drop(name)
 	}
+}
+
+// overlay holds the objects argo-syncer wrote that its informer has not caught up with, indexed
+// like the informer's cache: during a burst of writes it holds thousands, and a list must cost
+// what it returns, not the overlay's size.
+type overlay[T kubeObject] struct {
+	indexers cache.Indexers
+	objects  map[string]T
+	// index is index name → indexed value → names of the objects with that value.
+	index map[string]map[string]map[string]struct{}
+}
+
+func newOverlay[T kubeObject](indexers cache.Indexers) overlay[T] {
+	return overlay[T]{indexers: indexers, objects: map[string]T{}, index: map[string]map[string]map[string]struct{}{}}
+}
+
+// put records obj in place of any earlier version of it.
+func (o *overlay[T]) put(obj T) {
+	name := obj.GetName()
+	o.drop(name)
+	o.objects[name] = obj
+	for indexName, values := range o.indexValues(obj) {
+		byValue := o.index[indexName]
+		if byValue == nil {
+			byValue = map[string]map[string]struct{}{}
+			o.index[indexName] = byValue
+		}
+		for _, value := range values {
+			if byValue[value] == nil {
+				byValue[value] = map[string]struct{}{}
+			}
+			byValue[value][name] = struct{}{}
+		}
+	}
+}
+
+// drop forgets the named object.
+func (o *overlay[T]) drop(name string) {
+	obj, ok := o.objects[name]
+	if !ok {
+		return
+	}
+	delete(o.objects, name)
+	for indexName, values := range o.indexValues(obj) {
+		for _, value := range values {
+			delete(o.index[indexName][value], name)
+			if len(o.index[indexName][value]) == 0 {
+				delete(o.index[indexName], value)
+			}
+		}
+	}
+}
+
+// indexValues are obj's values under each of the informer's index functions (an object whose
+// index function fails is not indexed by it, as in the informer's cache).
+func (o *overlay[T]) indexValues(obj T) map[string][]string {
+	out := make(map[string][]string, len(o.indexers))
+	for indexName, f := range o.indexers {
+		if values, err := f(obj); err == nil {
+			out[indexName] = values
+		}
+	}
+	return out
 }
 
 // keyedMutex serialises work per key.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +11,8 @@ import (
 	synccommon "github.com/argoproj/gitops-engine/pkg/sync/common"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 )
 
 // TestCacheKeepsWhatArgoSyncerReads checks the informers' trim: an Application with the status
@@ -70,5 +73,53 @@ func TestCacheKeepsWhatArgoSyncerReads(t *testing.T) {
 	obj, _ = trimForCache(secret)
 	if s := obj.(*corev1.Secret); s.ManagedFields != nil || len(s.Data) != 3 {
 		t.Errorf("cluster Secret after the trim: managed fields %v, %d data keys (want none, 3)", s.ManagedFields, len(s.Data))
+	}
+}
+
+// TestOverlayListsByIndex: objects written but not yet in the informer's cache are listed under
+// the index values of their latest version, and no longer once deleted or caught up with.
+func TestOverlayListsByIndex(t *testing.T) {
+	byCluster := cache.Indexers{"cluster": func(obj any) ([]string, error) {
+		return []string{obj.(*corev1.Secret).Labels["cluster"]}, nil
+	}}
+	// Never started: its cache stays empty, so everything listed comes from the overlay.
+	informer := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Secret{}, 0, byCluster)
+	v := newView[*corev1.Secret]("argocd", informer)
+	secret := func(name, cluster, rv string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "argocd", UID: types.UID("uid-" + name),
+			ResourceVersion: rv, Labels: map[string]string{"cluster": cluster}}}
+	}
+	names := func(cluster string) []string {
+		var out []string
+		for _, s := range v.list("cluster", cluster) {
+			out = append(out, s.Name+"@"+s.ResourceVersion)
+		}
+		slices.Sort(out)
+		return out
+	}
+	check := func(step, cluster string, want ...string) {
+		t.Helper()
+		if got := names(cluster); !slices.Equal(got, want) {
+			t.Errorf("%s: list(cluster=%s) = %v, want %v", step, cluster, got, want)
+		}
+	}
+	v.wrote(secret("a", "c1", "1"))
+	v.wrote(secret("b", "c1", "2"))
+	v.wrote(secret("c", "c2", "3"))
+	check("written", "c1", "a@1", "b@2")
+	check("written", "c2", "c@3")
+
+	v.wrote(secret("a", "c2", "4")) // moved to another cluster
+	check("a moved", "c1", "b@2")
+	check("a moved", "c2", "a@4", "c@3")
+
+	v.removed("b", "uid-b", false)
+	check("b deleted", "c1")
+
+	v.seen(secret("a", "c2", "4")) // the informer caught up with a
+	v.deleted(secret("c", "c2", "3"))
+	check("caught up", "c2")
+	if len(v.written.objects) != 0 || len(v.written.index["cluster"]) != 0 {
+		t.Errorf("overlay left %v, index %v", v.written.objects, v.written.index)
 	}
 }
