@@ -79,10 +79,11 @@ generate:
 # bench prints the throughput and cost figures quoted in the READMEs (medians of 5 runs; the
 # pipeline at 1,000 clusters among them), the pipeline once more at 10,000 clusters with 10 rules,
 # then pkg/events' publish and consume figures next to the stock `nats bench` (hack/bench-bus.sh).
+# -v keeps the benchmarks' logs whole (without it Go cuts each benchmark's log after ten lines).
 bench: tools
 	@export KUBEBUILDER_ASSETS="$$(hack/build-tools.sh)"; \
-	for m in $(MODULES); do (cd $$m && go test -run XXX -bench . -count 5 -timeout 2h ./...) || exit 1; done; \
-	cd test/e2e && PIPELINE_CLUSTERS=10000 PIPELINE_RULES=10 go test -run XXX -bench Pipeline -benchtime 1x -count 1 -timeout 3h .
+	for m in $(MODULES); do (cd $$m && go test -v -run XXX -bench . -count 5 -timeout 2h ./...) || exit 1; done; \
+	cd test/e2e && PIPELINE_CLUSTERS=10000 PIPELINE_RULES=10 go test -v -run XXX -bench Pipeline -benchtime 1x -count 1 -timeout 3h .
 	hack/bench-bus.sh
 
 # build compiles every service binary into bin/ (ignored by git).

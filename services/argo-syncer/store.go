@@ -114,12 +114,9 @@ func newer(a, b metav1.Object) bool {
 // deleted.
 func (v *view[T]) get(name string) (obj T, ok, terminating bool) {
 	var zero T
-	cached, exists, _ := v.informer.GetIndexer().GetByKey(v.ns + "/" + name)
+	obj, ok = v.cached(name)
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if exists {
-		obj, ok = cached.(T)
-	}
 	if w, found := v.written.objects[name]; found && (!ok || newer(w, obj)) {
 		obj, ok = w, true
 	}
@@ -169,23 +166,52 @@ func (v *view[T]) list(indexName, value string) []T {
 }
 
 // wrote records an object returned by a write.
+//
+// The informer updates its cache before it calls seen, and the watch event of a write can come
+// before the write's own response: when the cache holds this version already, there is nothing to
+// overlay (an entry would wait for the object's next change, a whole response kept for nothing:
+// 10 MB at 1,000 clusters × 10 rules).
 func (v *view[T]) wrote(obj T) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.written.put(obj)
 	if t, ok := v.gone[obj.GetName()]; ok && t.uid != obj.GetUID() {
 		delete(v.gone, obj.GetName())
 	}
+	if cached, ok := v.cached(obj.GetName()); ok && !newer(obj, cached) {
+		v.written.drop(obj.GetName()) // and any older version
+		return
+	}
+	v.written.put(obj)
 }
 
 // removed records that argo-syncer deleted the object with this uid.
+//
+// argo-syncer deletes only objects it read from this view. One that is neither cached nor
+// overlaid any more was seen gone by the informer already: no tombstone, which nothing would
+// clear.
 func (v *view[T]) removed(name string, uid types.UID, terminating bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.gone[name] = tombstone{uid: uid, terminating: terminating}
-	if w, ok := v.written.objects[name]; ok && w.GetUID() == uid {
+	w, overlaid := v.written.objects[name]
+	overlaid = overlaid && w.GetUID() == uid
+	if overlaid {
 		v.written.drop(name)
 	}
+	if cached, ok := v.cached(name); !overlaid && (!ok || cached.GetUID() != uid) {
+		return
+	}
+	v.gone[name] = tombstone{uid: uid, terminating: terminating}
+}
+
+// cached returns the informer's version of the named object.
+func (v *view[T]) cached(name string) (T, bool) {
+	var zero T
+	item, exists, _ := v.informer.GetIndexer().GetByKey(v.ns + "/" + name)
+	if !exists {
+		return zero, false
+	}
+	obj, ok := item.(T)
+	return obj, ok
 }
 
 // overlay holds the objects argo-syncer wrote that its informer has not caught up with, indexed

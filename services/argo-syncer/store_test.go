@@ -123,3 +123,54 @@ func TestOverlayListsByIndex(t *testing.T) {
 		t.Errorf("overlay left %v, index %v", v.written.objects, v.written.index)
 	}
 }
+
+// TestOverlayKeepsOnlyWhatTheCacheLacks: a write whose watch event the informer delivered before
+// the write's response came back leaves nothing in the overlay, and a deletion the informer saw
+// before argo-syncer recorded it leaves no tombstone; neither would ever be cleared.
+func TestOverlayKeepsOnlyWhatTheCacheLacks(t *testing.T) {
+	informer := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Secret{}, 0, cache.Indexers{})
+	v := newView[*corev1.Secret]("argocd", informer)
+	secret := func(rv string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "argocd", UID: "uid-a", ResourceVersion: rv}}
+	}
+	cacheHolds := func(s *corev1.Secret) {
+		t.Helper()
+		if err := informer.GetIndexer().Update(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cacheHolds(secret("5"))
+	v.seen(secret("5")) // the watch event, before the response
+	v.wrote(secret("5"))
+	if len(v.written.objects) != 0 {
+		t.Errorf("a version the cache holds is overlaid: %v", v.written.objects)
+	}
+	v.wrote(secret("6")) // newer than the cache: overlaid until seen
+	if got, ok, _ := v.get("a"); !ok || got.ResourceVersion != "6" {
+		t.Errorf("get = %v %v, want version 6", got, ok)
+	}
+	cacheHolds(secret("6"))
+	v.seen(secret("6"))
+	if len(v.written.objects) != 0 {
+		t.Errorf("overlay after the informer caught up: %v", v.written.objects)
+	}
+
+	if err := informer.GetIndexer().Delete(secret("6")); err != nil {
+		t.Fatal(err)
+	}
+	v.deleted(secret("6")) // the informer saw the deletion first
+	v.removed("a", "uid-a", false)
+	if len(v.gone) != 0 {
+		t.Errorf("tombstone left for a deletion the informer saw: %v", v.gone)
+	}
+
+	cacheHolds(secret("7"))
+	v.removed("a", "uid-a", false) // deleted, the informer not told yet
+	if _, ok, _ := v.get("a"); ok {
+		t.Error("a deleted object is still found before the informer saw it go")
+	}
+	v.deleted(secret("7"))
+	if len(v.gone) != 0 {
+		t.Errorf("tombstone left after the informer saw the deletion: %v", v.gone)
+	}
+}
