@@ -349,6 +349,12 @@ type InstallIntent struct {
 	// in (one per grant and cluster). Absent, as in the events of earlier versions: a rule of
 	// OPERATOR_NAMESPACE, whose Application lives in the cluster's own AppProject.
 	Grant *Grant `json:"grant,omitempty"`
+	// ProjectRepos, on the intents of rules of OPERATOR_NAMESPACE, are the repositories of all
+	// the install intents one decision sends to the same cluster (this one's among them), sorted,
+	// when there are several: a new cluster's intents, one a rule. argo-syncer allows them all at
+	// its first write of the cluster's AppProject, which is then written once instead of once a
+	// rule. Absent, as in the events of earlier versions: the intent's own repository.
+	ProjectRepos []string `json:"projectRepos,omitempty"`
 }
 
 // Grant is what an install intent carries of the ClusterRuleGrant its rule acts under: the

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -176,5 +177,39 @@ func TestWaitingInstallsShareOneProjectWrite(t *testing.T) {
 	}
 	if len(h.syncer.repos.queued("burst", "")) != 0 {
 		t.Errorf("repositories still queued: %v", h.syncer.repos.queued("burst", ""))
+	}
+}
+
+// TestProjectReposMakeOneProjectWrite: the intents of a new cluster carry every rule's repository
+// (events.InstallIntent.ProjectRepos), so the first install writes the AppProject with all of them
+// and the others, one after the other, write no project.
+func TestProjectReposMakeOneProjectWrite(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	var intents []*events.InstallIntent
+	var repos []string
+	for i := range 3 {
+		in := h.installIntent("rule-"+itoa(i), "fresh", "pkg-"+itoa(i))
+		intents = append(intents, in)
+		repos = append(repos, in.Enforcement.Repo)
+	}
+	mark := h.log.mark()
+	for _, in := range intents {
+		in.ProjectRepos = repos
+		if _, err := h.syncer.Install(ctx, in, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := h.project("fresh"); !slices.Equal(p.Spec.SourceRepos, repos) {
+		t.Fatalf("project repos %v, want %v", p.Spec.SourceRepos, repos)
+	}
+	var projectWrites int
+	for _, r := range writes(h.log.since(mark)) {
+		if strings.Contains(r.Path, "/appprojects/") {
+			projectWrites++
+		}
+	}
+	if projectWrites != 1 {
+		t.Errorf("%d AppProject writes, want 1", projectWrites)
 	}
 }

@@ -376,7 +376,7 @@ func (s *Syncer) prepareCluster(ctx context.Context, h installing, in *events.In
 	if in.Grant != nil {
 		w, err = s.ensureTenantProject(ctx, in.Cluster, names.project, in.Grant)
 	} else {
-		w, err = s.ensureProject(ctx, in.Cluster, names, in.Enforcement.Repo)
+		w, err = s.ensureProject(ctx, in.Cluster, names, in.Enforcement.Repo, in.ProjectRepos)
 	}
 	return writes + w, err
 }
@@ -671,9 +671,10 @@ func (s *Syncer) secretRef(src events.SourceRef) secretRef {
 	return ref
 }
 
-// ensureProject makes the cluster's AppProject (n.project) allow repo (and the repositories it
-// already allows). It writes only when something is missing.
-func (s *Syncer) ensureProject(ctx context.Context, t events.Target, n objectNames, repo string) (int, error) {
+// ensureProject makes the cluster's AppProject (n.project) allow repo, the repositories also of
+// the cluster's other intents of the same decision (events.InstallIntent.ProjectRepos), and the
+// repositories it already allows. It writes only when something is missing.
+func (s *Syncer) ensureProject(ctx context.Context, t events.Target, n objectNames, repo string, also []string) (int, error) {
 	name := n.project
 	existing, exists, _ := s.projects.get(name)
 	writes := 0
@@ -690,7 +691,7 @@ func (s *Syncer) ensureProject(ctx context.Context, t events.Target, n objectNam
 	// Repositories are only added: an AppProject never loses a repository while the cluster is
 	// registered (an adopted project keeps what the original operator allowed). The write also
 	// allows the repositories of the cluster's installs waiting behind this one (repoQueue).
-	repos := append([]string{repo}, s.repos.queued(name, t.Identity)...)
+	repos := append(append([]string{repo}, also...), s.repos.queued(name, t.Identity)...)
 	if exists {
 		repos = append(repos, existing.Spec.SourceRepos...)
 	}

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -84,6 +85,7 @@ type pairUpdate struct {
 func (e *engine) commit(ctx context.Context, ch *change) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
+	shareProjectRepos(ch.intents)
 	if err := e.publish(ctx, ch.intents); err != nil {
 		return err
 	}
@@ -98,6 +100,34 @@ func (e *engine) commit(ctx context.Context, ch *change) error {
 		e.notify(rule) // its Events are written when the controller reconciles it
 	}
 	return nil
+}
+
+// shareProjectRepos gives the install intents of rules of OPERATOR_NAMESPACE the repositories
+// of all such intents for the same cluster (events.InstallIntent.ProjectRepos), where there are
+// several: argo-syncer then writes a new cluster's AppProject once, with every rule's
+// repository, instead of once a rule as each install adds its own.
+func shareProjectRepos(intents []events.Event) {
+	type project struct{ cluster, identity string }
+	byProject := map[project][]*events.InstallIntent{}
+	for _, ev := range intents {
+		if in, ok := ev.(*events.InstallIntent); ok && in.Grant == nil {
+			p := project{in.Cluster.Name, in.Cluster.Identity}
+			byProject[p] = append(byProject[p], in)
+		}
+	}
+	for _, ins := range byProject {
+		repos := make([]string, 0, len(ins))
+		for _, in := range ins {
+			repos = append(repos, in.Enforcement.Repo)
+		}
+		slices.Sort(repos)
+		if repos = slices.Compact(repos); len(repos) < 2 {
+			continue
+		}
+		for _, in := range ins {
+			in.ProjectRepos = repos
+		}
+	}
 }
 
 // publish sends the intents in order, publishBatch at a time, each batch acknowledged before the
