@@ -457,6 +457,7 @@ func (k *keeper) tick() {
 		for _, m := range k.queued() {
 			_ = m.InProgress()
 		}
+		clear(k.behind) // keep no message past its turn
 	}
 	k.timer.Reset(k.period)
 }

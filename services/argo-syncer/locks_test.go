@@ -166,14 +166,8 @@ func TestWaitingInstallsShareOneProjectWrite(t *testing.T) {
 	if p := h.project("burst"); len(p.Spec.SourceRepos) != 5 {
 		t.Fatalf("project repos %v, want 5", p.Spec.SourceRepos)
 	}
-	var projectWrites int
-	for _, r := range writes(h.log.since(mark)) {
-		if strings.Contains(r.Path, "/appprojects/") {
-			projectWrites++
-		}
-	}
-	if projectWrites != 2 {
-		t.Errorf("%d AppProject writes, want 2", projectWrites)
+	if n := projectWrites(h.log.since(mark)); n != 2 {
+		t.Errorf("%d AppProject writes, want 2", n)
 	}
 	if len(h.syncer.repos.queued("burst", "")) != 0 {
 		t.Errorf("repositories still queued: %v", h.syncer.repos.queued("burst", ""))
@@ -203,13 +197,18 @@ func TestProjectReposMakeOneProjectWrite(t *testing.T) {
 	if p := h.project("fresh"); !slices.Equal(p.Spec.SourceRepos, repos) {
 		t.Fatalf("project repos %v, want %v", p.Spec.SourceRepos, repos)
 	}
-	var projectWrites int
-	for _, r := range writes(h.log.since(mark)) {
+	if n := projectWrites(h.log.since(mark)); n != 1 {
+		t.Errorf("%d AppProject writes, want 1", n)
+	}
+}
+
+// projectWrites counts the AppProject writes among reqs.
+func projectWrites(reqs []request) int {
+	n := 0
+	for _, r := range writes(reqs) {
 		if strings.Contains(r.Path, "/appprojects/") {
-			projectWrites++
+			n++
 		}
 	}
-	if projectWrites != 1 {
-		t.Errorf("%d AppProject writes, want 1", projectWrites)
-	}
+	return n
 }
