@@ -224,42 +224,20 @@ func TestConsumeAbortCancelsTheHandlersContext(t *testing.T) {
 // delivered again, and so is a later one, on the worker that parked last, which reuses its
 // keep-alive timer.
 func TestConsumeKeepsALongHandlersMessageAlive(t *testing.T) {
-	const ackWait = 600 * time.Millisecond
-	_, js := connect(t, startNATS(t, ""), TopologyOptions{AckWait: ackWait})
-	pub := NewPublisher(js, "/test")
-	r := newRecorder(func(_ *ClusterAppeared, m Meta) error {
-		if m.NumDelivered == 1 { // a redelivery would be handled at once, and seen below
-			time.Sleep(3 * ackWait)
-		}
-		return nil
-	})
-	consume(t, js, r.handle, ConsumerOptions{})
+	pub, r := slowFirstDeliveries(t, 3)
 	for rev := uint64(1); rev <= 2; rev++ {
 		publish(t, pub, appeared("a", rev))
 		if got, want := r.waitFor(t, 1)[0], fmt.Sprintf("a@%d#1", rev); got != want {
 			t.Fatalf("handled %s, want %s", got, want)
 		}
 	}
-	select {
-	case extra := <-r.signal:
-		t.Fatalf("a message came again: %s", extra)
-	case <-time.After(2 * ackWait):
-	}
+	r.noneAgain(t)
 }
 
 // Messages queued behind a long handler's message of the same key are kept alive with it: each
 // is handled once, in order, though it waits several AckWaits for its turn.
 func TestConsumeKeepsQueuedMessagesAlive(t *testing.T) {
-	const ackWait = 600 * time.Millisecond
-	_, js := connect(t, startNATS(t, ""), TopologyOptions{AckWait: ackWait})
-	pub := NewPublisher(js, "/test")
-	r := newRecorder(func(_ *ClusterAppeared, m Meta) error {
-		if m.NumDelivered == 1 { // a redelivery would be handled at once, and seen below
-			time.Sleep(2 * ackWait)
-		}
-		return nil
-	})
-	consume(t, js, r.handle, ConsumerOptions{})
+	pub, r := slowFirstDeliveries(t, 2)
 	for rev := uint64(1); rev <= 3; rev++ {
 		publish(t, pub, appeared("a", rev))
 	}
@@ -267,10 +245,36 @@ func TestConsumeKeepsQueuedMessagesAlive(t *testing.T) {
 	if want := []string{"a@1#1", "a@2#1", "a@3#1"}; !slices.Equal(got, want) {
 		t.Fatalf("handled %v, want %v", got, want)
 	}
+	r.noneAgain(t)
+}
+
+// keepAliveAckWait is the AckWait of the keep-alive tests: short, so that a message not kept
+// alive comes again within the test.
+const keepAliveAckWait = 600 * time.Millisecond
+
+// slowFirstDeliveries starts a consumer, on a stream with keepAliveAckWait, whose handler holds
+// each first delivery for the given number of AckWaits and handles a redelivery at once (so that
+// noneAgain sees it), and returns a publisher and the handler's recorder.
+func slowFirstDeliveries(t *testing.T, ackWaits int) (*Publisher, *recorder) {
+	t.Helper()
+	_, js := connect(t, startNATS(t, ""), TopologyOptions{AckWait: keepAliveAckWait})
+	r := newRecorder(func(_ *ClusterAppeared, m Meta) error {
+		if m.NumDelivered == 1 {
+			time.Sleep(time.Duration(ackWaits) * keepAliveAckWait)
+		}
+		return nil
+	})
+	consume(t, js, r.handle, ConsumerOptions{})
+	return NewPublisher(js, "/test"), r
+}
+
+// noneAgain fails the test if the handler is called again within two keepAliveAckWaits.
+func (r *recorder) noneAgain(t *testing.T) {
+	t.Helper()
 	select {
 	case extra := <-r.signal:
 		t.Fatalf("a message came again: %s", extra)
-	case <-time.After(2 * ackWait):
+	case <-time.After(2 * keepAliveAckWait):
 	}
 }
 
