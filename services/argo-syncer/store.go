@@ -15,8 +15,12 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"unique"
 
 	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
+	"github.com/argoproj/gitops-engine/pkg/health"
+	synccommon "github.com/argoproj/gitops-engine/pkg/sync/common"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -423,16 +427,112 @@ func (q *repoQueue) queued(project, identity string) []string {
 // message (applicationHealth). The resource list, the history, the conditions and the sync
 // result Argo CD keeps there grow with the Application's resources and syncs, once per
 // Application in memory. A fleet's memory then grows with its clusters by what argo-syncer uses.
+//
+// What it keeps, it stores once: the strings the objects of a fleet repeat (label and annotation
+// keys, rule and cluster names, repositories, spec hashes) are interned, and the source and
+// destination an Application's status compared share the spec's when they are the spec's.
 func trimForCache(obj any) (any, error) {
 	if o, ok := obj.(metav1.Object); ok {
 		o.SetManagedFields(nil)
+		internMeta(o)
 	}
-	if app, ok := obj.(*argov1.Application); ok {
-		st := argov1.ApplicationStatus{Health: app.Status.Health, Sync: app.Status.Sync}
-		if op := app.Status.OperationState; op != nil {
-			st.OperationState = &argov1.OperationState{Phase: op.Phase, Message: op.Message}
+	switch o := obj.(type) {
+	case *argov1.Application:
+		internApplicationSpec(&o.Spec)
+		st := argov1.ApplicationStatus{Health: o.Status.Health, Sync: o.Status.Sync}
+		if observed(o) {
+			st.Sync.ComparedTo = o.Spec.BuildComparedToStatus()
 		}
-		app.Status = st
+		st.Health.Status = health.HealthStatusCode(intern(string(st.Health.Status)))
+		st.Health.Message = intern(st.Health.Message)
+		st.Sync.Status = argov1.SyncStatusCode(intern(string(st.Sync.Status)))
+		st.Sync.Revision = intern(st.Sync.Revision)
+		if op := o.Status.OperationState; op != nil {
+			st.OperationState = &argov1.OperationState{Phase: synccommon.OperationPhase(intern(string(op.Phase))), Message: intern(op.Message)}
+		}
+		o.Status = st
+	case *argov1.AppProject:
+		for i, r := range o.Spec.SourceRepos {
+			o.Spec.SourceRepos[i] = intern(r)
+		}
+		for i := range o.Spec.Destinations {
+			d := &o.Spec.Destinations[i]
+			d.Server, d.Name, d.Namespace = intern(d.Server), intern(d.Name), intern(d.Namespace)
+		}
+		for i := range o.Spec.ClusterResourceWhitelist {
+			g := &o.Spec.ClusterResourceWhitelist[i]
+			g.Group, g.Kind = intern(g.Group), intern(g.Kind)
+		}
+	case *corev1.Secret:
+		if len(o.Data) > 0 {
+			data := make(map[string][]byte, len(o.Data))
+			for k, v := range o.Data {
+				data[intern(k)] = v
+			}
+			o.Data = data
+		}
 	}
 	return obj, nil
+}
+
+// intern returns the one shared copy of s.
+func intern(s string) string { return unique.Make(s).Value() }
+
+// internedValueLimit is the longest label or annotation value interned: names, references and
+// hashes repeat across a fleet's objects, a long value (a kubectl last-applied configuration)
+// is the object's own.
+const internedValueLimit = 128
+
+// internMeta interns the object's namespace, finalizers and label and annotation keys and short
+// values, except the intent that created it, which no other object shares.
+func internMeta(o metav1.Object) {
+	o.SetNamespace(intern(o.GetNamespace()))
+	if f := o.GetFinalizers(); len(f) > 0 {
+		for i := range f {
+			f[i] = intern(f[i])
+		}
+	}
+	o.SetLabels(internStrings(o.GetLabels()))
+	o.SetAnnotations(internStrings(o.GetAnnotations()))
+}
+
+func internStrings(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return m
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		if len(v) <= internedValueLimit && k != AnnotationCreatedBy {
+			v = intern(v)
+		}
+		out[intern(k)] = v
+	}
+	return out
+}
+
+func internApplicationSpec(spec *argov1.ApplicationSpec) {
+	if src := spec.Source; src != nil {
+		internSource(src)
+	}
+	for i := range spec.Sources {
+		internSource(&spec.Sources[i])
+	}
+	d := &spec.Destination
+	d.Server, d.Name, d.Namespace = intern(d.Server), intern(d.Name), intern(d.Namespace)
+	spec.Project = intern(spec.Project)
+	if p := spec.SyncPolicy; p != nil {
+		for i, o := range p.SyncOptions {
+			p.SyncOptions[i] = intern(o)
+		}
+	}
+}
+
+func internSource(src *argov1.ApplicationSource) {
+	src.RepoURL, src.Path, src.TargetRevision, src.Chart = intern(src.RepoURL), intern(src.Path), intern(src.TargetRevision), intern(src.Chart)
+	if h := src.Helm; h != nil {
+		for i := range h.Parameters {
+			p := &h.Parameters[i]
+			p.Name, p.Value = intern(p.Name), intern(p.Value)
+		}
+	}
 }

@@ -72,7 +72,7 @@ type engine struct {
 	rules         map[string]*ruleState            // by namespace/name
 	rulesBySource map[string]map[string]*ruleState // source id -> rules
 	pairs         map[string]map[string]*pairState // rule -> cluster id -> pair
-	pairByName    map[string]map[string]struct{}   // rule + "\x00" + cluster name -> cluster ids (pairsNamed)
+	pairByName    map[ruleClusterName][]string     // sorted cluster ids of the rule's pairs by cluster name (pairsNamed)
 	degraded      map[string]*degradation          // by source id
 	held          map[string]*heldRemovals         // by rule: selection removals a rule edit held
 	listed        map[string]*listing              // by source id: its last complete listing (handover.go)
@@ -90,7 +90,7 @@ func newEngine(log *slog.Logger, st store, pub intentPublisher, r *Renderer, m *
 		rules:         map[string]*ruleState{},
 		rulesBySource: map[string]map[string]*ruleState{},
 		pairs:         map[string]map[string]*pairState{},
-		pairByName:    map[string]map[string]struct{}{},
+		pairByName:    map[ruleClusterName][]string{},
 		degraded:      map[string]*degradation{},
 		held:          map[string]*heldRemovals{},
 		listed:        map[string]*listing{},
@@ -186,25 +186,35 @@ func (e *engine) setPair(rule, cid string, p *pairState) {
 		e.pairs[rule] = map[string]*pairState{}
 	}
 	e.pairs[rule][cid] = p
-	key := rule + "\x00" + p.Cluster.Name
-	if e.pairByName[key] == nil {
-		e.pairByName[key] = map[string]struct{}{}
+	k := ruleClusterName{rule, p.Cluster.Name}
+	ids := e.pairByName[k]
+	if i, found := slices.BinarySearch(ids, cid); !found {
+		e.pairByName[k] = slices.Insert(ids, i, cid)
 	}
-	e.pairByName[key][cid] = struct{}{}
 }
 
+// ruleClusterName keys the by-name index: a rule and a cluster name.
+type ruleClusterName struct{ rule, name string }
+
 // unindexName takes cluster id cid out of the by-name index entry of the rule's cluster name.
+// An entry nearly always holds one id (two clusters of one name are the rare clash), so it is a
+// sorted slice, not a set: a fleet keeps one entry per pair.
 func (e *engine) unindexName(rule, name, cid string) {
-	key := rule + "\x00" + name
-	delete(e.pairByName[key], cid)
-	if len(e.pairByName[key]) == 0 {
-		delete(e.pairByName, key)
+	k := ruleClusterName{rule, name}
+	ids := e.pairByName[k]
+	if i, found := slices.BinarySearch(ids, cid); found {
+		ids = slices.Delete(ids, i, i+1)
+	}
+	if len(ids) == 0 {
+		delete(e.pairByName, k)
+	} else {
+		e.pairByName[k] = ids
 	}
 }
 
 // pairsNamed returns, sorted, the cluster ids of the rule's pairs whose cluster has the name.
 func (e *engine) pairsNamed(rule, name string) []string {
-	return slices.Sorted(maps.Keys(e.pairByName[rule+"\x00"+name]))
+	return slices.Clone(e.pairByName[ruleClusterName{rule, name}])
 }
 
 // indexRule records a rule, replacing the one of the same key, in rules and in its source's index.

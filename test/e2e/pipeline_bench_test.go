@@ -164,6 +164,8 @@ func pipelineRound(b *testing.B, n, rules, newClusters int) {
 	}
 	waitFor(b, time.Hour, fmt.Sprintf("%d Applications updated", n), func() bool { return apps.count("2") == n })
 	edit := apps.last("2").Sub(start)
+	// The edit's share of rule-engine (to its last install intent) and of argo-syncer (the rest).
+	editIntents := appeared.last(&events.InstallIntent{}).Sub(start)
 	editFloor := fl.floor.updateAll()
 
 	latencies := newClusterLatencies(b, s, apps, appeared, fleet, rules, newClusters)
@@ -187,13 +189,13 @@ func pipelineRound(b *testing.B, n, rules, newClusters int) {
 		"  create  %8s   floor (%d plain creates, %d clients) %8s   ratio %.2f (%s)\n"+
 		"          CPU meanwhile: %s\n"+
 		"          floor by server-side apply %8s (ratio to plain creates %.2f), CPU of the control plane: creates %s; applies %s\n"+
-		"  edit    %8s   floor (%d plain updates) %8s   ratio %.2f\n"+
+		"  edit    %8s   floor (%d plain updates) %8s   ratio %.2f (last install intent at %s)\n"+
 		"  one new cluster, event to its last Application, %d in a row: median %s, p99 %s, slowest %s\n"+
 		"  resident memory (the growth is per cluster present at the end):\n%s",
 		n, rules, create.Round(time.Millisecond), (2+rules)*n, benchParallel, createFloor.Round(time.Millisecond), create.Seconds()/createFloor.Seconds(), stages,
 		cpuSpent(cpuBefore, cpuCreate),
 		fl.apply.Round(time.Millisecond), fl.apply.Seconds()/createFloor.Seconds(), fl.createCPU, fl.applyCPU,
-		edit.Round(time.Millisecond), n, editFloor.Round(time.Millisecond), edit.Seconds()/editFloor.Seconds(),
+		edit.Round(time.Millisecond), n, editFloor.Round(time.Millisecond), edit.Seconds()/editFloor.Seconds(), editIntents.Round(time.Millisecond),
 		len(latencies), median.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), latencies[len(latencies)-1].Round(100*time.Microsecond),
 		strings.Join(memory, "\n"))
 }
