@@ -17,8 +17,11 @@ type Config struct {
 	// ArgoCDNamespace (ARGOCD_NAMESPACE, default "argocd") receives cluster Secrets, AppProjects
 	// and Applications.
 	ArgoCDNamespace string
-	// Concurrency (SYNC_CONCURRENCY, default 16) bounds how many intents are handled, and so how
-	// many writes are in flight, at once.
+	// Concurrency (SYNC_CONCURRENCY, default 128) bounds how many intents are handled, and so how
+	// many writes are in flight, at once. Each handler spends most of its time waiting for the
+	// API server, so the default keeps enough writes in flight for the server to batch them
+	// (docs/performance.md); the server's Priority and Fairness still decides how many it serves
+	// at once.
 	Concurrency int
 	// KubeQPS and KubeBurst (KUBE_QPS, KUBE_BURST) are an optional client-side rate limit towards
 	// the API server. Unset (0), there is none: the API server's Priority and Fairness paces the
@@ -74,7 +77,7 @@ func LoadConfig(getenv service.Getenv) (Config, error) {
 	if c.ArgoAPI, err = loadArgoAPI(getenv); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Concurrency, err = service.PositiveInt(getenv, "SYNC_CONCURRENCY", 16); err != nil {
+	if c.Concurrency, err = service.PositiveInt(getenv, "SYNC_CONCURRENCY", 128); err != nil {
 		errs = append(errs, err)
 	}
 	qps, err := service.PositiveInt(getenv, "KUBE_QPS", 0)

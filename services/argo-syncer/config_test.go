@@ -18,7 +18,7 @@ func TestLoadConfig(t *testing.T) {
 		wantErr string
 	}{
 		{name: "defaults", env: map[string]string{}, check: func(t *testing.T, c Config) {
-			if c.ArgoCDNamespace != "argocd" || c.OperatorNamespace != "enforcement" || c.Concurrency != 16 ||
+			if c.ArgoCDNamespace != "argocd" || c.OperatorNamespace != "enforcement" || c.Concurrency != 128 ||
 				c.ProjectSourceRepos != "rules" || c.ProjectClusterResources != "all" || c.SourceSecretTTL != 30*time.Second ||
 				c.KubeQPS != 0 || c.KubeBurst != 0 || c.ResyncInterval != 10*time.Minute {
 				t.Errorf("defaults %+v", c)

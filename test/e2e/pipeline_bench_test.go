@@ -89,14 +89,32 @@ func pipelineEnforcement(i int) string {
 //   - memory: each service's resident set at idle (the rules applied, no cluster yet) and after
 //     the run, their difference per cluster, and the peak (VmHWM).
 //
-// It prints the figures and their ratios to the floor; it asserts no timing.
+// PIPELINE_ENV (space-separated NAME=value) runs the services with a tuning on top of their
+// defaults, printed with the figures. It prints the figures and their ratios to the floor; it
+// asserts no timing.
 func BenchmarkPipeline(b *testing.B) {
 	n := envCount(b, "PIPELINE_CLUSTERS", 1000)
 	rules := envCount(b, "PIPELINE_RULES", 1)
 	newClusters := envCount(b, "PIPELINE_NEW", 100)
+	tuning := os.Getenv("PIPELINE_ENV")
 	for range b.N {
-		pipelineRound(b, n, rules, newClusters)
+		pipelineRound(b, n, rules, newClusters, tuning)
 	}
+}
+
+// serviceEnv reads PIPELINE_ENV's value, space-separated NAME=value settings given to every
+// service on top of the shipped defaults, to measure a tuning beside them; LOG_LEVEL=info unless
+// set.
+func serviceEnv(b *testing.B, v string) map[string]string {
+	env := map[string]string{"LOG_LEVEL": "info"}
+	for _, kv := range strings.Fields(v) {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || name == "" {
+			b.Fatalf("PIPELINE_ENV=%q: %q is not NAME=value", v, kv)
+		}
+		env[name] = value
+	}
+	return env
 }
 
 // envCount reads a whole number >= 1 from the environment variable name, def when unset.
@@ -112,8 +130,8 @@ func envCount(b *testing.B, name string, def int) int {
 	return n
 }
 
-func pipelineRound(b *testing.B, n, rules, newClusters int) {
-	s := newSystemWith(b, map[string]string{"LOG_LEVEL": "info"}, natsSingle, func(s *system) {
+func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
+	s := newSystemWith(b, serviceEnv(b, tuning), natsSingle, func(s *system) {
 		// A Rancher that pages as a real one does with its default limit.
 		s.rancher = rancherfake.New(b, token, 100)
 		var secret corev1.Secret
@@ -185,14 +203,18 @@ func pipelineRound(b *testing.B, n, rules, newClusters int) {
 			name, idle[name]/1024, after/1024, float64(after-idle[name])/float64(n+newClusters),
 			peak/1024, float64(peak-idle[name])/float64(n+newClusters)))
 	}
-	b.Logf("%d clusters, %d rule(s) of one package each, shipped defaults but SCAN_INTERVAL=1s:\n"+
+	settings := "shipped defaults but SCAN_INTERVAL=1s"
+	if tuning != "" {
+		settings += " and PIPELINE_ENV=" + strconv.Quote(tuning)
+	}
+	b.Logf("%d clusters, %d rule(s) of one package each, %s:\n"+
 		"  create  %8s   floor (%d plain creates, %d clients) %8s   ratio %.2f (%s)\n"+
 		"          CPU meanwhile: %s\n"+
 		"          floor by server-side apply %8s (ratio to plain creates %.2f), CPU of the control plane: creates %s; applies %s\n"+
 		"  edit    %8s   floor (%d plain updates) %8s   ratio %.2f (last install intent at %s)\n"+
 		"  one new cluster, event to its last Application, %d in a row: median %s, p99 %s, slowest %s\n"+
 		"  resident memory (the growth is per cluster present at the end):\n%s",
-		n, rules, create.Round(time.Millisecond), (2+rules)*n, benchParallel, createFloor.Round(time.Millisecond), create.Seconds()/createFloor.Seconds(), stages,
+		n, rules, settings, create.Round(time.Millisecond), (2+rules)*n, benchParallel, createFloor.Round(time.Millisecond), create.Seconds()/createFloor.Seconds(), stages,
 		cpuSpent(cpuBefore, cpuCreate),
 		fl.apply.Round(time.Millisecond), fl.apply.Seconds()/createFloor.Seconds(), fl.createCPU, fl.applyCPU,
 		edit.Round(time.Millisecond), n, editFloor.Round(time.Millisecond), edit.Seconds()/editFloor.Seconds(), editIntents.Round(time.Millisecond),
