@@ -49,6 +49,9 @@ func TestLoadConfig(t *testing.T) {
 				if !a.Enabled() || a.Username != "admin" || a.Password != "pw" || a.Token != "" || !a.GRPCWeb || a.Insecure || a.PollInterval != 30*time.Second {
 					t.Errorf("API mode %+v", a)
 				}
+				if c.Concurrency != 16 {
+					t.Errorf("SYNC_CONCURRENCY defaults to %d in API mode, want 16: argocd-server has no Priority and Fairness", c.Concurrency)
+				}
 				opts, err := a.clientOptions()
 				if err != nil || opts.ServerAddr != "argocd.example:443" || opts.PlainText || opts.GRPCWebRootPath != "argo" {
 					t.Errorf("client options %+v, %v; want argocd.example:443 over TLS, root path argo", opts, err)
