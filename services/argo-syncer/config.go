@@ -17,8 +17,8 @@ type Config struct {
 	// ArgoCDNamespace (ARGOCD_NAMESPACE, default "argocd") receives cluster Secrets, AppProjects
 	// and Applications.
 	ArgoCDNamespace string
-	// Concurrency (SYNC_CONCURRENCY) bounds how many intents are handled, and so how many writes
-	// are in flight, at once: defaultConcurrency, or defaultAPIConcurrency in API mode.
+	// Concurrency (SYNC_CONCURRENCY, default 16) bounds how many intents are handled, and so how
+	// many writes are in flight, at once.
 	Concurrency int
 	// KubeQPS and KubeBurst (KUBE_QPS, KUBE_BURST) are an optional client-side rate limit towards
 	// the API server. Unset (0), there is none: the API server's Priority and Fairness paces the
@@ -61,16 +61,6 @@ const (
 	ClusterResNone   = "none"
 )
 
-// The default SYNC_CONCURRENCY. Each handler spends most of its time waiting for a round trip,
-// so through the Kubernetes API the default keeps enough writes in flight for the API server to
-// batch them (docs/performance.md), and its Priority and Fairness still decides how many it
-// serves at once. argocd-server has no such protection of its own: API mode keeps the lower
-// default.
-const (
-	defaultConcurrency    = 128
-	defaultAPIConcurrency = 16
-)
-
 // LoadConfig reads and validates the configuration. Errors name the variable.
 func LoadConfig(getenv service.Getenv) (Config, error) {
 	c := Config{
@@ -84,11 +74,7 @@ func LoadConfig(getenv service.Getenv) (Config, error) {
 	if c.ArgoAPI, err = loadArgoAPI(getenv); err != nil {
 		errs = append(errs, err)
 	}
-	concurrency := defaultConcurrency
-	if c.ArgoAPI.Enabled() {
-		concurrency = defaultAPIConcurrency
-	}
-	if c.Concurrency, err = service.PositiveInt(getenv, "SYNC_CONCURRENCY", concurrency); err != nil {
+	if c.Concurrency, err = service.PositiveInt(getenv, "SYNC_CONCURRENCY", 16); err != nil {
 		errs = append(errs, err)
 	}
 	qps, err := service.PositiveInt(getenv, "KUBE_QPS", 0)
