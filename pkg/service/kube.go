@@ -44,8 +44,9 @@ func KubeReachable(cfg *rest.Config) (Check, error) {
 	}, nil
 }
 
-// serverPacedKube removes client-go's client-side rate limit from cfg and counts the API server's
-// 429 answers in the registry's enforcement_<service>_kube_throttled_total.
+// serverPacedKube removes client-go's client-side rate limit from cfg, bounds the service's writes
+// in flight by a window that adapts to the API server's 429s (writeWindow), and counts the 429s
+// in the registry's enforcement_<service>_kube_throttled_total.
 //
 // client-go's default token bucket (5 requests per second, burst 10) caps a service at a rate
 // chosen without knowing the server, and a higher fixed cap only moves the problem: too low, a
@@ -54,35 +55,66 @@ func KubeReachable(cfg *rest.Config) (Check, error) {
 // Kubernetes 1.29) gives every flow its share, queues what exceeds it and answers 429 with a
 // Retry-After when the queue is full, and client-go waits that long and sends the request again
 // (up to 10 times; a write whose retries run out fails like any other and the service's own retry
-// takes over, so nothing is lost). The requests in flight stay bounded by each service's own
-// concurrency (argo-syncer's SYNC_CONCURRENCY, the dispatcher's delivery workers). A service may
-// still set QPS and Burst on Service.Kube before it builds its clients (argo-syncer's KUBE_QPS),
-// for an API server that runs without API Priority and Fairness.
+// takes over, so nothing is lost). The write window listens to those 429s: it widens while the
+// server serves everything and halves when it sheds load, so a service keeps as many writes in
+// flight as the server accepts rather than a number fixed in advance. Each service's own
+// concurrency (argo-syncer's SYNC_CONCURRENCY, the dispatcher's delivery workers) still bounds the
+// work it has to offer. A service may also set QPS and Burst on Service.Kube before it builds its
+// clients (argo-syncer's KUBE_QPS), for an API server that runs without API Priority and Fairness.
 func serverPacedKube(cfg *rest.Config, reg prometheus.Registerer, service string) error {
 	cfg.QPS = -1 // any negative value: no client-side limiter (0 would mean client-go's default)
+	prefix := "enforcement_" + strings.ReplaceAll(service, "-", "_") + "_kube_"
 	throttled := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "enforcement_" + strings.ReplaceAll(service, "-", "_") + "_kube_throttled_total",
+		Name: prefix + "throttled_total",
 		Help: "Requests the Kubernetes API server answered with 429 Too Many Requests (API Priority and Fairness shedding load); client-go waits their Retry-After and retries.",
 	})
-	if err := reg.Register(throttled); err != nil {
-		return fmt.Errorf("register the throttling metric: %w", err)
+	limit := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: prefix + "write_window",
+		Help: "Kubernetes writes the service allows in flight now: widened while the API server serves them all, halved by a 429.",
+	})
+	inFlight := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: prefix + "writes_in_flight",
+		Help: "Kubernetes writes sent and not answered yet.",
+	})
+	for _, c := range []prometheus.Collector{throttled, limit, inFlight} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register the Kubernetes client metrics: %w", err)
+		}
 	}
+	window := newWriteWindow(limit, inFlight)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return throttleCounter{next: rt, throttled: throttled}
+		return pacedTransport{next: rt, window: window, throttled: throttled}
 	})
 	return nil
 }
 
-// throttleCounter counts the 429 answers of the round trips it passes on.
-type throttleCounter struct {
+// pacedTransport passes writes on through the service's write window and counts the 429 answers.
+type pacedTransport struct {
 	next      http.RoundTripper
+	window    *writeWindow
 	throttled prometheus.Counter
 }
 
-func (t throttleCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+func (t pacedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !isWrite(r) {
+		resp, err := t.next.RoundTrip(r)
+		t.count(resp, err)
+		return resp, err
+	}
+	ticket, err := t.window.acquire(r.Context())
+	if err != nil {
+		return nil, err
+	}
 	resp, err := t.next.RoundTrip(r)
+	t.window.release(ticket, t.count(resp, err))
+	return resp, err
+}
+
+// count counts a 429 answer and says whether resp is one.
+func (t pacedTransport) count(resp *http.Response, err error) bool {
 	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
 		t.throttled.Inc()
+		return true
 	}
-	return resp, err
+	return false
 }

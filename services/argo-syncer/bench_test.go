@@ -18,7 +18,8 @@ import (
 // BenchmarkInstall1000Clusters measures the time from starting the consumer on 1,000 install
 // intents (1,000 new clusters) until every cluster Secret, AppProject and Application exists,
 // next to the floor: 1,000 × 3 plain creates of the same objects with the same parallelism
-// (SYNC_CONCURRENCY, 16) on the same API server in the same run. Run it with
+// (16, as many handlers as the test harness runs) on the same API server in the same run. Run
+// it with
 //
 //	go test -run '^$' -bench Install1000 -benchtime 3x
 //

@@ -17,14 +17,15 @@ type Config struct {
 	// ArgoCDNamespace (ARGOCD_NAMESPACE, default "argocd") receives cluster Secrets, AppProjects
 	// and Applications.
 	ArgoCDNamespace string
-	// Concurrency (SYNC_CONCURRENCY, default 16) bounds how many intents are handled, and so how
-	// many writes are in flight, at once.
+	// Concurrency (SYNC_CONCURRENCY) bounds how many intents are handled at once:
+	// defaultConcurrency, or defaultAPIConcurrency in API mode. Through the Kubernetes API, how
+	// many of their writes are in flight is pkg/service's adaptive write window, up to this.
 	Concurrency int
 	// KubeQPS and KubeBurst (KUBE_QPS, KUBE_BURST) are an optional client-side rate limit towards
 	// the API server. Unset (0), there is none: the API server's Priority and Fairness paces the
-	// writes and client-go honours its 429s (pkg/service's serverPacedKube), while Concurrency
-	// bounds the writes in flight. Set, they cap the rate, for an API server without Priority and
-	// Fairness; KUBE_BURST defaults to twice KUBE_QPS.
+	// writes, client-go honours its 429s and the write window narrows at them (pkg/service's
+	// serverPacedKube). Set, they cap the rate, for an API server without Priority and Fairness;
+	// KUBE_BURST defaults to twice KUBE_QPS.
 	KubeQPS   float32
 	KubeBurst int
 	// ProjectSourceRepos (PROJECT_SOURCE_REPOS, default "rules") is what an AppProject allows as
@@ -61,6 +62,16 @@ const (
 	ClusterResNone   = "none"
 )
 
+// The default SYNC_CONCURRENCY. Each handler spends most of its time waiting for a round trip,
+// so through the Kubernetes API the default offers enough writes for the API server to batch
+// them (docs/performance.md), and the write window keeps in flight only as many as the server
+// serves without 429s. argocd-server has no Priority and Fairness and answers no 429 to adapt
+// to: API mode keeps the lower default.
+const (
+	defaultConcurrency    = 128
+	defaultAPIConcurrency = 16
+)
+
 // LoadConfig reads and validates the configuration. Errors name the variable.
 func LoadConfig(getenv service.Getenv) (Config, error) {
 	c := Config{
@@ -74,7 +85,11 @@ func LoadConfig(getenv service.Getenv) (Config, error) {
 	if c.ArgoAPI, err = loadArgoAPI(getenv); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Concurrency, err = service.PositiveInt(getenv, "SYNC_CONCURRENCY", 16); err != nil {
+	concurrency := defaultConcurrency
+	if c.ArgoAPI.Enabled() {
+		concurrency = defaultAPIConcurrency
+	}
+	if c.Concurrency, err = service.PositiveInt(getenv, "SYNC_CONCURRENCY", concurrency); err != nil {
 		errs = append(errs, err)
 	}
 	qps, err := service.PositiveInt(getenv, "KUBE_QPS", 0)

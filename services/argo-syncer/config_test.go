@@ -18,7 +18,7 @@ func TestLoadConfig(t *testing.T) {
 		wantErr string
 	}{
 		{name: "defaults", env: map[string]string{}, check: func(t *testing.T, c Config) {
-			if c.ArgoCDNamespace != "argocd" || c.OperatorNamespace != "enforcement" || c.Concurrency != 16 ||
+			if c.ArgoCDNamespace != "argocd" || c.OperatorNamespace != "enforcement" || c.Concurrency != 128 ||
 				c.ProjectSourceRepos != "rules" || c.ProjectClusterResources != "all" || c.SourceSecretTTL != 30*time.Second ||
 				c.KubeQPS != 0 || c.KubeBurst != 0 || c.ResyncInterval != 10*time.Minute {
 				t.Errorf("defaults %+v", c)
@@ -48,6 +48,9 @@ func TestLoadConfig(t *testing.T) {
 				a := c.ArgoAPI
 				if !a.Enabled() || a.Username != "admin" || a.Password != "pw" || a.Token != "" || !a.GRPCWeb || a.Insecure || a.PollInterval != 30*time.Second {
 					t.Errorf("API mode %+v", a)
+				}
+				if c.Concurrency != 16 {
+					t.Errorf("SYNC_CONCURRENCY defaults to %d in API mode, want 16: argocd-server has no Priority and Fairness", c.Concurrency)
 				}
 				opts, err := a.clientOptions()
 				if err != nil || opts.ServerAddr != "argocd.example:443" || opts.PlainText || opts.GRPCWebRootPath != "argo" {

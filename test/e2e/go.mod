@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/enforcement-io/enforcement/pkg/events v0.0.0-00010101000000-000000000000
 	github.com/enforcement-io/enforcement/pkg/testenv v0.0.0-00010101000000-000000000000
+	github.com/go-logr/logr v1.4.2
 	github.com/nats-io/nats.go v1.55.0
 	k8s.io/api v0.31.14
 	k8s.io/apimachinery v0.31.14
@@ -23,7 +24,6 @@ require (
 	github.com/evanphx/json-patch/v5 v5.9.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.7.0 // indirect
 	github.com/go-json-experiment/json v1.27.2 // indirect
-	github.com/go-logr/logr v1.4.2 // indirect
 	github.com/go-openapi/jsonpointer v0.19.6 // indirect
 	github.com/go-openapi/jsonreference v0.20.2 // indirect
 	github.com/go-openapi/swag v0.22.4 // indirect

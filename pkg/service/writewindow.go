@@ -1,0 +1,146 @@
+package service
+
+import (
+	"context"
+	"net/http"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// A writeWindow bounds a service's Kubernetes writes in flight (POST, PUT, PATCH, DELETE) by a
+// limit that follows the API server's answers, the way TCP's congestion window follows a network:
+//
+//   - it starts at initialWriteWindow, the bound that kept a throttling server converging when it
+//     was a fixed setting (docs/performance.md);
+//   - until the server first answers 429, every write that succeeds while the window is full
+//     widens it by one, so the window doubles with each round of writes (slow start);
+//   - a 429 halves it (never below 1), and afterwards each full window of successes widens it by
+//     one (additive increase, multiplicative decrease);
+//   - only the first 429 of a round halves it: writes sent before the last halving already saw
+//     the larger window, and their 429s say nothing new;
+//   - a write that ends while the window has room to spare (no write waits and fewer are in
+//     flight than allowed) does not widen it: a quiet service does not grow a limit it has never
+//     tested, to spend it on the next burst.
+//
+// So an API server with room to spare gets as many writes as the service has work for (up to
+// maxWriteWindow, and in practice each service's own concurrency, such as argo-syncer's
+// SYNC_CONCURRENCY), and a server whose Priority and Fairness sheds load gets about as many as
+// it serves, instead of a burst it can only answer with 429s that every writer then waits out.
+// Reads are not bounded: they are rare (the services read through informers) and watches last.
+type writeWindow struct {
+	mu       sync.Mutex
+	limit    float64 // writes allowed in flight; its integer part is the bound
+	inFlight int
+	growing  bool   // slow start: no 429 seen yet
+	round    uint64 // halvings so far; a write remembers the round it was sent in
+	waiting  []chan struct{}
+
+	limitGauge, inFlightGauge prometheus.Gauge
+}
+
+const (
+	initialWriteWindow = 16
+	maxWriteWindow     = 1024
+)
+
+// writeTicket is what a write holds while it is in flight: the round it was sent in.
+type writeTicket struct {
+	round uint64
+}
+
+func newWriteWindow(limitGauge, inFlightGauge prometheus.Gauge) *writeWindow {
+	w := &writeWindow{limit: initialWriteWindow, growing: true, limitGauge: limitGauge, inFlightGauge: inFlightGauge}
+	limitGauge.Set(initialWriteWindow)
+	return w
+}
+
+// acquire waits for room in the window, or for ctx to end.
+func (w *writeWindow) acquire(ctx context.Context) (writeTicket, error) {
+	w.mu.Lock()
+	if len(w.waiting) == 0 && w.inFlight < int(w.limit) {
+		t := w.admit()
+		w.mu.Unlock()
+		return t, nil
+	}
+	ready := make(chan struct{})
+	w.waiting = append(w.waiting, ready)
+	w.mu.Unlock()
+	select {
+	case <-ready:
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.ticket(), nil
+	case <-ctx.Done():
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		select {
+		case <-ready: // admitted as ctx ended: give the place back
+			w.inFlight--
+			w.inFlightGauge.Set(float64(w.inFlight))
+			w.wake()
+		default:
+			for i, c := range w.waiting {
+				if c == ready {
+					w.waiting = append(w.waiting[:i], w.waiting[i+1:]...)
+					break
+				}
+			}
+		}
+		return writeTicket{}, ctx.Err()
+	}
+}
+
+// admit counts a write in flight; w.mu is held.
+func (w *writeWindow) admit() writeTicket {
+	w.inFlight++
+	w.inFlightGauge.Set(float64(w.inFlight))
+	return w.ticket()
+}
+
+func (w *writeWindow) ticket() writeTicket {
+	return writeTicket{round: w.round}
+}
+
+// release ends a write and adjusts the window by its answer.
+func (w *writeWindow) release(t writeTicket, throttled bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	used := len(w.waiting) > 0 || w.inFlight >= int(w.limit)
+	w.inFlight--
+	switch {
+	case throttled && t.round == w.round:
+		w.limit = max(1, float64(int(w.limit)/2))
+		w.growing = false
+		w.round++
+	case throttled: // sent before the last halving
+	case !used:
+	case w.growing:
+		w.limit = min(maxWriteWindow, w.limit+1)
+	default:
+		w.limit = min(maxWriteWindow, w.limit+1/w.limit)
+	}
+	w.limitGauge.Set(float64(int(w.limit)))
+	w.inFlightGauge.Set(float64(w.inFlight))
+	w.wake()
+}
+
+// wake admits the writes that waited, first come first served, while the window has room; w.mu
+// is held.
+func (w *writeWindow) wake() {
+	for len(w.waiting) > 0 && w.inFlight < int(w.limit) {
+		w.inFlight++
+		close(w.waiting[0])
+		w.waiting = w.waiting[1:]
+	}
+	w.inFlightGauge.Set(float64(w.inFlight))
+}
+
+// isWrite says whether a request changes objects; only those go through the window.
+func isWrite(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return true
+	}
+	return false
+}
