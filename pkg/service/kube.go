@@ -96,7 +96,7 @@ type pacedTransport struct {
 }
 
 func (t pacedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if !isWrite(r) {
+	if !inWindow(r) {
 		resp, err := t.next.RoundTrip(r)
 		t.count(resp, err)
 		return resp, err

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,7 @@ import (
 // SYNC_CONCURRENCY), and a server whose Priority and Fairness sheds load gets about as many as
 // it serves, instead of a burst it can only answer with 429s that every writer then waits out.
 // Reads are not bounded: they are rare (the services read through informers) and watches last.
+// Nor are Lease writes (inWindow).
 type writeWindow struct {
 	mu       sync.Mutex
 	limit    float64 // writes allowed in flight; its integer part is the bound
@@ -136,11 +138,14 @@ func (w *writeWindow) wake() {
 	w.inFlightGauge.Set(float64(w.inFlight))
 }
 
-// isWrite says whether a request changes objects; only those go through the window.
-func isWrite(r *http.Request) bool {
+// inWindow says whether a request goes through the window: writes (POST, PUT, PATCH, DELETE),
+// except those of Leases. A leader's renewal must never wait behind its own work: queued behind
+// a hundred writes to a throttling server, it would miss its deadline and hand the lead over
+// for nothing.
+func inWindow(r *http.Request) bool {
 	switch r.Method {
 	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-		return true
+		return !strings.HasPrefix(r.URL.Path, "/apis/coordination.k8s.io/")
 	}
 	return false
 }

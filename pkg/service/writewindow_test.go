@@ -3,6 +3,8 @@ package service
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -167,5 +169,26 @@ func TestWriteWindowQueuesAndGivesUpWithTheContext(t *testing.T) {
 	}
 	if w.inFlight != 0 || len(w.waiting) != 0 {
 		t.Fatalf("after every write ended: %d in flight, %d waiting", w.inFlight, len(w.waiting))
+	}
+}
+
+func TestWriteWindowTakesWritesButNotLeases(t *testing.T) {
+	for _, c := range []struct {
+		method, path string
+		want         bool
+	}{
+		{http.MethodPost, "/api/v1/namespaces/argocd/secrets", true},
+		{http.MethodPatch, "/apis/argoproj.io/v1alpha1/namespaces/argocd/applications/a", true},
+		{http.MethodPut, "/apis/enforcement.globo.com/v1beta1/namespaces/e/clusterrules/r/status", true},
+		{http.MethodDelete, "/apis/argoproj.io/v1alpha1/namespaces/argocd/appprojects/p", true},
+		{http.MethodGet, "/api/v1/namespaces/argocd/secrets/s", false},
+		{http.MethodGet, "/apis/argoproj.io/v1alpha1/applications?watch=true", false},
+		{http.MethodPut, "/apis/coordination.k8s.io/v1/namespaces/e/leases/argo-syncer.enforcement.globo.com", false},
+		{http.MethodPost, "/apis/coordination.k8s.io/v1/namespaces/e/leases", false},
+	} {
+		r := httptest.NewRequest(c.method, c.path, nil)
+		if got := inWindow(r); got != c.want {
+			t.Errorf("%s %s in the window: %v, want %v", c.method, c.path, got, c.want)
+		}
 	}
 }
