@@ -98,7 +98,7 @@ type pacedTransport struct {
 func (t pacedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if !inWindow(r) {
 		resp, err := t.next.RoundTrip(r)
-		t.count(resp, err)
+		t.count(answerOf(resp, err))
 		return resp, err
 	}
 	ticket, err := t.window.acquire(r.Context())
@@ -106,15 +106,14 @@ func (t pacedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp, err := t.next.RoundTrip(r)
-	t.window.release(ticket, t.count(resp, err))
+	answer := answerOf(resp, err)
+	t.count(answer)
+	t.window.release(ticket, answer)
 	return resp, err
 }
 
-// count counts a 429 answer and says whether resp is one.
-func (t pacedTransport) count(resp *http.Response, err error) bool {
-	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
+func (t pacedTransport) count(answer writeAnswer) {
+	if answer == writeThrottled {
 		t.throttled.Inc()
-		return true
 	}
-	return false
 }

@@ -104,18 +104,38 @@ func (w *writeWindow) ticket() writeTicket {
 	return writeTicket{round: w.round}
 }
 
+// writeAnswer is what became of a write, as far as the window is concerned.
+type writeAnswer int
+
+const (
+	writeServed    writeAnswer = iota // any answer but 429 and 5xx: the server took the write
+	writeThrottled                    // 429: the server shed it
+	writeFailed                       // no answer, or 5xx: says nothing about the server's room
+)
+
+// answerOf classifies a round trip's outcome.
+func answerOf(resp *http.Response, err error) writeAnswer {
+	switch {
+	case err != nil || resp.StatusCode >= 500:
+		return writeFailed
+	case resp.StatusCode == http.StatusTooManyRequests:
+		return writeThrottled
+	}
+	return writeServed
+}
+
 // release ends a write and adjusts the window by its answer.
-func (w *writeWindow) release(t writeTicket, throttled bool) {
+func (w *writeWindow) release(t writeTicket, answer writeAnswer) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	used := len(w.waiting) > 0 || w.inFlight >= int(w.limit)
 	w.inFlight--
 	switch {
-	case throttled && t.round == w.round:
+	case answer == writeThrottled && t.round == w.round:
 		w.limit = max(1, float64(int(w.limit)/2))
 		w.growing = false
 		w.round++
-	case throttled: // sent before the last halving
+	case answer != writeServed: // shed before the last halving, or failed
 	case !used:
 	case w.growing:
 		w.limit = min(maxWriteWindow, w.limit+1)
@@ -145,7 +165,7 @@ func (w *writeWindow) wake() {
 func inWindow(r *http.Request) bool {
 	switch r.Method {
 	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-		return !strings.HasPrefix(r.URL.Path, "/apis/coordination.k8s.io/")
+		return !strings.Contains(r.URL.Path, "/apis/coordination.k8s.io/") // also behind a path prefix
 	}
 	return false
 }

@@ -53,13 +53,14 @@ func offer(t *testing.T, w *writeWindow, writers, seats, total int) (throttled i
 					t.Error(err)
 					return
 				}
-				over := busy.Add(1) > int64(seats)
-				time.Sleep(200 * time.Microsecond)
-				busy.Add(-1)
-				if over {
+				answer := writeServed
+				if busy.Add(1) > int64(seats) {
+					answer = writeThrottled
 					throttledN.Add(1)
 				}
-				w.release(tk, over)
+				time.Sleep(200 * time.Microsecond)
+				busy.Add(-1)
+				w.release(tk, answer)
 				w.mu.Lock()
 				if !w.growing && int64(w.limit) > widest.Load() {
 					widest.Store(int64(w.limit))
@@ -103,7 +104,7 @@ func TestWriteWindowHalvesOncePerRound(t *testing.T) {
 	w, gauge := testWindow()
 	// A round in which every write is throttled halves the window once, not once per 429.
 	for _, tk := range fill(t, w, initialWriteWindow) {
-		w.release(tk, true)
+		w.release(tk, writeThrottled)
 	}
 	if got := testutil.ToFloat64(gauge); got != initialWriteWindow/2 {
 		t.Fatalf("after a round of 429s the window is %v, want %d", got, initialWriteWindow/2)
@@ -114,7 +115,7 @@ func TestWriteWindowNeverClosesAndDoesNotGrowUnused(t *testing.T) {
 	w, gauge := testWindow()
 	for range 10 { // every round throttled: 16, 8, 4, 2, 1, 1, ...
 		for _, tk := range fill(t, w, int(w.limit)) {
-			w.release(tk, true)
+			w.release(tk, writeThrottled)
 		}
 	}
 	if got := testutil.ToFloat64(gauge); got != 1 {
@@ -123,7 +124,7 @@ func TestWriteWindowNeverClosesAndDoesNotGrowUnused(t *testing.T) {
 	// One write at a time into a window of 4 never fills it: the window stays.
 	w.limit = 4
 	for range 100 {
-		w.release(fill(t, w, 1)[0], false)
+		w.release(fill(t, w, 1)[0], writeServed)
 	}
 	if got := testutil.ToFloat64(gauge); got != 4 {
 		t.Fatalf("after 100 writes one at a time the window is %v, want 4: it grew without being used", got)
@@ -148,7 +149,7 @@ func TestWriteWindowQueuesAndGivesUpWithTheContext(t *testing.T) {
 		t.Fatal("a write beyond a full window was sent at once")
 	case <-time.After(50 * time.Millisecond):
 	}
-	w.release(held[0], false)
+	w.release(held[0], writeServed)
 	select {
 	case tk := <-admitted:
 		held[0] = tk
@@ -165,7 +166,7 @@ func TestWriteWindowQueuesAndGivesUpWithTheContext(t *testing.T) {
 		t.Fatalf("acquire with an ended context: %v, want DeadlineExceeded", err)
 	}
 	for _, tk := range held {
-		w.release(tk, false)
+		w.release(tk, writeServed)
 	}
 	if w.inFlight != 0 || len(w.waiting) != 0 {
 		t.Fatalf("after every write ended: %d in flight, %d waiting", w.inFlight, len(w.waiting))
@@ -185,10 +186,41 @@ func TestWriteWindowTakesWritesButNotLeases(t *testing.T) {
 		{http.MethodGet, "/apis/argoproj.io/v1alpha1/applications?watch=true", false},
 		{http.MethodPut, "/apis/coordination.k8s.io/v1/namespaces/e/leases/argo-syncer.enforcement.globo.com", false},
 		{http.MethodPost, "/apis/coordination.k8s.io/v1/namespaces/e/leases", false},
+		{http.MethodPut, "/k8s/clusters/local/apis/coordination.k8s.io/v1/namespaces/e/leases/l", false},
 	} {
 		r := httptest.NewRequest(c.method, c.path, nil)
 		if got := inWindow(r); got != c.want {
 			t.Errorf("%s %s in the window: %v, want %v", c.method, c.path, got, c.want)
 		}
+	}
+}
+
+func TestWriteWindowLearnsNothingFromFailures(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		err    error
+		want   writeAnswer
+	}{
+		{http.StatusOK, nil, writeServed},
+		{http.StatusConflict, nil, writeServed}, // the server took the write and refused it
+		{http.StatusTooManyRequests, nil, writeThrottled},
+		{http.StatusServiceUnavailable, nil, writeFailed},
+		{0, errors.New("connection reset"), writeFailed},
+	} {
+		var resp *http.Response
+		if c.err == nil {
+			resp = &http.Response{StatusCode: c.status}
+		}
+		if got := answerOf(resp, c.err); got != c.want {
+			t.Errorf("answer of %d, %v: %v, want %v", c.status, c.err, got, c.want)
+		}
+	}
+	// A full window whose writes fail neither widens nor halves.
+	w, gauge := testWindow()
+	for _, tk := range fill(t, w, initialWriteWindow) {
+		w.release(tk, writeFailed)
+	}
+	if got := testutil.ToFloat64(gauge); got != initialWriteWindow {
+		t.Fatalf("after a full round of failed writes the window is %v, want %d", got, initialWriteWindow)
 	}
 }
