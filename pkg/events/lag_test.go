@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -21,6 +22,22 @@ func TestConsumerLagReportsTheServersCounts(t *testing.T) {
 		src.Key = "c-" + string(rune('a'+i))
 		if _, err := pub.Publish(context.Background(), &ClusterAppeared{Cluster: src, Revision: uint64(i + 1)}); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// The server counts stored messages into a consumer's NumPending asynchronously: on a busy
+	// machine its info right after the publishes may still say 0. The gauges report what the
+	// server says at the scrape, so scrape once the server says 3.
+	consumer, err := js.Consumer(context.Background(), StreamName, ConsumerRuleEngine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		info, err := consumer.Info(context.Background())
+		if err == nil && info.NumPending == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server never counted the 3 messages as pending for %s: %+v, %v", ConsumerRuleEngine, info, err)
 		}
 	}
 	reg := prometheus.NewPedanticRegistry()

@@ -104,13 +104,16 @@ func (h *harness) writeLegacyObjects(in *events.InstallIntent) (secret, project,
 	}
 	rendered := RenderProject(h.ns, legacy, c, in.Cluster.URL, []string{in.Enforcement.Repo}, ProjectSettings{ClusterResources: true})
 	rendered.Metadata.Annotations[AnnotationIdentity] = in.Cluster.Identity
-	p, err := h.argo.ArgoprojV1alpha1().AppProjects(h.ns).Patch(ctx, legacy.project, types.ApplyPatchType, rendered.seal(),
+	rendered.seal()
+	p, err := h.argo.ArgoprojV1alpha1().AppProjects(h.ns).Patch(ctx, legacy.project, types.ApplyPatchType, rendered.body(),
 		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	renderedApp := RenderApplication(h.ns, in, legacy)
+	renderedApp.seal()
 	a, err := h.argo.ArgoprojV1alpha1().Applications(h.ns).Patch(ctx, legacy.application, types.ApplyPatchType,
-		RenderApplication(h.ns, in, legacy).seal(), metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+		renderedApp.body(), metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -107,25 +107,28 @@ type applyMeta struct {
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
-// seal stores the hash of the object (without the hash annotation) in AnnotationAppliedHash and
-// returns the JSON body.
-func (o *applyObject) seal() []byte {
+// seal stores the hash of the object (without the hash and created-by annotations) in
+// AnnotationAppliedHash: what inSync compares with the object in the cache before any write.
+func (o *applyObject) seal() {
 	if o.Metadata.Annotations == nil {
 		o.Metadata.Annotations = map[string]string{}
 	}
 	delete(o.Metadata.Annotations, AnnotationAppliedHash)
 	createdBy, created := o.Metadata.Annotations[AnnotationCreatedBy]
 	delete(o.Metadata.Annotations, AnnotationCreatedBy) // an update without it is the same object
-	body, err := json.Marshal(o)
-	if err != nil {
-		panic(fmt.Sprintf("marshal %s: %v", o.Kind, err)) // plain structs of strings always marshal
-	}
-	sum := sha256.Sum256(body)
+	sum := sha256.Sum256(o.body())
 	o.Metadata.Annotations[AnnotationAppliedHash] = hex.EncodeToString(sum[:12])
 	if created {
 		o.Metadata.Annotations[AnnotationCreatedBy] = createdBy
 	}
-	body, _ = json.Marshal(o)
+}
+
+// body is the JSON of the apply, as the object is now: seal it first, so that it carries its hash.
+func (o *applyObject) body() []byte {
+	body, err := json.Marshal(o)
+	if err != nil {
+		panic(fmt.Sprintf("marshal %s: %v", o.Kind, err)) // plain structs of strings always marshal
+	}
 	return body
 }
 

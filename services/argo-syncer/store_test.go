@@ -276,8 +276,9 @@ func serverApplication(b testing.TB, cluster, enforcement string) []byte {
 	in.SpecHash = fmt.Sprintf("%064x", len(enforcement))
 	desired := RenderApplication("argocd", in, newNames(cluster, enforcement))
 	desired.Metadata.Annotations[AnnotationCreatedBy] = "install." + cluster + "." + enforcement + ".0123456789abcdef"
+	desired.seal()
 	var app argov1.Application
-	if err := json.Unmarshal(desired.seal(), &app); err != nil {
+	if err := json.Unmarshal(desired.body(), &app); err != nil {
 		b.Fatal(err)
 	}
 	now := metav1.NewTime(time.Date(2026, 12, 4, 7, 0, 0, 0, time.UTC))

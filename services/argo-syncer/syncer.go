@@ -407,7 +407,7 @@ func mayWrite(existing *argov1.Application, in *events.InstallIntent) error {
 }
 
 func (s *Syncer) applyApplication(ctx context.Context, o *applyObject) (*argov1.Application, error) {
-	app, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).Patch(ctx, o.Metadata.Name, types.ApplyPatchType, o.seal(),
+	app, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).Patch(ctx, o.Metadata.Name, types.ApplyPatchType, o.body(),
 		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
 	s.metrics.write("Application", "apply", err)
 	if err != nil {
@@ -703,7 +703,7 @@ func (s *Syncer) ensureProject(ctx context.Context, t events.Target, n objectNam
 	if exists && owned(existing) && inSync(existing.Labels, existing.Annotations, existing.Spec, desired) {
 		return writes, nil
 	}
-	p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.ApplyPatchType, desired.seal(),
+	p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.ApplyPatchType, desired.body(),
 		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
 	s.metrics.write("AppProject", "apply", err)
 	writes++
@@ -735,7 +735,7 @@ func (s *Syncer) ensureTenantProject(ctx context.Context, t events.Target, name 
 	if exists && inSync(existing.Labels, existing.Annotations, existing.Spec, desired) {
 		return 0, nil
 	}
-	p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.ApplyPatchType, desired.seal(),
+	p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.ApplyPatchType, desired.body(),
 		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
 	s.metrics.write("AppProject", "apply", err)
 	if err != nil {
