@@ -162,6 +162,18 @@ func Consume(ctx context.Context, js jetstream.JetStream, h Handler, opts Consum
 		sem:        make(chan struct{}, opts.Concurrency),
 	}
 	c.cons = cons
+	// An instance that stopped just before handed its unfinished messages back with
+	// handBackDelay (handBack). Pulled at once, a later message of one of their keys that it never
+	// received would come first, as new; after the delay the server redelivers them ahead of new
+	// messages.
+	if info.NumAckPending > 0 {
+		select {
+		case <-time.After(handBackDelay + handBackDelay/2):
+		case <-ctx.Done():
+			abort()
+			return nil, fmt.Errorf("consume %s: %w", opts.Name, ctx.Err())
+		}
+	}
 	if c.pull, err = startPull(js, opts.Stream, opts.Name, c.enqueue, opts.Logger); err != nil {
 		return nil, fmt.Errorf("consume %s: %w", opts.Name, err)
 	}

@@ -154,6 +154,11 @@ func (l *Lister) page(ctx context.Context, client *http.Client, target *url.URL)
 	if len(body) > maxPageBytes {
 		return nil, "", events.DegradedListFailed, fmt.Errorf("GET %s: body larger than %d bytes", redact(target), maxPageBytes)
 	}
+	if err := ctx.Err(); err != nil {
+		// The listing's time ran out while the page came: a body cut short by it is not the
+		// server's fault, and the error says what happened.
+		return nil, "", events.DegradedListFailed, fmt.Errorf("GET %s: %w", redact(target), err)
+	}
 	return l.parsePage(target, body)
 }
 
