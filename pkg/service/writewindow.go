@@ -34,8 +34,7 @@ type writeWindow struct {
 	mu       sync.Mutex
 	limit    float64 // writes allowed in flight; its integer part is the bound
 	inFlight int
-	growing  bool   // slow start: no 429 seen yet
-	round    uint64 // halvings so far; a write remembers the round it was sent in
+	round    uint64 // halvings so far (0: slow start, no 429 yet); a write remembers its round
 	waiting  []chan struct{}
 
 	limitGauge, inFlightGauge prometheus.Gauge
@@ -52,7 +51,7 @@ type writeTicket struct {
 }
 
 func newWriteWindow(limitGauge, inFlightGauge prometheus.Gauge) *writeWindow {
-	w := &writeWindow{limit: initialWriteWindow, growing: true, limitGauge: limitGauge, inFlightGauge: inFlightGauge}
+	w := &writeWindow{limit: initialWriteWindow, limitGauge: limitGauge, inFlightGauge: inFlightGauge}
 	limitGauge.Set(initialWriteWindow)
 	return w
 }
@@ -61,7 +60,9 @@ func newWriteWindow(limitGauge, inFlightGauge prometheus.Gauge) *writeWindow {
 func (w *writeWindow) acquire(ctx context.Context) (writeTicket, error) {
 	w.mu.Lock()
 	if len(w.waiting) == 0 && w.inFlight < int(w.limit) {
-		t := w.admit()
+		w.inFlight++
+		w.inFlightGauge.Set(float64(w.inFlight))
+		t := writeTicket{round: w.round}
 		w.mu.Unlock()
 		return t, nil
 	}
@@ -72,14 +73,13 @@ func (w *writeWindow) acquire(ctx context.Context) (writeTicket, error) {
 	case <-ready:
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		return w.ticket(), nil
+		return writeTicket{round: w.round}, nil
 	case <-ctx.Done():
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		select {
 		case <-ready: // admitted as ctx ended: give the place back
 			w.inFlight--
-			w.inFlightGauge.Set(float64(w.inFlight))
 			w.wake()
 		default:
 			for i, c := range w.waiting {
@@ -91,17 +91,6 @@ func (w *writeWindow) acquire(ctx context.Context) (writeTicket, error) {
 		}
 		return writeTicket{}, ctx.Err()
 	}
-}
-
-// admit counts a write in flight; w.mu is held.
-func (w *writeWindow) admit() writeTicket {
-	w.inFlight++
-	w.inFlightGauge.Set(float64(w.inFlight))
-	return w.ticket()
-}
-
-func (w *writeWindow) ticket() writeTicket {
-	return writeTicket{round: w.round}
 }
 
 // writeAnswer is what became of a write, as far as the window is concerned.
@@ -133,22 +122,20 @@ func (w *writeWindow) release(t writeTicket, answer writeAnswer) {
 	switch {
 	case answer == writeThrottled && t.round == w.round:
 		w.limit = max(1, float64(int(w.limit)/2))
-		w.growing = false
 		w.round++
 	case answer != writeServed: // shed before the last halving, or failed
 	case !used:
-	case w.growing:
+	case w.round == 0: // slow start
 		w.limit = min(maxWriteWindow, w.limit+1)
 	default:
 		w.limit = min(maxWriteWindow, w.limit+1/w.limit)
 	}
 	w.limitGauge.Set(float64(int(w.limit)))
-	w.inFlightGauge.Set(float64(w.inFlight))
 	w.wake()
 }
 
-// wake admits the writes that waited, first come first served, while the window has room; w.mu
-// is held.
+// wake admits the writes that waited, first come first served, while the window has room, and
+// updates the in-flight gauge; w.mu is held.
 func (w *writeWindow) wake() {
 	for len(w.waiting) > 0 && w.inFlight < int(w.limit) {
 		w.inFlight++

@@ -62,7 +62,7 @@ func offer(t *testing.T, w *writeWindow, writers, seats, total int) (throttled i
 				busy.Add(-1)
 				w.release(tk, answer)
 				w.mu.Lock()
-				if !w.growing && int64(w.limit) > widest.Load() {
+				if w.round > 0 && int64(w.limit) > widest.Load() {
 					widest.Store(int64(w.limit))
 				}
 				w.mu.Unlock()
