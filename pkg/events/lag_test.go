@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -27,19 +28,10 @@ func TestConsumerLagReportsTheServersCounts(t *testing.T) {
 	// The server counts stored messages into a consumer's NumPending asynchronously: on a busy
 	// machine its info right after the publishes may still say 0. The gauges report what the
 	// server says at the scrape, so scrape once the server says 3.
-	consumer, err := js.Consumer(context.Background(), StreamName, ConsumerRuleEngine)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		info, err := consumer.Info(context.Background())
-		if err == nil && info.NumPending == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server never counted the 3 messages as pending for %s: %+v, %v", ConsumerRuleEngine, info, err)
-		}
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	waitRuleEngineConsumer(ctx, t, js, "the server counts the 3 messages as pending",
+		func(i *jetstream.ConsumerInfo) bool { return i.NumPending == 3 })
 	reg := prometheus.NewPedanticRegistry()
 	lag := NewConsumerLag(reg, "rule-engine", js)
 	lag.Add(ConsumerRuleEngine)

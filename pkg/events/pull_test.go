@@ -37,7 +37,9 @@ func TestConsumeGoesOnAfterTheServerRestarts(t *testing.T) {
 	}
 	publish(t, p, events(0)...)
 	r.waitFor(t, perRound)
-	waitNoAckPending(ctx, t, js) // so that the restart redelivers nothing
+	// So that the restart redelivers nothing:
+	waitRuleEngineConsumer(ctx, t, js, "every delivered message is acknowledged",
+		func(i *jetstream.ConsumerInfo) bool { return i.NumAckPending == 0 })
 
 	s.Shutdown()
 	s.WaitForShutdown()
@@ -68,8 +70,9 @@ func TestConsumeGoesOnAfterTheServerRestarts(t *testing.T) {
 	}
 }
 
-// waitNoAckPending waits until the rule engine's consumer has every delivered message acknowledged.
-func waitNoAckPending(ctx context.Context, t *testing.T, js jetstream.JetStream) {
+// waitRuleEngineConsumer waits until the server's info of the rule engine's consumer satisfies
+// done (what says what is awaited, for the failure).
+func waitRuleEngineConsumer(ctx context.Context, t *testing.T, js jetstream.JetStream, what string, done func(*jetstream.ConsumerInfo) bool) {
 	t.Helper()
 	cons, err := js.Consumer(ctx, StreamName, ConsumerRuleEngine)
 	if err != nil {
@@ -80,12 +83,12 @@ func waitNoAckPending(ctx context.Context, t *testing.T, js jetstream.JetStream)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.NumAckPending == 0 {
+		if done(info) {
 			return
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("%d messages still wait for an ack", info.NumAckPending)
+			t.Fatalf("waiting until %s: the consumer has %d pending, %d waiting for an ack", what, info.NumPending, info.NumAckPending)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
