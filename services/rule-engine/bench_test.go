@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -127,4 +129,93 @@ func BenchmarkRenderDynamicRule(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// persistNothing is a store that keeps no cluster, pair or render in the process, as kvStore
+// keeps them in NATS: what a memory figure of the engine should not count.
+type persistNothing struct{ *memStore }
+
+func (persistNothing) putCluster(context.Context, string, *clusterRecord) error { return nil }
+func (persistNothing) putPair(context.Context, string, string, *pairState) error {
+	return nil
+}
+func (persistNothing) putRender(_ context.Context, _ string, enfs []events.Enforcement) ([]events.Enforcement, error) {
+	return enfs, nil
+}
+
+// BenchmarkClusterAppeared measures what the engine keeps per cluster and what a new cluster
+// costs it, with ten rules of one enforcement each (the pipeline benchmark's), each selecting
+// every cluster of a Rancher source. It builds 10,000 clusters with the attributes a Rancher
+// server lists and reports their live heap after a collection, above the rules alone, per
+// cluster (live-B/cluster); then each iteration is one more cluster appearing, decided for the
+// ten rules (ten pairs, ten install intents).
+func BenchmarkClusterAppeared(b *testing.B) {
+	const clusters, rules = 10000, 10
+	e := testEngine(persistNothing{newMemStore()}, &countingPublisher{}, newMetrics(nil))
+	ctx := context.Background()
+	for i := range rules {
+		cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "enforcement", Name: fmt.Sprintf("pipeline-%d", i),
+			UID: types.UID(fmt.Sprintf("uid-%03d", i)), Generation: 1}}
+		cr.Spec.Source = v1beta1.Source{Rancher: &v1beta1.RancherSource{}}
+		cr.Spec.Enforcements = []v1beta1.Enforcement{{Name: fmt.Sprintf("agent-%d", i), Repo: fmt.Sprintf("https://git.example/agent-%d", i),
+			Path: "charts/agent", Namespace: "monitoring"}}
+		if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	before := liveHeap()
+	for i := range clusters {
+		if err := e.applyCluster(ctx, rancherCluster(b, i), uint64(i+1), 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	perCluster := float64(liveHeap()-before) / clusters
+	if n := len(e.pairs) * len(e.pairs["enforcement/pipeline-0"]); n != clusters*rules {
+		b.Fatalf("%d pairs, want %d", n, clusters*rules)
+	}
+	pub := e.pub.(*countingPublisher)
+	pub.n = 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if err := e.applyCluster(ctx, rancherCluster(b, clusters+i), uint64(clusters+i+1), 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if pub.n != b.N*rules {
+		b.Fatalf("%d intents for %d new clusters, want %d", pub.n, b.N, b.N*rules)
+	}
+	b.ReportMetric(perCluster, "live-B/cluster")
+}
+
+// rancherCluster is cluster i of a Rancher source, with the attributes its server lists, decoded
+// from JSON as an event brings it.
+func rancherCluster(b *testing.B, i int) events.Cluster {
+	id, name := fmt.Sprintf("c-%05d", i), fmt.Sprintf("cluster-%05d", i)
+	labels := map[string]string{"driver": "googleKubernetesEngine", "env": "prod", "cattle.io/creator": "norman"}
+	sent, err := json.Marshal(events.Cluster{Source: rancherSource(), Key: id, Name: name, Identity: "rancher:https://rancher.example/" + id,
+		URL: "https://rancher.example/k8s/clusters/" + id, State: "active", Eligible: true, Labels: labels,
+		Attributes: map[string]any{"id": id, "name": name, "state": "active", "driver": "googleKubernetesEngine", "provider": "gke",
+			"version": map[string]any{"gitVersion": "v1.30.4", "major": "1", "minor": "30"}, "nodeCount": float64(3),
+			"created": "2026-01-02T03:04:05Z", "createdTS": float64(1767323045000), "creatorId": "user-abcde",
+			"uuid": fmt.Sprintf("5f3c1a2b-0000-4000-8000-%012d", i), "internal": false, "type": "cluster", "baseType": "cluster",
+			"labels":      map[string]any{"driver": "googleKubernetesEngine", "env": "prod", "cattle.io/creator": "norman"},
+			"annotations": map[string]any{"authz.management.cattle.io/creator-role-bindings": `{"created":["cluster-owner"]}`}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var c events.Cluster
+	if err := json.Unmarshal(sent, &c); err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// liveHeap is the heap in use after a full collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }

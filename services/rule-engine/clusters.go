@@ -59,7 +59,7 @@ func (e *engine) applyCluster(ctx context.Context, c events.Cluster, revision, s
 func (e *engine) evalCluster(cid string, rec *clusterRecord, rs *renders) *change {
 	src := rec.Cluster.Source.ID
 	ch := &change{renders: rs}
-	cv := &clusterVars{}
+	cv := &clusterVars{rec: rec}
 	for _, r := range e.rulesBySource[src] {
 		e.evalPairVars(r, r.key, cid, rec, 0, ch, cv)
 	}

@@ -146,6 +146,7 @@ func (e *engine) load(ctx context.Context) error {
 
 // setCluster records a cluster in the view and in its source's index.
 func (e *engine) setCluster(cid string, rec *clusterRecord) {
+	rec.compact()
 	e.clusters[cid] = rec
 	src := rec.Cluster.Source.ID
 	if e.bySource[src] == nil {

@@ -145,8 +145,8 @@ func (e *engine) verdict(lr liveRule, cid string, rs *renders) events.RuleVerdic
 	case !c.Eligible:
 		v.Reason = "not eligible: " + valueOrDash(c.State)
 	default:
-		vars, key := r.renderInput(c, &clusterVars{})
-		enfs, ok, err := r.rendered(cid, rec, key, vars, &change{renders: rs})
+		cv := &clusterVars{rec: rec}
+		enfs, ok, err := r.rendered(cid, r.renderKey(cv), cv, &change{renders: rs})
 		switch {
 		case !ok:
 			// Rendered outside the mutex; evaluate asks again.
@@ -171,7 +171,7 @@ func (e *engine) installedBy(rule, cid string) []string {
 	if p == nil || p.HandedOverTo != "" {
 		return nil
 	}
-	return slices.Sorted(maps.Keys(p.Enforcements))
+	return p.Enforcements.names()
 }
 
 // explainRule returns the live rule's verdict on every cluster of its source now: the preview's

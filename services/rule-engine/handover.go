@@ -176,11 +176,11 @@ func (p *pairState) installed() bool {
 func (e *engine) confirmTakeover(ctx context.Context, rule, cid, cluster, name string) error {
 	for _, pcid := range e.pairsNamed(rule, cluster) {
 		p := e.pairs[rule][pcid]
-		if pcid == cid || p.HandedOverTo != cid || p.Enforcements[name] == nil {
+		if pcid == cid || p.HandedOverTo != cid || p.Enforcements.get(name) == nil {
 			continue
 		}
 		next := p.clone()
-		delete(next.Enforcements, name)
+		next.Enforcements.remove(name)
 		var err error
 		if len(next.Enforcements) == 0 {
 			next, err = nil, e.store.deletePair(ctx, rule, pcid)

@@ -149,13 +149,13 @@ func (e *engine) foldOutcome(ctx context.Context, id string, o enfOutcome) error
 	if p == nil {
 		return nil
 	}
-	st := p.Enforcements[o.name]
+	st := p.Enforcements.get(o.name)
 	if st.LastOutcome == id {
 		return nil // a redelivery already counted
 	}
 	// Copy on write: memory changes only after the record is stored.
 	next := p.clone()
-	nst := next.Enforcements[o.name]
+	nst := next.Enforcements.get(o.name)
 	if !o.fold(nst) {
 		return nil
 	}
@@ -179,7 +179,7 @@ func (e *engine) foldOutcome(ctx context.Context, id string, o enfOutcome) error
 func (e *engine) outcomePair(rule string, o enfOutcome) (string, *pairState) {
 	cids := e.pairsNamed(rule, o.cluster)
 	for _, cid := range cids {
-		if st := e.pairs[rule][cid].Enforcements[o.name]; st != nil && st.IntentID == o.intentID {
+		if st := e.pairs[rule][cid].Enforcements.get(o.name); st != nil && st.IntentID == o.intentID {
 			return cid, e.pairs[rule][cid]
 		}
 	}
@@ -187,7 +187,7 @@ func (e *engine) outcomePair(rule string, o enfOutcome) (string, *pairState) {
 		return compareBools(e.pairs[rule][a].HandedOverTo != "", e.pairs[rule][b].HandedOverTo != "")
 	})
 	for _, cid := range cids {
-		if st := e.pairs[rule][cid].Enforcements[o.name]; st != nil && o.fold(st.cloneState()) {
+		if st := e.pairs[rule][cid].Enforcements.get(o.name); st != nil && o.fold(st.cloneState()) {
 			return cid, e.pairs[rule][cid]
 		}
 	}

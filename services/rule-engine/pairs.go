@@ -6,7 +6,6 @@ package main
 // commit carries the change out.
 
 import (
-	"maps"
 	"slices"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
@@ -16,23 +15,35 @@ import (
 // rule not loaded yet: its pairs are only touched when their cluster is gone); rec is nil when
 // the cluster is gone (goneRevision) or unknown.
 func (e *engine) evalPair(r *ruleState, rule, cid string, rec *clusterRecord, goneRevision uint64, ch *change) {
-	e.evalPairVars(r, rule, cid, rec, goneRevision, ch, &clusterVars{})
+	e.evalPairVars(r, rule, cid, rec, goneRevision, ch, &clusterVars{rec: rec})
 }
 
-// clusterVars computes a cluster's template variables and their hash at most once, however many
-// rules evaluate the cluster.
+// clusterVars are the template variables of the cluster of rec and their hash, computed at most
+// once however many rules evaluate the cluster, and only when needed: a record in the engine's
+// view knows its hash already (compact), and the variables only a render needs.
 type clusterVars struct {
+	rec  *clusterRecord
 	vars map[string]any
 	hash string
 }
 
-// get returns the cluster's variables and their hash, computing them on the first call.
-func (cv *clusterVars) get(c *events.Cluster) (map[string]any, string) {
+// variables returns the cluster's template variables.
+func (cv *clusterVars) variables() map[string]any {
 	if cv.vars == nil {
-		cv.vars = templateVars(c)
-		cv.hash = varsHash(cv.vars)
+		cv.vars = cv.rec.templateVars()
 	}
-	return cv.vars, cv.hash
+	return cv.vars
+}
+
+// varsHash returns the hash of the cluster's template variables.
+func (cv *clusterVars) varsHash() string {
+	if cv.hash == "" {
+		cv.hash = cv.rec.templateHash
+	}
+	if cv.hash == "" {
+		cv.hash = varsHash(cv.variables())
+	}
+	return cv.hash
 }
 
 // evalPairVars is evalPair with the cluster's variables shared across rules. The decision table,
@@ -102,8 +113,8 @@ func (e *engine) evalPairVars(r *ruleState, rule, cid string, rec *clusterRecord
 // (NameConflict) leaves the old Applications with a pair that knows them. A template error keeps
 // pred as it is.
 func (e *engine) takeOver(r *ruleState, cid string, rec *clusterRecord, pcid string, pred *pairState, ch *change, cv *clusterVars) {
-	vars, renderKey := r.renderInput(&rec.Cluster, cv)
-	enfs, ok, err := r.rendered(cid, rec, renderKey, vars, ch)
+	renderKey := r.renderKey(cv)
+	enfs, ok, err := r.rendered(cid, renderKey, cv, ch)
 	if !ok {
 		return // rendered outside the mutex, then evaluated again
 	}
@@ -131,11 +142,7 @@ func (e *engine) takeOver(r *ruleState, cid string, rec *clusterRecord, pcid str
 func handedOver(pred, next *pairState, cid string) *pairState {
 	kept := pred.clone()
 	kept.HandedOverTo = cid
-	for name := range kept.Enforcements {
-		if next.Enforcements[name] == nil {
-			delete(kept.Enforcements, name)
-		}
-	}
+	kept.Enforcements = slices.DeleteFunc(kept.Enforcements, func(st *enfState) bool { return next.Enforcements.get(st.Name) == nil })
 	if len(kept.Enforcements) == 0 {
 		return nil
 	}
@@ -146,8 +153,8 @@ func handedOver(pred, next *pairState, cid string) *pairState {
 // handover, the enforcements the rule no longer renders for its cluster (EnforcementRemoved:
 // explicit intent is immediate), and keeps the others as they are. A template error keeps all.
 func (e *engine) uninstallRemovedWhileWaiting(r *ruleState, cid string, rec *clusterRecord, old *pairState, ch *change, cv *clusterVars) {
-	vars, renderKey := r.renderInput(&rec.Cluster, cv)
-	enfs, ok, err := r.rendered(cid, rec, renderKey, vars, ch)
+	renderKey := r.renderKey(cv)
+	enfs, ok, err := r.rendered(cid, renderKey, cv, ch)
 	if !ok || err != nil {
 		return // not rendered yet (made outside the mutex, then evaluated again), or the pair
 		// keeps what it has and the new source's cluster reports the template
@@ -157,11 +164,11 @@ func (e *engine) uninstallRemovedWhileWaiting(r *ruleState, cid string, rec *clu
 		rendered[en.Name] = true
 	}
 	next := old.clone()
-	removed := &pairState{Enforcements: map[string]*enfState{}}
-	for name, st := range old.Enforcements {
-		if !rendered[name] {
-			removed.Enforcements[name] = st
-			delete(next.Enforcements, name)
+	removed := &pairState{}
+	for _, st := range old.Enforcements {
+		if !rendered[st.Name] {
+			removed.Enforcements.put(st)
+			next.Enforcements.remove(st.Name)
 		}
 	}
 	if len(removed.Enforcements) == 0 {
@@ -214,12 +221,12 @@ func uninstallUnselected(r *ruleState, rule, cid string, rec *clusterRecord, old
 // ch.renders yet is asked for (ch.renders.need) and made outside the mutex (see
 // engine.evaluate). A template error touches only this pair: it keeps what it has.
 func (e *engine) evalSelected(r *ruleState, rule, cid string, rec *clusterRecord, old *pairState, ch *change, cv *clusterVars) {
-	vars, renderKey := r.renderInput(&rec.Cluster, cv)
+	renderKey := r.renderKey(cv)
 	if old != nil && old.RenderKey == renderKey && old.Cluster.URL == rec.Cluster.URL &&
 		old.Cluster.Source == credentialsRef(r.sel.source, rec.Cluster.Source) && old.Grant == r.grantFingerprint() {
 		return // nothing changed since the last render, nor the credentials' Secret, nor the grant
 	}
-	enfs, ok, err := r.rendered(cid, rec, renderKey, vars, ch)
+	enfs, ok, err := r.rendered(cid, renderKey, cv, ch)
 	if !ok {
 		return // rendered outside the mutex, then evaluated again
 	}
@@ -236,7 +243,7 @@ func (e *engine) evalSelected(r *ruleState, rule, cid string, rec *clusterRecord
 // rendered returns the rule's render for a cluster: the static one of a rule without templates,
 // else the one in ch.renders. One not made yet is asked for (ch.renders.need) and ok is false:
 // the caller decides nothing for the pair in this evaluation.
-func (r *ruleState) rendered(cid string, rec *clusterRecord, renderKey string, vars map[string]any, ch *change) (enfs []events.Enforcement, ok bool, err error) {
+func (r *ruleState) rendered(cid, renderKey string, cv *clusterVars, ch *change) (enfs []events.Enforcement, ok bool, err error) {
 	if !r.compiled.templated {
 		return r.static, true, r.staticErr
 	}
@@ -247,20 +254,19 @@ func (r *ruleState) rendered(cid string, rec *clusterRecord, renderKey string, v
 	}
 	if !done {
 		ch.renders.need = append(ch.renders.need, renderJob{key: renderKey, failureKey: r.renderPrefix + failureToken(cid),
-			rule: r.key, cluster: rec.Cluster.Name, compiled: r.compiled, vars: deepCopy(vars).(map[string]any)})
+			rule: r.key, cluster: cv.rec.Cluster.Name, compiled: r.compiled, vars: deepCopy(cv.variables()).(map[string]any)})
 		return nil, false, nil
 	}
 	return out.enfs, true, out.err
 }
 
-// renderInput returns what rendering the rule for a cluster takes: the cluster's variables
-// (none for a rule without templates) and the render key, which changes whenever the render can.
-func (r *ruleState) renderInput(c *events.Cluster, cv *clusterVars) (map[string]any, string) {
+// renderKey returns the key of the rule's render for the cluster of cv, which changes whenever
+// the render can.
+func (r *ruleState) renderKey(cv *clusterVars) string {
 	if !r.compiled.templated {
-		return nil, r.renderPrefix + "static"
+		return r.renderPrefix + "static"
 	}
-	vars, hash := cv.get(c)
-	return vars, r.renderPrefix + hash
+	return r.renderPrefix + cv.varsHash()
 }
 
 // credentialsRef is the Secret reference an intent carries for a cluster of the rule's source.
@@ -308,7 +314,7 @@ func (r *ruleState) diffPairs(rec *clusterRecord, old *pairState, renderKey stri
 	resend := handover || (old != nil && old.Cluster.Source != target.Source)
 	target.Replaces = replaces
 	next := &pairState{Rule: r.ref, Cluster: target, RenderKey: renderKey, DeletionPolicy: r.deletionPolicy,
-		Enforcements: make(map[string]*enfState, len(enfs)), Grant: r.grantFingerprint(), SpecGeneration: r.specGeneration}
+		Enforcements: make(enfStates, 0, len(enfs)), Grant: r.grantFingerprint(), SpecGeneration: r.specGeneration}
 	next.Cluster.Replaces = "" // the record is the new cluster's own; only the intents replace
 	var intents []events.Event
 	for i := range enfs {
@@ -317,13 +323,14 @@ func (r *ruleState) diffPairs(rec *clusterRecord, old *pairState, renderKey stri
 		if prev := oldEnf(old, en.Name); prev != nil && prev.SpecHash == hash && !resend {
 			// Unchanged: keep its intent id and outcomes; the new generation needs no intent.
 			cp := *prev
-			next.Enforcements[en.Name] = &cp
+			next.Enforcements.put(&cp)
 			continue
 		}
 		intent := &events.InstallIntent{Rule: r.ref, Cluster: withRegistration(target, &rec.Cluster), Enforcement: *en, SpecHash: hash,
 			Triggers: r.triggers, DeletionPolicy: r.deletionPolicy, Grant: r.grantEvent()}
 		intents = append(intents, intent)
-		next.Enforcements[en.Name] = &enfState{SpecHash: hash, IntentID: intent.ID()}
+		id := intent.ID()
+		next.Enforcements.put(&enfState{Name: en.Name, SpecHash: hashOf(id, hash), IntentID: id})
 	}
 	if old != nil {
 		intents = append(intents, uninstalls(r.ref, target, removedFrom(old, next), events.UninstallEnforcementRemoved, r.deletionPolicy)...)
@@ -336,15 +343,15 @@ func oldEnf(p *pairState, name string) *enfState {
 	if p == nil {
 		return nil
 	}
-	return p.Enforcements[name]
+	return p.Enforcements.get(name)
 }
 
 // removedFrom is a pair holding the enforcements of old that next no longer has.
 func removedFrom(old, next *pairState) *pairState {
-	removed := &pairState{Enforcements: map[string]*enfState{}}
-	for name, st := range old.Enforcements {
-		if next.Enforcements[name] == nil {
-			removed.Enforcements[name] = st
+	removed := &pairState{}
+	for _, st := range old.Enforcements {
+		if next.Enforcements.get(st.Name) == nil {
+			removed.Enforcements.put(st)
 		}
 	}
 	return removed
@@ -357,7 +364,7 @@ func uninstalls(ref events.RuleRef, target events.Target, p *pairState, reason, 
 		policy = events.DeletionOrphan
 	}
 	var out []events.Event
-	for _, name := range slices.Sorted(maps.Keys(p.Enforcements)) {
+	for _, name := range p.Enforcements.names() {
 		out = append(out, &events.UninstallIntent{Rule: ref, Cluster: target, Enforcement: name, Reason: reason, DeletionPolicy: policy})
 	}
 	return out

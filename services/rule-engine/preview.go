@@ -414,7 +414,7 @@ type previousSpecs struct {
 func (p *previousSpecs) of(ctx context.Context, cluster, name string) (*events.Enforcement, bool, error) {
 	for _, cid := range p.e.pairsNamed(p.rule, cluster) {
 		pair := p.e.pairs[p.rule][cid]
-		if pair.Enforcements[name] == nil {
+		if pair.Enforcements.get(name) == nil {
 			continue
 		}
 		enfs, err := p.render(ctx, pair.RenderKey)
@@ -475,8 +475,8 @@ func (e *engine) unchanged(rule string, changes []events.PreviewChange) int {
 		if p.HandedOverTo != "" {
 			continue
 		}
-		for name := range p.Enforcements {
-			if !touched[p.Cluster.Name+"\x00"+name] {
+		for _, st := range p.Enforcements {
+			if !touched[p.Cluster.Name+"\x00"+st.Name] {
 				n++
 			}
 		}

@@ -633,7 +633,7 @@ func (e *engine) failedIn(r *ruleState, p *rolloutPlan) *rolloutHalt {
 		if pr == nil || pr.specGeneration() != r.ref.Generation {
 			continue
 		}
-		for name, es := range pr.Enforcements {
+		for _, es := range pr.Enforcements {
 			if !es.failedHealth() {
 				continue
 			}
@@ -641,7 +641,7 @@ func (e *engine) failedIn(r *ruleState, p *rolloutPlan) *rolloutHalt {
 			if es.Health.Health == events.HealthDegraded {
 				msg = strings.TrimSuffix("Degraded: "+es.Health.Message, ": ")
 			}
-			h := &rolloutHalt{Application: es.Health.Application, Cluster: pr.Cluster.Name, Enforcement: name, Message: msg}
+			h := &rolloutHalt{Application: es.Health.Application, Cluster: pr.Cluster.Name, Enforcement: es.Name, Message: msg}
 			if out == nil || h.Cluster+"/"+h.Enforcement < out.Cluster+"/"+out.Enforcement {
 				out = h
 			}
@@ -724,7 +724,7 @@ func (e *engine) applyHealth(ctx context.Context, ev *events.ApplicationHealth) 
 	var updates []pairUpdate
 	for _, cid := range e.pairsNamed(key, ev.Cluster) {
 		p := e.pairs[key][cid]
-		es := p.Enforcements[ev.Enforcement]
+		es := p.Enforcements.get(ev.Enforcement)
 		if es == nil || (ev.Identity != "" && p.Cluster.Identity != "" && ev.Identity != p.Cluster.Identity) ||
 			(ev.Rule.UID != "" && p.Rule.UID != "" && ev.Rule.UID != p.Rule.UID) {
 			continue
@@ -735,7 +735,7 @@ func (e *engine) applyHealth(ctx context.Context, ev *events.ApplicationHealth) 
 			continue
 		}
 		next := p.clone()
-		next.Enforcements[ev.Enforcement].Health = h
+		next.Enforcements.get(ev.Enforcement).Health = h
 		updates = append(updates, pairUpdate{rule: key, cid: cid, next: next})
 	}
 	if len(updates) == 0 {

@@ -107,8 +107,8 @@ func tallyEnforcements(pairs map[string]*pairState) enfTally {
 		if p.HandedOverTo != "" {
 			continue // the successor's pair reports these Applications
 		}
-		for name, es := range p.Enforcements {
-			t.add(p.Cluster.Name, name, es)
+		for _, es := range p.Enforcements {
+			t.add(p.Cluster.Name, es.Name, es)
 		}
 	}
 	slices.SortFunc(t.installErrors, func(a, b v1beta1.InstallError) int {

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,76 @@ type clusterRecord struct {
 	// Sequence is the decision sequence (events.Meta.DecisionSequence) of the cluster event
 	// that wrote the record; 0 in records stored before it was kept.
 	Sequence uint64 `json:"sequence,omitempty"`
+	// templateAttributes holds, JSON-encoded, the attributes that only templates read, once the
+	// record is in the engine's view (compact); Cluster.Attributes then keeps the ones read at
+	// every decision. Read them all through attributes.
+	templateAttributes []byte
+	// templateHash is the hash of the cluster's template variables (varsHash), once compact:
+	// a decision needs only the hash when the render is known.
+	templateHash string
+}
+
+// compact moves the attributes only templates read out of Cluster.Attributes into
+// templateAttributes: a decoded Rancher cluster's attributes take about 3 KB in maps, their JSON
+// a quarter of it, and the engine keeps every cluster of every source. Selection (an OCM
+// cluster's claims, a ClusterProfile's properties) and registration (argocd.*) read theirs at
+// every decision and keep them decoded.
+func (r *clusterRecord) compact() {
+	if r.templateAttributes != nil {
+		return
+	}
+	var kept, others map[string]any
+	for k, v := range r.Cluster.Attributes {
+		if k == ocmClaimsAttribute || k == clusterProfilePropertiesAttribute || strings.HasPrefix(k, RegistrationPrefix) {
+			if kept == nil {
+				kept = map[string]any{}
+			}
+			kept[k] = v
+		} else {
+			if others == nil {
+				others = map[string]any{}
+			}
+			others[k] = v
+		}
+	}
+	if others == nil {
+		return
+	}
+	b, err := json.Marshal(others)
+	if err != nil {
+		return // not from JSON (a test's value): kept decoded
+	}
+	r.templateHash = varsHash(r.templateVars())
+	r.Cluster.Attributes, r.templateAttributes = kept, b
+}
+
+// templateVars returns the variables a template sees for the cluster.
+func (r *clusterRecord) templateVars() map[string]any {
+	c := r.Cluster
+	c.Attributes = r.attributes()
+	return templateVars(&c)
+}
+
+// attributes returns all of the cluster's attributes, as the event that brought it decoded them.
+func (r *clusterRecord) attributes() map[string]any {
+	if r.templateAttributes == nil {
+		return r.Cluster.Attributes
+	}
+	var all map[string]any
+	if err := json.Unmarshal(r.templateAttributes, &all); err != nil {
+		panic(fmt.Sprintf("cluster %s: attributes encoded by compact do not decode: %v", r.Cluster.Name, err))
+	}
+	maps.Copy(all, r.Cluster.Attributes)
+	return all
+}
+
+// MarshalJSON writes the record with every attribute, compact or not: the stored records are
+// the same either way.
+func (r clusterRecord) MarshalJSON() ([]byte, error) {
+	type record clusterRecord // without this method
+	whole := record(r)
+	whole.Cluster.Attributes = r.attributes()
+	return json.Marshal(whole)
 }
 
 // newerThan reports whether the record is newer than a cluster event of inventory revision
@@ -64,9 +135,9 @@ type pairState struct {
 	Cluster events.Target  `json:"cluster"`
 	// RenderKey is the (generation, variables) the enforcements were last rendered for; the
 	// same key means nothing to render and nothing to send.
-	RenderKey      string               `json:"renderKey"`
-	DeletionPolicy string               `json:"deletionPolicy,omitempty"`
-	Enforcements   map[string]*enfState `json:"enforcements"`
+	RenderKey      string    `json:"renderKey"`
+	DeletionPolicy string    `json:"deletionPolicy,omitempty"`
+	Enforcements   enfStates `json:"enforcements"`
 	// HandedOverTo is set on a pair of the rule's old source that a cluster of its new source
 	// (this cluster id) took over (handover.go): the record keeps the enforcements argo-syncer
 	// has not confirmed for the new cluster yet, so a refused takeover orphans nothing.
@@ -90,6 +161,8 @@ func (p *pairState) specGeneration() int64 {
 
 // enfState is one installed enforcement (by rendered name) of a pair.
 type enfState struct {
+	// Name is the enforcement's rendered name, the key it is stored under.
+	Name      string `json:"-"`
 	SpecHash  string `json:"specHash"`
 	IntentID  string `json:"intentId"`
 	Installed bool   `json:"installed,omitempty"`
@@ -116,11 +189,97 @@ type failure struct {
 
 func (p *pairState) clone() *pairState {
 	c := *p
-	c.Enforcements = make(map[string]*enfState, len(p.Enforcements))
-	for k, v := range p.Enforcements {
-		c.Enforcements[k] = v.cloneState()
+	c.Enforcements = make(enfStates, len(p.Enforcements))
+	for i, st := range p.Enforcements {
+		c.Enforcements[i] = st.cloneState()
 	}
 	return &c
+}
+
+// hashOf returns hash as the last token of intentID when it is that (an install intent's id ends
+// with its spec hash), sharing the id's bytes: one string fewer a pair's enforcement.
+func hashOf(intentID, hash string) string {
+	if strings.HasSuffix(intentID, ":"+hash) {
+		return intentID[len(intentID)-len(hash):]
+	}
+	return hash
+}
+
+// enfStates are a pair's enforcements, sorted by name. A pair has one or a few, and there is a
+// pair per rule and cluster (100,000 at 10,000 clusters × 10 rules): a sorted slice costs a
+// pointer an enforcement where a map costs a 200-byte group even for one. Stored as a JSON
+// object by name, as the map it replaced was, so records written before read the same.
+type enfStates []*enfState
+
+// get returns the named enforcement's state, or nil.
+func (s enfStates) get(name string) *enfState {
+	if i, found := s.find(name); found {
+		return s[i]
+	}
+	return nil
+}
+
+func (s enfStates) find(name string) (int, bool) {
+	return slices.BinarySearchFunc(s, name, func(st *enfState, name string) int { return strings.Compare(st.Name, name) })
+}
+
+// put adds st, or replaces the state of the same name.
+func (s *enfStates) put(st *enfState) {
+	if i, found := s.find(st.Name); found {
+		(*s)[i] = st
+	} else {
+		*s = slices.Insert(*s, i, st)
+	}
+}
+
+// remove drops the named enforcement, if present.
+func (s *enfStates) remove(name string) {
+	if i, found := s.find(name); found {
+		*s = slices.Delete(*s, i, i+1)
+	}
+}
+
+// names returns the enforcements' names, in order.
+func (s enfStates) names() []string {
+	out := make([]string, len(s))
+	for i, st := range s {
+		out[i] = st.Name
+	}
+	return out
+}
+
+func (s enfStates) MarshalJSON() ([]byte, error) {
+	if s == nil {
+		return []byte("null"), nil
+	}
+	m := make(map[string]*enfState, len(s))
+	for _, st := range s {
+		m[st.Name] = st
+	}
+	return json.Marshal(m)
+}
+
+func (s *enfStates) UnmarshalJSON(b []byte) error {
+	var m map[string]*enfState
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	if m == nil {
+		*s = nil
+		return nil
+	}
+	out := make(enfStates, 0, len(m))
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		st := m[name]
+		if st == nil {
+			return fmt.Errorf("enforcement %q has no state", name)
+		}
+		st.Name = name
+		st.SpecHash = hashOf(st.IntentID, st.SpecHash)
+		out = append(out, st)
+	}
+	*s = out
+	return nil
 }
 
 // cloneState is a deep copy of the enforcement's state.
@@ -585,7 +744,8 @@ func (s *memStore) loadDegraded(context.Context) (map[string]*degradation, error
 func (s *memStore) putCluster(_ context.Context, cid string, rec *clusterRecord) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.clusters[cid] = rec
+	cp := *rec // the engine compacts its own (setCluster)
+	s.clusters[cid] = &cp
 	return nil
 }
 func (s *memStore) deleteCluster(_ context.Context, cid string) error {

@@ -2,11 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,7 +45,7 @@ func TestKVStore(t *testing.T) {
 	if err := st.putCluster(ctx, cid, rec); err != nil {
 		t.Fatal(err)
 	}
-	p := &pairState{Rule: events.RuleRef{Namespace: "ns", Name: "r"}, RenderKey: "k", Enforcements: map[string]*enfState{"g": {SpecHash: "h", Installed: true}}}
+	p := &pairState{Rule: events.RuleRef{Namespace: "ns", Name: "r"}, RenderKey: "k", Enforcements: enfStates{{Name: "g", SpecHash: "h", Installed: true}}}
 	if err := st.putPair(ctx, "ns/r", cid, p); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +59,7 @@ func TestKVStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(clusters) != 1 || clusters[cid].Revision != 4 || len(pairs) != 1 || !pairs["ns/r"][cid].Enforcements["g"].Installed {
+	if len(clusters) != 1 || clusters[cid].Revision != 4 || len(pairs) != 1 || !pairs["ns/r"][cid].Enforcements.get("g").Installed {
 		t.Errorf("load: clusters %v, pairs %v", clusters, pairs)
 	}
 
@@ -147,5 +153,98 @@ func TestPublishThenPersistFailureIsRepublishedOnce(t *testing.T) {
 	}
 	if n := len(e.intents()); n != 2 {
 		t.Errorf("%d intents after a restart, want still 2", n)
+	}
+}
+
+// TestPairRecordFormat reads a pair record as releases that kept a pair's enforcements in a map
+// wrote it, and writes back the same JSON: the compact list is the engine's memory only.
+func TestPairRecordFormat(t *testing.T) {
+	stored := `{"rule":{"namespace":"ns","name":"r","generation":2},"cluster":{"name":"a","key":"c-a","url":"https://a","source":{"kind":"rancher","id":"src"},"revision":3},` +
+		`"renderKey":"k","enforcements":{"zeta":{"specHash":"h2","intentId":"install:ns:r:2:a:3:zeta:h2","installed":true},` +
+		`"alpha":{"specHash":"h1","intentId":"install:ns:r:2:a:3:alpha:h1","failure":{"reason":"Denied","message":"no","count":2}}}}`
+	var p pairState
+	if err := json.Unmarshal([]byte(stored), &p); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Enforcements.names(); !slices.Equal(got, []string{"alpha", "zeta"}) {
+		t.Fatalf("names %v, want [alpha zeta]", got)
+	}
+	if a := p.Enforcements.get("alpha"); a == nil || a.Failure == nil || a.Failure.Count != 2 || p.Enforcements.get("zeta") == nil || !p.Enforcements.get("zeta").Installed {
+		t.Fatalf("states %+v", p.Enforcements)
+	}
+	// The hash is the intent id's tail, not a string of its own.
+	if z := p.Enforcements.get("zeta"); unsafe.StringData(z.SpecHash) != unsafe.StringData(z.IntentID[len(z.IntentID)-2:]) {
+		t.Error("the spec hash does not share the intent id's bytes")
+	}
+	written, err := json.Marshal(&p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, want map[string]any
+	_ = json.Unmarshal([]byte(stored), &want)
+	if err := json.Unmarshal(written, &got); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("written back:\n%s\nwant:\n%s (%v)", written, stored, err)
+	}
+
+	p.Enforcements.remove("alpha")
+	p.Enforcements.put(&enfState{Name: "beta", SpecHash: "h3"})
+	p.Enforcements.put(&enfState{Name: "zeta", SpecHash: "h4"})
+	if got := p.Enforcements.names(); !slices.Equal(got, []string{"beta", "zeta"}) || p.Enforcements.get("zeta").SpecHash != "h4" || p.Enforcements.get("alpha") != nil {
+		t.Errorf("after remove and put: %v", got)
+	}
+
+	// A record whose enforcement has no state is refused with the name, not read as a nil state
+	// the engine would trip over later.
+	bad := `{"rule":{"namespace":"ns","name":"r","generation":2},"enforcements":{"ghost":null}}`
+	if err := json.Unmarshal([]byte(bad), &p); err == nil || !strings.Contains(err.Error(), `enforcement "ghost" has no state`) {
+		t.Errorf("error %v", err)
+	}
+}
+
+// TestClusterRecordCompact keeps in the engine's view only the attributes selection and
+// registration read decoded, and gives templates, the render key and the stored record every
+// attribute as the event decoded them.
+func TestClusterRecordCompact(t *testing.T) {
+	sent := `{"source":{"kind":"ocm","id":"src"},"key":"k","name":"a","url":"https://a","eligible":true,` +
+		`"attributes":{"version":{"gitVersion":"v1.30.4"},"nodeCount":3,"region":"eu-west","clusterClaims":{"env":"prod"},"argocd.caData":"Q0E="}}`
+	var c events.Cluster
+	if err := json.Unmarshal([]byte(sent), &c); err != nil {
+		t.Fatal(err)
+	}
+	full := &clusterRecord{Cluster: c, Revision: 7}
+	wantVars := templateVars(&c)
+	wantRecord, _ := json.Marshal(full)
+
+	rec := &clusterRecord{Cluster: c, Revision: 7}
+	rec.Cluster.Attributes = maps.Clone(c.Attributes)
+	rec.compact()
+	if got := slices.Sorted(maps.Keys(rec.Cluster.Attributes)); !slices.Equal(got, []string{"argocd.caData", "clusterClaims"}) {
+		t.Errorf("decoded attributes %v, want the claims and the registration hint", got)
+	}
+	if !hasClaims(&rec.Cluster, ocmClaimsAttribute, map[string]string{"env": "prod"}) {
+		t.Error("the claims selector does not see the claims")
+	}
+	if reg := withRegistration(events.Target{}, &rec.Cluster).Registration; reg["argocd.caData"] != "Q0E=" {
+		t.Errorf("registration %v", reg)
+	}
+	if got := rec.templateVars(); !reflect.DeepEqual(got, wantVars) {
+		t.Errorf("template variables %v, want %v", got, wantVars)
+	}
+	if rec.templateHash != varsHash(wantVars) || (&clusterVars{rec: rec}).varsHash() != varsHash(wantVars) {
+		t.Errorf("template hash %q, want %q", rec.templateHash, varsHash(wantVars))
+	}
+	if got, err := json.Marshal(rec); err != nil || string(got) != string(wantRecord) {
+		t.Errorf("stored record\n%s\nwant\n%s (%v)", got, wantRecord, err)
+	}
+	var back clusterRecord
+	if err := json.Unmarshal(wantRecord, &back); err != nil || !reflect.DeepEqual(back.attributes(), c.Attributes) {
+		t.Errorf("read back %v, %v", back.attributes(), err)
+	}
+
+	// Attributes that JSON cannot hold (only a test builds them) stay decoded.
+	odd := &clusterRecord{Cluster: events.Cluster{Name: "b", Attributes: map[string]any{"f": func() {}}}}
+	odd.compact()
+	if odd.templateAttributes != nil || odd.Cluster.Attributes["f"] == nil {
+		t.Errorf("an attribute JSON cannot encode was moved: %+v", odd)
 	}
 }
