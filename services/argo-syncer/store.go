@@ -487,10 +487,9 @@ const internedValueLimit = 128
 // values, except the intent that created it, which no other object shares.
 func internMeta(o metav1.Object) {
 	o.SetNamespace(intern(o.GetNamespace()))
-	if f := o.GetFinalizers(); len(f) > 0 {
-		for i := range f {
-			f[i] = intern(f[i])
-		}
+	f := o.GetFinalizers()
+	for i := range f {
+		f[i] = intern(f[i])
 	}
 	o.SetLabels(internStrings(o.GetLabels()))
 	o.SetAnnotations(internStrings(o.GetAnnotations()))
