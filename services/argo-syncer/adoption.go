@@ -48,7 +48,7 @@ const (
 
 // originalApplication reports why app is not an Application the original operator created for
 // cluster: "" when it has exactly that shape (see the file comment), else what differs.
-func originalApplication(app *argov1.Application, cluster string) string {
+func originalApplication(app *cachedApplication, cluster string) string {
 	var why []string
 	if v, ok := app.Labels[LabelManagedBy]; ok {
 		why = append(why, fmt.Sprintf("label %s=%s", LabelManagedBy, v))
@@ -126,14 +126,14 @@ func adoptionPatch(resourceVersion string, now time.Time) []byte {
 }
 
 // adoptApplication takes over app, which originalApplication accepted, at the version checked.
-func (s *Syncer) adoptApplication(ctx context.Context, app *argov1.Application) error {
+func (s *Syncer) adoptApplication(ctx context.Context, app *cachedApplication) error {
 	adopted, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).Patch(ctx, app.Name, types.MergePatchType,
 		adoptionPatch(app.ResourceVersion, time.Now()), metav1.PatchOptions{FieldManager: FieldManager})
 	s.metrics.write("Application", "patch", err)
 	if err != nil {
 		return classify(err, "adopt application "+app.Name)
 	}
-	s.apps.wrote(adopted)
+	s.apps.wrote(cacheApplication(adopted))
 	return nil
 }
 

@@ -37,11 +37,11 @@ func (s *Syncer) ReportHealth(ctx context.Context, pub healthPublisher) error {
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](
 		100*time.Millisecond, 30*time.Second))
 	enqueue := func(obj any) {
-		if app, ok := obj.(*argov1.Application); ok && owned(app) {
+		if app, ok := obj.(*cachedApplication); ok && owned(app) {
 			queue.Add(app.Name)
 		}
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			if app, ok := d.Obj.(*argov1.Application); ok {
+			if app, ok := d.Obj.(*cachedApplication); ok {
 				queue.Add(app.Name)
 			}
 		}
@@ -80,7 +80,7 @@ func (s *Syncer) reportHealth(ctx context.Context, pub healthPublisher, name str
 	if err != nil {
 		return err
 	}
-	app, ok := obj.(*argov1.Application)
+	app, ok := obj.(*cachedApplication)
 	if !exists || !ok || !owned(app) {
 		delete(last, name)
 		return nil
@@ -105,7 +105,7 @@ func (s *Syncer) reportHealth(ctx context.Context, pub healthPublisher, name str
 
 // applicationHealth is the ApplicationHealth event of an Application an install intent wrote;
 // false when the Application lacks the annotations that name its rule, cluster and enforcement.
-func applicationHealth(app *argov1.Application) (*events.ApplicationHealth, bool) {
+func applicationHealth(app *cachedApplication) (*events.ApplicationHealth, bool) {
 	a := app.Annotations
 	ns, name, ok := strings.Cut(a[AnnotationRule], "/")
 	if !ok || ns == "" || name == "" || a[AnnotationCluster] == "" || a[AnnotationEnforcement] == "" {
@@ -119,17 +119,15 @@ func applicationHealth(app *argov1.Application) (*events.ApplicationHealth, bool
 		Enforcement:     a[AnnotationEnforcement],
 		Application:     app.Name,
 		SpecHash:        a[AnnotationSpecHash],
-		Observed:        observed(app),
+		Observed:        st.Observed,
 		ResourceVersion: app.ResourceVersion,
-		Health:          string(st.Health.Status),
-		Sync:            string(st.Sync.Status),
-		Message:         st.Health.Message,
+		Health:          string(st.Health),
+		Sync:            string(st.Sync),
+		Message:         st.HealthMessage,
+		Operation:       string(st.Operation),
 	}
-	if op := st.OperationState; op != nil {
-		ev.Operation = string(op.Phase)
-		if op.Phase.Failed() && op.Message != "" {
-			ev.Message = op.Message
-		}
+	if st.Operation.Failed() && st.OperationMessage != "" {
+		ev.Message = st.OperationMessage
 	}
 	return ev, true
 }

@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
@@ -422,35 +423,21 @@ func (q *repoQueue) queued(project, identity string) []string {
 
 // trimForCache drops from an object, before the informer caches it, what argo-syncer never reads:
 // the managed fields (every write is a server-side apply or a merge patch built from the desired
-// state, never an update of a cached copy) and, of an Application, the parts of Argo CD's status
-// other than the health, the sync status with what it compared, and the operation's phase and
-// message (applicationHealth). The resource list, the history, the conditions and the sync
-// result Argo CD keeps there grow with the Application's resources and syncs, once per
-// Application in memory. A fleet's memory then grows with its clusters by what argo-syncer uses.
+// state, never an update of a cached copy) and, of an Application, everything but its metadata,
+// its spec and the few facts of Argo CD's status that applicationHealth reads: an Application is
+// cached as a cachedApplication. The resource list, the history, the conditions and the sync
+// result Argo CD keeps in the status grow with the Application's resources and syncs, once per
+// Application in memory; the Application type itself is a kilobyte before any of them. A fleet's
+// memory then grows with its clusters by what argo-syncer uses.
 //
 // What it keeps, it stores once: the strings the objects of a fleet repeat (label and annotation
-// keys, rule and cluster names, repositories, spec hashes) are interned, and the source and
-// destination an Application's status compared share the spec's when they are the spec's.
+// keys, rule and cluster names, repositories, spec hashes) are interned.
 func trimForCache(obj any) (any, error) {
-	if o, ok := obj.(metav1.Object); ok {
-		o.SetManagedFields(nil)
-		internMeta(o)
-	}
 	switch o := obj.(type) {
 	case *argov1.Application:
-		internApplicationSpec(&o.Spec)
-		st := argov1.ApplicationStatus{Health: o.Status.Health, Sync: o.Status.Sync}
-		if observed(o) {
-			st.Sync.ComparedTo = o.Spec.BuildComparedToStatus()
-		}
-		st.Health.Status = health.HealthStatusCode(intern(string(st.Health.Status)))
-		st.Health.Message = intern(st.Health.Message)
-		st.Sync.Status = argov1.SyncStatusCode(intern(string(st.Sync.Status)))
-		st.Sync.Revision = intern(st.Sync.Revision)
-		if op := o.Status.OperationState; op != nil {
-			st.OperationState = &argov1.OperationState{Phase: synccommon.OperationPhase(intern(string(op.Phase))), Message: intern(op.Message)}
-		}
-		o.Status = st
+		return cacheApplication(o), nil
+	case *cachedApplication: // already trimmed: the transform may see an object twice
+		return o, nil
 	case *argov1.AppProject:
 		for i, r := range o.Spec.SourceRepos {
 			o.Spec.SourceRepos[i] = intern(r)
@@ -472,7 +459,64 @@ func trimForCache(obj any) (any, error) {
 			o.Data = data
 		}
 	}
+	if o, ok := obj.(metav1.Object); ok {
+		o.SetManagedFields(nil)
+		internMeta(o)
+	}
 	return obj, nil
+}
+
+// cachedApplication is what argo-syncer keeps of an Application, in its cache and in the overlay
+// of its own writes: the metadata (without managed fields) and the spec as the API server sent
+// them, and of Argo CD's status what applicationHealth reports. The struct is half the size of an
+// Application's before any of the status's lists; argo-syncer never writes it back.
+type cachedApplication struct {
+	metav1.ObjectMeta
+	Spec   argov1.ApplicationSpec
+	Status cachedApplicationStatus
+}
+
+// cachedApplicationStatus is the part of an Application's status argo-syncer reads.
+type cachedApplicationStatus struct {
+	Health        health.HealthStatusCode
+	HealthMessage string
+	Sync          argov1.SyncStatusCode
+	// Operation and OperationMessage are the phase and message of Argo CD's last operation,
+	// empty when there was none.
+	Operation        synccommon.OperationPhase
+	OperationMessage string
+	// Observed: the source (or sources) and destination Argo CD last compared are the spec's
+	// (observed).
+	Observed bool
+}
+
+// cacheApplication projects app, which it may change, on what argo-syncer keeps of it.
+func cacheApplication(app *argov1.Application) *cachedApplication {
+	st := app.Status
+	c := &cachedApplication{ObjectMeta: app.ObjectMeta, Spec: app.Spec, Status: cachedApplicationStatus{
+		Health:        health.HealthStatusCode(intern(string(st.Health.Status))),
+		HealthMessage: intern(st.Health.Message),
+		Sync:          argov1.SyncStatusCode(intern(string(st.Sync.Status))),
+		Observed:      observed(app),
+	}}
+	if op := st.OperationState; op != nil {
+		c.Status.Operation, c.Status.OperationMessage = synccommon.OperationPhase(intern(string(op.Phase))), intern(op.Message)
+	}
+	c.ManagedFields = nil
+	internMeta(c)
+	internApplicationSpec(&c.Spec)
+	return c
+}
+
+// The methods that make a cachedApplication a runtime.Object, which the informer's cache needs.
+
+func (*cachedApplication) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+func (a *cachedApplication) DeepCopyObject() runtime.Object {
+	c := &cachedApplication{Status: a.Status}
+	a.DeepCopyInto(&c.ObjectMeta) // the metadata's, promoted
+	a.Spec.DeepCopyInto(&c.Spec)
+	return c
 }
 
 // intern returns the one shared copy of s.

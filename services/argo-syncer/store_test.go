@@ -13,6 +13,8 @@ import (
 	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
 	healthlib "github.com/argoproj/gitops-engine/pkg/health"
 	synccommon "github.com/argoproj/gitops-engine/pkg/sync/common"
+	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,8 +22,9 @@ import (
 )
 
 // TestCacheKeepsWhatArgoSyncerReads checks the informers' trim: an Application with the status
-// Argo CD's controller writes after a sync loses its managed fields and its resource list,
-// history, conditions and sync result, and reports the same health as before the trim.
+// Argo CD's controller writes after a sync is cached with its spec, without its managed fields,
+// and reports the health its status holds; one whose status compared another source is cached
+// as not observed.
 func TestCacheKeepsWhatArgoSyncerReads(t *testing.T) {
 	source := argov1.ApplicationSource{RepoURL: "https://git.example/agent", Path: "charts/agent", TargetRevision: "HEAD"}
 	dest := argov1.ApplicationDestination{Server: "https://c1.example", Namespace: "monitoring"}
@@ -50,24 +53,29 @@ func TestCacheKeepsWhatArgoSyncerReads(t *testing.T) {
 			ReconciledAt: &now,
 		},
 	}
-	want, ok := applicationHealth(app.DeepCopy())
-	if !ok {
-		t.Fatal("the test Application has no health to report")
+	want := &events.ApplicationHealth{
+		Rule: events.RuleRef{Namespace: "enforcement", Name: "baseline", UID: "uid-1"}, Cluster: "c1", Enforcement: "agent",
+		Application: "c1-agent", SpecHash: "h1", Observed: true, ResourceVersion: "42",
+		Health: "Degraded", Sync: "Synced", Operation: "Failed", Message: "one or more objects failed to apply",
 	}
+	wantSpec := app.Spec.DeepCopy()
 	obj, err := trimForCache(app)
 	if err != nil {
 		t.Fatal(err)
 	}
-	trimmed := obj.(*argov1.Application)
+	trimmed := obj.(*cachedApplication)
 	if got, _ := applicationHealth(trimmed); !reflect.DeepEqual(got, want) {
 		t.Errorf("health after the trim:\n got %+v\nwant %+v", got, want)
 	}
-	if !want.Observed {
-		t.Error("the status compared the current spec, yet the health says it was not observed")
+	if trimmed.ManagedFields != nil || !reflect.DeepEqual(&trimmed.Spec, wantSpec) || trimmed.Name != "c1-agent" {
+		t.Errorf("the trim kept managed fields %v or changed the name %q or the spec %+v", trimmed.ManagedFields, trimmed.Name, trimmed.Spec)
 	}
-	st := trimmed.Status
-	if trimmed.ManagedFields != nil || st.Resources != nil || st.History != nil || st.Conditions != nil || st.OperationState.SyncResult != nil || st.ReconciledAt != nil {
-		t.Errorf("the trim kept what argo-syncer never reads: managed fields %v, status %+v", trimmed.ManagedFields, st)
+	if again, _ := trimForCache(trimmed); again != trimmed {
+		t.Error("trimming a cached Application again made another")
+	}
+	app.Status.Sync.ComparedTo.Source.Path = "charts/old-agent"
+	if stale := cacheApplication(app); stale.Status.Observed {
+		t.Error("the status compared another source, yet the cache says the spec was observed")
 	}
 
 	secret := &corev1.Secret{
@@ -81,11 +89,10 @@ func TestCacheKeepsWhatArgoSyncerReads(t *testing.T) {
 }
 
 // TestCacheStoresRepeatedStringsOnce: two Applications decoded apart share, once trimmed, the
-// strings a fleet repeats (a label key, the rule, the repository), and an Application's status
-// shares the spec's source when it compared the current spec; the intent that created each
-// stays its own, and nothing reads differently.
+// strings a fleet repeats (a label key, the rule, the repository, the status's words); the
+// intent that created each stays its own, and nothing reads differently.
 func TestCacheStoresRepeatedStringsOnce(t *testing.T) {
-	var apps []*argov1.Application
+	var apps []*cachedApplication
 	for _, cluster := range []string{"c1", "c2"} {
 		var app argov1.Application
 		if err := json.Unmarshal(serverApplication(t, cluster, "agent"), &app); err != nil {
@@ -96,7 +103,7 @@ func TestCacheStoresRepeatedStringsOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := obj.(*argov1.Application)
+		got := obj.(*cachedApplication)
 		if !reflect.DeepEqual(got.Labels, want.Labels) || !reflect.DeepEqual(got.Annotations, want.Annotations) || !reflect.DeepEqual(got.Spec, want.Spec) {
 			t.Errorf("%s reads differently after the trim:\n got %+v %+v %+v\nwant %+v %+v %+v", cluster, got.Labels, got.Annotations, got.Spec, want.Labels, want.Annotations, want.Spec)
 		}
@@ -111,8 +118,8 @@ func TestCacheStoresRepeatedStringsOnce(t *testing.T) {
 	}
 	shared("rule annotation", a.Annotations[AnnotationRule], b.Annotations[AnnotationRule])
 	shared("repository", a.Spec.Source.RepoURL, b.Spec.Source.RepoURL)
-	shared("health", string(a.Status.Health.Status), string(b.Status.Health.Status))
-	shared("status source", a.Status.Sync.ComparedTo.Source.Path, a.Spec.Source.Path)
+	shared("health", string(a.Status.Health), string(b.Status.Health))
+	shared("operation message", a.Status.OperationMessage, b.Status.OperationMessage)
 	for k := range a.Labels {
 		for k2 := range b.Labels {
 			if k == k2 {
@@ -240,7 +247,7 @@ func BenchmarkCachedApplication(b *testing.B) {
 	}
 	var perObject []float64
 	for b.Loop() {
-		before := liveHeap()
+		before := testenv.LiveHeap()
 		cached := make([]any, 0, len(wire))
 		for _, w := range wire {
 			app := &argov1.Application{}
@@ -253,19 +260,11 @@ func BenchmarkCachedApplication(b *testing.B) {
 			}
 			cached = append(cached, obj)
 		}
-		perObject = append(perObject, float64(liveHeap()-before)/float64(len(cached)))
+		perObject = append(perObject, float64(testenv.LiveHeap()-before)/float64(len(cached)))
 		runtime.KeepAlive(cached)
 	}
 	slices.Sort(perObject)
 	b.ReportMetric(perObject[len(perObject)/2], "live-B/object")
-}
-
-// liveHeap is the heap in use after a full collection.
-func liveHeap() int64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
 }
 
 // serverApplication is the JSON the API server returns for the Application argo-syncer renders

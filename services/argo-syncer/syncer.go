@@ -94,7 +94,7 @@ type Syncer struct {
 	apiMode  bool
 	logger   *slog.Logger
 	metrics  *Metrics
-	apps     *view[*argov1.Application]
+	apps     *view[*cachedApplication]
 	projects *view[*argov1.AppProject]
 	secrets  *view[*corev1.Secret]
 	creds    *credentialCache
@@ -136,14 +136,14 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 	}
 	appInformer := argoinformers.NewApplicationInformer(argo, s.ns, 0, cache.Indexers{
 		indexCluster: func(obj any) ([]string, error) {
-			app, ok := obj.(*argov1.Application)
+			app, ok := obj.(*cachedApplication)
 			if !ok || app.Labels[LabelCluster] == "" {
 				return nil, nil
 			}
 			return []string{app.Labels[LabelCluster]}, nil
 		},
 		indexProject: func(obj any) ([]string, error) {
-			app, ok := obj.(*argov1.Application)
+			app, ok := obj.(*cachedApplication)
 			if !ok || app.Spec.Project == "" {
 				return nil, nil
 			}
@@ -178,10 +178,10 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 		indexServer:          secretDataIndex("server"),
 		indexName:            secretDataIndex("name"),
 	})
-	s.apps = newView[*argov1.Application](s.ns, appInformer)
+	s.apps = newView[*cachedApplication](s.ns, appInformer)
 	s.projects = newView[*argov1.AppProject](s.ns, projectInformer)
 	s.secrets = newView[*corev1.Secret](s.ns, secretInformer)
-	s.apps.onDelete = func(app *argov1.Application) {
+	s.apps.onDelete = func(app *cachedApplication) {
 		if c := app.Annotations[AnnotationCluster]; c != "" && owned(app) {
 			s.pending.Add(c)
 			return
@@ -384,7 +384,7 @@ func (s *Syncer) prepareCluster(ctx context.Context, h installing, in *events.In
 // mayWrite reports, as a permanent NotOwned failure, why the intent must not write over the
 // existing Application: someone else's (not the original operator's either, see adoption.go),
 // another rule's, or another pair's that shares the name; nil when it may.
-func mayWrite(existing *argov1.Application, in *events.InstallIntent) error {
+func mayWrite(existing *cachedApplication, in *events.InstallIntent) error {
 	if !owned(existing) {
 		if why := originalApplication(existing, in.Cluster.Name); why != "" {
 			return &failure{reason: ReasonNotOwned, permanent: true,
@@ -406,13 +406,14 @@ func mayWrite(existing *argov1.Application, in *events.InstallIntent) error {
 	return nil
 }
 
-func (s *Syncer) applyApplication(ctx context.Context, o *applyObject) (*argov1.Application, error) {
-	app, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).Patch(ctx, o.Metadata.Name, types.ApplyPatchType, o.body(),
+func (s *Syncer) applyApplication(ctx context.Context, o *applyObject) (*cachedApplication, error) {
+	applied, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).Patch(ctx, o.Metadata.Name, types.ApplyPatchType, o.body(),
 		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
 	s.metrics.write("Application", "apply", err)
 	if err != nil {
 		return nil, classify(err, "apply application "+o.Metadata.Name)
 	}
+	app := cacheApplication(applied)
 	s.apps.wrote(app)
 	return app, nil
 }
@@ -874,13 +875,13 @@ func (s *Syncer) uninstall(ctx context.Context, in *events.UninstallIntent) (Uni
 
 // samePair reports whether an Application was written for this cluster and enforcement (or
 // carries no such record, as an adopted one before its first apply).
-func samePair(app *argov1.Application, cluster, enforcement string) bool {
+func samePair(app *cachedApplication, cluster, enforcement string) bool {
 	c, e := app.Annotations[AnnotationCluster], app.Annotations[AnnotationEnforcement]
 	return (c == "" || c == cluster) && (e == "" || e == enforcement)
 }
 
 // ruleOwns reports whether the Application was written for rule (or adopted without a rule).
-func ruleOwns(app *argov1.Application, rule events.RuleRef) bool {
+func ruleOwns(app *cachedApplication, rule events.RuleRef) bool {
 	r := app.Annotations[AnnotationRule]
 	return r == "" || r == rule.String()
 }
@@ -888,7 +889,7 @@ func ruleOwns(app *argov1.Application, rule events.RuleRef) bool {
 // deleteApplication deletes app. Orphan: the resources finalizer is removed first, so Argo CD
 // keeps the workload. Cascade: the finalizer is added first, so Argo CD deletes the workload
 // before the Application goes. Conflicts re-read the object and try again; a 404 means done.
-func (s *Syncer) deleteApplication(ctx context.Context, app *argov1.Application, cascade bool) (bool, error) {
+func (s *Syncer) deleteApplication(ctx context.Context, app *cachedApplication, cascade bool) (bool, error) {
 	client := s.argo.ArgoprojV1alpha1().Applications(s.ns)
 	for attempt := 0; ; attempt++ {
 		has := slices.Contains(app.Finalizers, argov1.ResourcesFinalizerName)
@@ -907,7 +908,7 @@ func (s *Syncer) deleteApplication(ctx context.Context, app *argov1.Application,
 				}
 				continue
 			}
-			app = updated
+			app = cacheApplication(updated)
 		}
 		err := client.Delete(ctx, app.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &app.UID}})
 		s.metrics.write("Application", "delete", err)
@@ -930,7 +931,7 @@ func (s *Syncer) deleteApplication(ctx context.Context, app *argov1.Application,
 // retryWrite decides what the error of a write in deleteApplication means: after a conflict
 // (at most five attempts) it returns the Application read again, to try with; otherwise nil and
 // the error to return, none when the Application is gone. what names the write in that error.
-func (s *Syncer) retryWrite(ctx context.Context, app *argov1.Application, attempt int, err error, what string) (*argov1.Application, error) {
+func (s *Syncer) retryWrite(ctx context.Context, app *cachedApplication, attempt int, err error, what string) (*cachedApplication, error) {
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil
@@ -942,7 +943,7 @@ func (s *Syncer) retryWrite(ctx context.Context, app *argov1.Application, attemp
 }
 
 // refetch reads an Application after a conflict; nil without error when it is gone.
-func (s *Syncer) refetch(ctx context.Context, name string) (*argov1.Application, error) {
+func (s *Syncer) refetch(ctx context.Context, name string) (*cachedApplication, error) {
 	app, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -950,7 +951,7 @@ func (s *Syncer) refetch(ctx context.Context, name string) (*argov1.Application,
 	if err != nil {
 		return nil, classify(err, "get application "+name)
 	}
-	return app, nil
+	return cacheApplication(app), nil
 }
 
 // unregister removes the cluster's grant AppProjects, its own AppProject and then its Secret

@@ -419,7 +419,7 @@ func TestDeleteToleratesConflictAndNotFound(t *testing.T) {
 		t.Fatal(err)
 	}
 	mark := h.log.mark()
-	deleted, err := h.syncer.deleteApplication(ctx, stale, true)
+	deleted, err := h.syncer.deleteApplication(ctx, cacheApplication(stale), true)
 	if err != nil || !deleted {
 		t.Fatalf("delete after conflict: %v %v", deleted, err)
 	}
@@ -440,7 +440,7 @@ func TestDeleteToleratesConflictAndNotFound(t *testing.T) {
 	// Deleting again what is already gone (Argo CD finished): a 404 is success.
 	gone := stale.DeepCopy()
 	gone.Name = "never-existed"
-	if deleted, err := h.syncer.deleteApplication(ctx, gone, false); err != nil || deleted {
+	if deleted, err := h.syncer.deleteApplication(ctx, cacheApplication(gone), false); err != nil || deleted {
 		t.Fatalf("delete of a missing Application: %v %v", deleted, err)
 	}
 }

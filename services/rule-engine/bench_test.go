@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/testenv"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -163,13 +163,13 @@ func BenchmarkClusterAppeared(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	before := liveHeap()
+	before := testenv.LiveHeap()
 	for i := range clusters {
 		if err := e.applyCluster(ctx, rancherCluster(b, i), uint64(i+1), 0); err != nil {
 			b.Fatal(err)
 		}
 	}
-	perCluster := float64(liveHeap()-before) / clusters
+	perCluster := float64(testenv.LiveHeap()-before) / clusters
 	if n := len(e.pairs) * len(e.pairs["enforcement/pipeline-0"]); n != clusters*rules {
 		b.Fatalf("%d pairs, want %d", n, clusters*rules)
 	}
@@ -210,12 +210,4 @@ func rancherCluster(b *testing.B, i int) events.Cluster {
 		b.Fatal(err)
 	}
 	return c
-}
-
-// liveHeap is the heap in use after a full collection.
-func liveHeap() uint64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }

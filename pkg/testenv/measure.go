@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -19,4 +20,13 @@ func CPUTime() time.Duration {
 // CPUTime) divided by the n iterations run since then.
 func ReportCPU(b *testing.B, start time.Duration, n int) {
 	b.ReportMetric(float64(CPUTime()-start)/float64(time.Millisecond)/float64(n), "cpu-ms/op")
+}
+
+// LiveHeap returns the bytes of heap in use after a full collection: the memory a benchmark's
+// data holds, without the garbage a collection would free.
+func LiveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }
