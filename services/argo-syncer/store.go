@@ -11,6 +11,7 @@ package main
 // and tombstones the ones it deleted (until the informer has seen the deletion).
 
 import (
+	"crypto/sha256"
 	"maps"
 	"slices"
 	"strconv"
@@ -177,6 +178,9 @@ func (v *view[T]) list(indexName, value string) []T {
 // overlay (an entry would wait for the object's next change, a whole response kept for nothing:
 // 10 MB at 1,000 clusters × 10 rules).
 func (v *view[T]) wrote(obj T) {
+	if trimmed, err := trimForCache(obj); err == nil {
+		obj = trimmed.(T) // the overlay keeps what the cache would
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if t, ok := v.gone[obj.GetName()]; ok && t.uid != obj.GetUID() {
@@ -427,8 +431,11 @@ func (q *repoQueue) queued(project, identity string) []string {
 // its spec and the few facts of Argo CD's status that applicationHealth reads: an Application is
 // cached as a cachedApplication. The resource list, the history, the conditions and the sync
 // result Argo CD keeps in the status grow with the Application's resources and syncs, once per
-// Application in memory; the Application type itself is a kilobyte before any of them. A fleet's
-// memory then grows with its clusters by what argo-syncer uses.
+// Application in memory; the Application type itself is a kilobyte before any of them. Of a
+// cluster Secret's config (the credentials) it keeps the digest (cachedConfigDigestKey). A
+// fleet's memory then grows with its clusters by what argo-syncer uses.
+//
+// The overlay of argo-syncer's own writes keeps them trimmed the same way (view.wrote).
 //
 // What it keeps, it stores once: the strings the objects of a fleet repeat (label and annotation
 // keys, rule and cluster names, repositories, spec hashes) are interned.
@@ -454,16 +461,30 @@ func trimForCache(obj any) (any, error) {
 		if len(o.Data) > 0 {
 			data := make(map[string][]byte, len(o.Data))
 			for k, v := range o.Data {
+				if k == "config" {
+					data[cachedConfigDigestKey] = configDigest(v)
+					continue
+				}
 				data[intern(k)] = v
 			}
 			o.Data = data
 		}
 	}
 	if o, ok := obj.(metav1.Object); ok {
-		o.SetManagedFields(nil)
-		internMeta(o)
+		trimMeta(o)
 	}
 	return obj, nil
+}
+
+// cachedConfigDigestKey holds, in a cached cluster Secret, the SHA-256 of the config the Secret
+// holds, in place of the config: its credentials (a token, a CA certificate: kilobytes a
+// cluster) stay out of argo-syncer's memory, and refreshedConfig, the one reader, compares
+// digests.
+const cachedConfigDigestKey = "config.sha256"
+
+func configDigest(config []byte) []byte {
+	sum := sha256.Sum256(config)
+	return sum[:]
 }
 
 // cachedApplication is what argo-syncer keeps of an Application, in its cache and in the overlay
@@ -502,8 +523,7 @@ func cacheApplication(app *argov1.Application) *cachedApplication {
 	if op := st.OperationState; op != nil {
 		c.Status.Operation, c.Status.OperationMessage = synccommon.OperationPhase(intern(string(op.Phase))), intern(op.Message)
 	}
-	c.ManagedFields = nil
-	internMeta(c)
+	trimMeta(c)
 	internApplicationSpec(&c.Spec)
 	return c
 }
@@ -527,9 +547,11 @@ func intern(s string) string { return unique.Make(s).Value() }
 // is the object's own.
 const internedValueLimit = 128
 
-// internMeta interns the object's namespace, finalizers and label and annotation keys and short
-// values, except the intent that created it, which no other object shares.
-func internMeta(o metav1.Object) {
+// trimMeta drops the object's managed fields, which argo-syncer never reads, and interns its
+// namespace, finalizers and label and annotation keys and short values, except the intent that
+// created it, which no other object shares.
+func trimMeta(o metav1.Object) {
+	o.SetManagedFields(nil)
 	o.SetNamespace(intern(o.GetNamespace()))
 	f := o.GetFinalizers()
 	for i := range f {

@@ -4,6 +4,7 @@ package main
 // writes or removes its Applications, through the Kubernetes API of the Argo CD namespace.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -547,7 +548,7 @@ func (s *Syncer) refreshedConfig(ctx context.Context, sec *corev1.Secret, t even
 	if err != nil {
 		return nil, &failure{reason: ReasonSecretInvalid, err: fmt.Errorf("marshal cluster config: %w", err)}
 	}
-	if !recorded && string(config) == string(sec.Data["config"]) {
+	if !recorded && bytes.Equal(configDigest(config), sec.Data[cachedConfigDigestKey]) {
 		return nil, nil // an earlier version's Secret, already with these credentials
 	}
 	return config, nil
