@@ -147,8 +147,9 @@ func (persistNothing) putRender(_ context.Context, _ string, enfs []events.Enfor
 // costs it, with ten rules of one enforcement each (the pipeline benchmark's), each selecting
 // every cluster of a Rancher source. It builds 10,000 clusters with the attributes a Rancher
 // server lists and reports their live heap after a collection, above the rules alone, per
-// cluster (live-B/cluster); then each iteration is one more cluster appearing, decided for the
-// ten rules (ten pairs, ten install intents).
+// cluster (live-B/cluster), and again once every install succeeded and each pair recorded its
+// outcome (live-B/cluster-installed); then each iteration is one more cluster appearing, decided
+// for the ten rules (ten pairs, ten install intents).
 func BenchmarkClusterAppeared(b *testing.B) {
 	const clusters, rules = 10000, 10
 	e := testEngine(persistNothing{newMemStore()}, &countingPublisher{}, newMetrics(nil))
@@ -173,6 +174,29 @@ func BenchmarkClusterAppeared(b *testing.B) {
 	if n := len(e.pairs) * len(e.pairs["enforcement/pipeline-0"]); n != clusters*rules {
 		b.Fatalf("%d pairs, want %d", n, clusters*rules)
 	}
+	// Then every install succeeds, as argo-syncer reports it, and each state records the outcome.
+	var succeeded []events.Event
+	for _, pairs := range e.pairs {
+		for _, p := range pairs {
+			for _, st := range p.Enforcements {
+				succeeded = append(succeeded, &events.InstallSucceeded{IntentID: st.IntentID, Rule: p.Rule, Cluster: p.Cluster.Name,
+					Enforcement: st.Name, Application: p.Cluster.Name + "-" + st.Name, Created: true, SpecHash: st.SpecHash})
+			}
+		}
+	}
+	for _, ev := range succeeded {
+		if err := e.applyOutcome(ctx, ev, events.Meta{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	perClusterInstalled := float64(testenv.LiveHeap()-before) / clusters
+	for _, pairs := range e.pairs {
+		for _, p := range pairs {
+			if st := p.Enforcements[0]; !st.Installed || st.LastOutcome == "" {
+				b.Fatalf("pair %s/%s: installed %v, last outcome %q after its install succeeded", p.Rule.Name, p.Cluster.Name, st.Installed, st.LastOutcome)
+			}
+		}
+	}
 	pub := e.pub.(*countingPublisher)
 	pub.n = 0
 	b.ReportAllocs()
@@ -187,6 +211,7 @@ func BenchmarkClusterAppeared(b *testing.B) {
 		b.Fatalf("%d intents for %d new clusters, want %d", pub.n, b.N, b.N*rules)
 	}
 	b.ReportMetric(perCluster, "live-B/cluster")
+	b.ReportMetric(perClusterInstalled, "live-B/cluster-installed")
 }
 
 // rancherCluster is cluster i of a Rancher source, with the attributes its server lists, decoded

@@ -159,7 +159,7 @@ func (e *engine) foldOutcome(ctx context.Context, id string, o enfOutcome) error
 	if !o.fold(nst) {
 		return nil
 	}
-	nst.LastOutcome = id
+	nst.recordOutcome(id)
 	if o.confirms {
 		if err := e.confirmTakeover(ctx, key, cid, o.cluster, o.name); err != nil {
 			return err

@@ -205,6 +205,21 @@ func hashOf(intentID, hash string) string {
 	return hash
 }
 
+// recordOutcome sets the id of the last outcome applied. An install outcome's id holds the id of
+// the intent it answers, the state's own (the succeeded of its current intent): the intent id
+// and the spec hash it ends with are then kept as part of the outcome id's bytes, one string
+// fewer an enforcement, as hashOf saves one.
+func (st *enfState) recordOutcome(id string) {
+	st.LastOutcome = id
+	if st.IntentID == "" {
+		return
+	}
+	if i := strings.Index(id, st.IntentID); i >= 0 {
+		st.IntentID = id[i : i+len(st.IntentID)]
+		st.SpecHash = hashOf(st.IntentID, st.SpecHash)
+	}
+}
+
 // enfStates are a pair's enforcements, sorted by name. A pair has one or a few, and there is a
 // pair per rule and cluster (100,000 at 10,000 clusters × 10 rules): a sorted slice costs a
 // pointer an enforcement where a map costs a 200-byte group even for one. Stored as a JSON
@@ -276,6 +291,7 @@ func (s *enfStates) UnmarshalJSON(b []byte) error {
 		}
 		st.Name = name
 		st.SpecHash = hashOf(st.IntentID, st.SpecHash)
+		st.recordOutcome(st.LastOutcome)
 		out = append(out, st)
 	}
 	*s = out

@@ -160,7 +160,7 @@ func TestPublishThenPersistFailureIsRepublishedOnce(t *testing.T) {
 // wrote it, and writes back the same JSON: the compact list is the engine's memory only.
 func TestPairRecordFormat(t *testing.T) {
 	stored := `{"rule":{"namespace":"ns","name":"r","generation":2},"cluster":{"name":"a","key":"c-a","url":"https://a","source":{"kind":"rancher","id":"src"},"revision":3},` +
-		`"renderKey":"k","enforcements":{"zeta":{"specHash":"h2","intentId":"install:ns:r:2:a:3:zeta:h2","installed":true},` +
+		`"renderKey":"k","enforcements":{"zeta":{"specHash":"h2","intentId":"install:ns:r:2:a:3:zeta:h2","installed":true,"lastOutcome":"install-succeeded:install:ns:r:2:a:3:zeta:h2"},` +
 		`"alpha":{"specHash":"h1","intentId":"install:ns:r:2:a:3:alpha:h1","failure":{"reason":"Denied","message":"no","count":2}}}}`
 	var p pairState
 	if err := json.Unmarshal([]byte(stored), &p); err != nil {
@@ -172,10 +172,29 @@ func TestPairRecordFormat(t *testing.T) {
 	if a := p.Enforcements.get("alpha"); a == nil || a.Failure == nil || a.Failure.Count != 2 || p.Enforcements.get("zeta") == nil || !p.Enforcements.get("zeta").Installed {
 		t.Fatalf("states %+v", p.Enforcements)
 	}
-	// The hash is the intent id's tail, not a string of its own.
-	if z := p.Enforcements.get("zeta"); unsafe.StringData(z.SpecHash) != unsafe.StringData(z.IntentID[len(z.IntentID)-2:]) {
+	// The hash is the intent id's tail, and the intent id part of the last outcome's id, not
+	// strings of their own.
+	z := p.Enforcements.get("zeta")
+	if unsafe.StringData(z.SpecHash) != unsafe.StringData(z.IntentID[len(z.IntentID)-2:]) {
 		t.Error("the spec hash does not share the intent id's bytes")
 	}
+	if prefix := len("install-succeeded:"); unsafe.StringData(z.IntentID) != unsafe.StringData(z.LastOutcome[prefix:]) {
+		t.Error("the intent id does not share the last outcome's bytes")
+	}
+	// An outcome recorded in memory is shared the same way; one of another intent is kept as
+	// it came and leaves the intent id alone.
+	a := p.Enforcements.get("alpha")
+	a.recordOutcome("install-failed:" + strings.Clone(a.IntentID) + ":Denied")
+	if a.IntentID != "install:ns:r:2:a:3:alpha:h1" || a.SpecHash != "h1" || unsafe.StringData(a.IntentID) != unsafe.StringData(a.LastOutcome[len("install-failed:"):]) {
+		t.Errorf("after recording its failure: intent %q (shared: %v), hash %q", a.IntentID,
+			unsafe.StringData(a.IntentID) == unsafe.StringData(a.LastOutcome[len("install-failed:"):]), a.SpecHash)
+	}
+	was := a.IntentID
+	a.recordOutcome("install-succeeded:install:ns:r:1:a:3:alpha:h0")
+	if a.IntentID != was || unsafe.StringData(a.IntentID) != unsafe.StringData(was) || a.LastOutcome != "install-succeeded:install:ns:r:1:a:3:alpha:h0" {
+		t.Errorf("an outcome of another intent changed the state: intent %q, last outcome %q", a.IntentID, a.LastOutcome)
+	}
+	a.LastOutcome = ""
 	written, err := json.Marshal(&p)
 	if err != nil {
 		t.Fatal(err)

@@ -210,13 +210,13 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 	b.Logf("%d clusters, %d rule(s) of one package each, %s:\n"+
 		"  create  %8s   floor (%d plain creates, %d clients) %8s   ratio %.2f (%s)\n"+
 		"          CPU meanwhile: %s\n"+
-		"          floor by server-side apply %8s (ratio to plain creates %.2f), CPU of the control plane: creates %s; applies %s\n"+
+		"          floor by server-side apply %8s (ratio to plain creates %.2f; the create's ratio to it %.2f), CPU of the control plane: creates %s; applies %s\n"+
 		"  edit    %8s   floor (%d plain updates) %8s   ratio %.2f (last install intent at %s)\n"+
 		"  one new cluster, event to its last Application, %d in a row: median %s, p99 %s, slowest %s\n"+
 		"  resident memory (the growth is per cluster present at the end):\n%s",
 		n, rules, settings, create.Round(time.Millisecond), (2+rules)*n, benchParallel, createFloor.Round(time.Millisecond), create.Seconds()/createFloor.Seconds(), stages,
 		cpuSpent(cpuBefore, cpuCreate),
-		fl.apply.Round(time.Millisecond), fl.apply.Seconds()/createFloor.Seconds(), fl.createCPU, fl.applyCPU,
+		fl.apply.Round(time.Millisecond), fl.apply.Seconds()/createFloor.Seconds(), create.Seconds()/fl.apply.Seconds(), fl.createCPU, fl.applyCPU,
 		edit.Round(time.Millisecond), n, editFloor.Round(time.Millisecond), edit.Seconds()/editFloor.Seconds(), editIntents.Round(time.Millisecond),
 		len(latencies), median.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), latencies[len(latencies)-1].Round(100*time.Microsecond),
 		strings.Join(memory, "\n"))
