@@ -16,6 +16,7 @@ package main
 
 import (
 	"context"
+	"hash/maphash"
 	"strings"
 	"time"
 
@@ -57,7 +58,7 @@ func (s *Syncer) ReportHealth(ctx context.Context, pub healthPublisher) error {
 	defer func() { _ = s.apps.informer.RemoveEventHandler(reg) }()
 	go func() { <-ctx.Done(); queue.ShutDown() }()
 
-	last := map[string]events.ApplicationHealth{} // by Application name, ResourceVersion empty
+	last := map[string]uint64{} // by Application name: healthFingerprint of the last report
 	for {
 		name, quit := queue.Get()
 		if quit {
@@ -75,7 +76,7 @@ func (s *Syncer) ReportHealth(ctx context.Context, pub healthPublisher) error {
 }
 
 // reportHealth publishes the Application's health when it differs from the last one published.
-func (s *Syncer) reportHealth(ctx context.Context, pub healthPublisher, name string, last map[string]events.ApplicationHealth) error {
+func (s *Syncer) reportHealth(ctx context.Context, pub healthPublisher, name string, last map[string]uint64) error {
 	obj, exists, err := s.apps.informer.GetIndexer().GetByKey(s.ns + "/" + name)
 	if err != nil {
 		return err
@@ -90,17 +91,29 @@ func (s *Syncer) reportHealth(ctx context.Context, pub healthPublisher, name str
 		s.logger.Debug("Application has no install intent's annotations; its health is not reported", "application", name)
 		return nil
 	}
-	key := *ev
-	key.ResourceVersion = ""
-	if prev, seen := last[name]; seen && prev == key {
+	fingerprint := healthFingerprint(*ev)
+	if prev, seen := last[name]; seen && prev == fingerprint {
 		return nil
 	}
 	if _, err := pub.Publish(ctx, ev); err != nil {
 		return err
 	}
-	last[name] = key
+	last[name] = fingerprint
 	s.metrics.healthPublished(ev.Health)
 	return nil
+}
+
+// healthSeed seeds healthFingerprint for the process's life.
+var healthSeed = maphash.MakeSeed()
+
+// healthFingerprint identifies what a health report says, all of it but the resource version
+// (a new version that reports the same is not reported again). The reporter keeps it per
+// Application instead of the report itself, 8 bytes instead of about 250: two different
+// reports share a fingerprint once in 2^64, when the later one would not be sent until the
+// Application's health changes again.
+func healthFingerprint(ev events.ApplicationHealth) uint64 {
+	ev.ResourceVersion = ""
+	return maphash.Comparable(healthSeed, ev)
 }
 
 // applicationHealth is the ApplicationHealth event of an Application an install intent wrote;
