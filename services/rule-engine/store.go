@@ -206,9 +206,9 @@ func hashOf(intentID, hash string) string {
 }
 
 // recordOutcome sets the id of the last outcome applied. An install outcome's id holds the id of
-// the intent it answers, the state's own (the succeeded of its current intent): the intent id
-// and the spec hash it ends with are then kept as part of the outcome id's bytes, one string
-// fewer an enforcement, as hashOf saves one.
+// the intent it answers, as a rule the state's current one: the intent id, and the spec hash it
+// ends with, are then kept as part of the outcome id's bytes, one string fewer an enforcement
+// (as hashOf saves one). An outcome of another intent leaves them as they are.
 func (st *enfState) recordOutcome(id string) {
 	st.LastOutcome = id
 	if st.IntentID == "" {
