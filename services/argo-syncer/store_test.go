@@ -269,34 +269,49 @@ func BenchmarkCachedClusterSecret(b *testing.B) {
 // AppProject costs the cache: 1,000 AppProjects allowing ten rules' repositories, as the API
 // server sends them.
 func BenchmarkCachedAppProject(b *testing.B) {
+	var repos []string
+	for e := range 10 {
+		repos = append(repos, fmt.Sprintf("https://git.example/enforcement-%d", e))
+	}
 	var wire [][]byte
 	for c := range 1000 {
-		cluster := fmt.Sprintf("cluster-%03d", c)
-		var repos []string
-		for e := range 10 {
-			repos = append(repos, fmt.Sprintf("https://git.example/enforcement-%d", e))
-		}
-		desired := RenderProject("argocd", newNames(cluster, ""), cluster, "https://"+cluster+".example:6443", repos, ProjectSettings{ClusterResources: true})
-		desired.Metadata.Annotations[AnnotationIdentity] = "rancher/src1/c-" + cluster
-		desired.seal()
-		var p argov1.AppProject
-		if err := json.Unmarshal(desired.body(), &p); err != nil {
-			b.Fatal(err)
-		}
-		now := metav1.NewTime(time.Date(2026, 12, 4, 7, 0, 0, 0, time.UTC))
-		p.UID = types.UID(fmt.Sprintf("5f0c2a9e-%04x-4d1b-9c3e-%012x", c, c))
-		p.ResourceVersion, p.Generation, p.CreationTimestamp = "123456", 1, now
-		p.ManagedFields = []metav1.ManagedFieldsEntry{{
-			Manager: FieldManager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "argoproj.io/v1alpha1", Time: &now,
-			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{"f:enforcement.io/cluster":{},"f:enforcement.io/identity":{},"f:enforcement.io/spec-hash":{}},"f:labels":{"f:app.kubernetes.io/managed-by":{},"f:enforcement.io/cluster":{}}},"f:spec":{"f:clusterResourceWhitelist":{},"f:destinations":{},"f:sourceRepos":{}}}`)},
-		}}
-		w, err := json.Marshal(&p)
-		if err != nil {
-			b.Fatal(err)
-		}
-		wire = append(wire, w)
+		wire = append(wire, serverAppProject(b, c, repos))
 	}
 	reportCachedBytes(b, wire, func() any { return &argov1.AppProject{} })
+}
+
+// serverAppProject is the JSON the API server returns for the AppProject argo-syncer renders
+// for the c-th cluster with the given repositories.
+func serverAppProject(b testing.TB, c int, repos []string) []byte {
+	cluster := fmt.Sprintf("cluster-%03d", c)
+	desired := RenderProject("argocd", newNames(cluster, ""), cluster, "https://"+cluster+".example:6443", repos, ProjectSettings{ClusterResources: true})
+	desired.Metadata.Annotations[AnnotationIdentity] = "rancher/src1/c-" + cluster
+	desired.seal()
+	var p argov1.AppProject
+	if err := json.Unmarshal(desired.body(), &p); err != nil {
+		b.Fatal(err)
+	}
+	p.Generation = 1
+	stampServerMeta(&p.ObjectMeta, c, c, metav1.ManagedFieldsOperationApply, "argoproj.io/v1alpha1",
+		`{"f:metadata":{"f:annotations":{"f:enforcement.io/cluster":{},"f:enforcement.io/identity":{},"f:enforcement.io/spec-hash":{}},"f:labels":{"f:app.kubernetes.io/managed-by":{},"f:enforcement.io/cluster":{}}},"f:spec":{"f:clusterResourceWhitelist":{},"f:destinations":{},"f:sourceRepos":{}}}`)
+	w, err := json.Marshal(&p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return w
+}
+
+// stampServerMeta fills in what the API server adds to an object argo-syncer wrote: a UID made
+// from a and b, a resource version, a creation time and one managed-fields entry of
+// argo-syncer's field manager with the given operation and fields.
+func stampServerMeta(meta *metav1.ObjectMeta, a, b int, op metav1.ManagedFieldsOperationType, apiVersion, fields string) {
+	now := metav1.NewTime(time.Date(2026, 12, 4, 7, 0, 0, 0, time.UTC))
+	meta.UID = types.UID(fmt.Sprintf("5f0c2a9e-%04x-4d1b-9c3e-%012x", a, b))
+	meta.ResourceVersion, meta.CreationTimestamp = "123456", now
+	meta.ManagedFields = []metav1.ManagedFieldsEntry{{
+		Manager: FieldManager, Operation: op, APIVersion: apiVersion, Time: &now,
+		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)},
+	}}
 }
 
 // reportCachedBytes decodes each object of wire into a new one and trims it as the informer
@@ -336,13 +351,8 @@ func serverClusterSecret(b testing.TB, cluster string) []byte {
 	if err != nil {
 		b.Fatal(err)
 	}
-	now := metav1.NewTime(time.Date(2026, 12, 4, 7, 0, 0, 0, time.UTC))
-	sec.UID = types.UID(fmt.Sprintf("5f0c2a9e-%04x-4d1b-9c3e-%012x", len(cluster), len(cluster)))
-	sec.ResourceVersion, sec.CreationTimestamp = "123456", now
-	sec.ManagedFields = []metav1.ManagedFieldsEntry{{
-		Manager: FieldManager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &now,
-		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:data":{".":{},"f:config":{},"f:name":{},"f:server":{}},"f:metadata":{"f:annotations":{".":{},"f:enforcement.io/cluster":{},"f:enforcement.io/identity":{}},"f:labels":{".":{},"f:app.kubernetes.io/managed-by":{},"f:argocd.argoproj.io/secret-type":{},"f:enforcement.io/cluster":{}}},"f:type":{}}`)},
-	}}
+	stampServerMeta(&sec.ObjectMeta, len(cluster), len(cluster), metav1.ManagedFieldsOperationUpdate, "v1",
+		`{"f:data":{".":{},"f:config":{},"f:name":{},"f:server":{}},"f:metadata":{"f:annotations":{".":{},"f:enforcement.io/cluster":{},"f:enforcement.io/identity":{}},"f:labels":{".":{},"f:app.kubernetes.io/managed-by":{},"f:argocd.argoproj.io/secret-type":{},"f:enforcement.io/cluster":{}}},"f:type":{}}`)
 	w, err := json.Marshal(sec)
 	if err != nil {
 		b.Fatal(err)
@@ -363,13 +373,10 @@ func serverApplication(b testing.TB, cluster, enforcement string) []byte {
 	if err := json.Unmarshal(desired.body(), &app); err != nil {
 		b.Fatal(err)
 	}
-	now := metav1.NewTime(time.Date(2026, 12, 4, 7, 0, 0, 0, time.UTC))
-	app.UID = types.UID(fmt.Sprintf("5f0c2a9e-%04x-4d1b-9c3e-%012x", len(cluster), len(enforcement)))
-	app.ResourceVersion, app.Generation, app.CreationTimestamp = "123456", 1, now
-	app.ManagedFields = []metav1.ManagedFieldsEntry{{
-		Manager: FieldManager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "argoproj.io/v1alpha1", Time: &now,
-		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{"f:enforcement.io/cluster":{},"f:enforcement.io/enforcement":{},"f:enforcement.io/rule":{},"f:enforcement.io/rule-uid":{},"f:enforcement.io/spec-hash":{}},"f:labels":{"f:app.kubernetes.io/managed-by":{},"f:enforcement.io/cluster":{}}},"f:spec":{"f:destination":{"f:name":{},"f:namespace":{}},"f:project":{},"f:source":{"f:helm":{"f:parameters":{}},"f:path":{},"f:repoURL":{},"f:targetRevision":{}},"f:syncPolicy":{"f:automated":{"f:prune":{},"f:selfHeal":{}},"f:syncOptions":{}}}}`)},
-	}}
+	app.Generation = 1
+	stampServerMeta(&app.ObjectMeta, len(cluster), len(enforcement), metav1.ManagedFieldsOperationApply, "argoproj.io/v1alpha1",
+		`{"f:metadata":{"f:annotations":{"f:enforcement.io/cluster":{},"f:enforcement.io/enforcement":{},"f:enforcement.io/rule":{},"f:enforcement.io/rule-uid":{},"f:enforcement.io/spec-hash":{}},"f:labels":{"f:app.kubernetes.io/managed-by":{},"f:enforcement.io/cluster":{}}},"f:spec":{"f:destination":{"f:name":{},"f:namespace":{}},"f:project":{},"f:source":{"f:helm":{"f:parameters":{}},"f:path":{},"f:repoURL":{},"f:targetRevision":{}},"f:syncPolicy":{"f:automated":{"f:prune":{},"f:selfHeal":{}},"f:syncOptions":{}}}}`)
+	now := app.CreationTimestamp
 	source := *app.Spec.Source
 	app.Status = argov1.ApplicationStatus{
 		Health:    argov1.HealthStatus{Status: healthlib.HealthStatusHealthy},
