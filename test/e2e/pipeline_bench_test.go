@@ -85,7 +85,7 @@ func pipelineEnforcement(i int) string {
 //     parallel updates of as many Applications;
 //   - new cluster: PIPELINE_NEW clusters (default 100) appear one at a time into the full fleet;
 //     the time from each one's "cluster appeared" event to the last of its R Applications
-//     (median, 99th percentile, slowest);
+//     (median, 99th percentile, slowest), and the share of it up to its last install intent;
 //   - memory: each service's resident set at idle (the rules applied, no cluster yet) and after
 //     the run, their difference per cluster, and the peak (VmHWM).
 //
@@ -186,8 +186,9 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 	editIntents := appeared.last(&events.InstallIntent{}).Sub(start)
 	editFloor := fl.floor.updateAll()
 
-	latencies := newClusterLatencies(b, s, apps, appeared, fleet, rules, newClusters)
+	latencies, toIntents := newClusterLatencies(b, s, apps, appeared, fleet, rules, newClusters)
 	slices.Sort(latencies)
+	slices.Sort(toIntents)
 	median, p99 := percentile(latencies, 50), percentile(latencies, 99)
 
 	b.ReportMetric(create.Seconds(), "create-s")
@@ -213,12 +214,14 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 		"          floor by server-side apply %8s (ratio to plain creates %.2f; the create's ratio to it %.2f), CPU of the control plane: creates %s; applies %s\n"+
 		"  edit    %8s   floor (%d plain updates) %8s   ratio %.2f (last install intent at %s)\n"+
 		"  one new cluster, event to its last Application, %d in a row: median %s, p99 %s, slowest %s\n"+
+		"          its share up to its last install intent (rule-engine): median %s, p99 %s, slowest %s\n"+
 		"  resident memory (the growth is per cluster present at the end):\n%s",
 		n, rules, settings, create.Round(time.Millisecond), (2+rules)*n, benchParallel, createFloor.Round(time.Millisecond), create.Seconds()/createFloor.Seconds(), stages,
 		cpuSpent(cpuBefore, cpuCreate),
 		fl.apply.Round(time.Millisecond), fl.apply.Seconds()/createFloor.Seconds(), create.Seconds()/fl.apply.Seconds(), fl.createCPU, fl.applyCPU,
 		edit.Round(time.Millisecond), n, editFloor.Round(time.Millisecond), edit.Seconds()/editFloor.Seconds(), editIntents.Round(time.Millisecond),
 		len(latencies), median.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), latencies[len(latencies)-1].Round(100*time.Microsecond),
+		percentile(toIntents, 50).Round(100*time.Microsecond), percentile(toIntents, 99).Round(100*time.Microsecond), toIntents[len(toIntents)-1].Round(100*time.Microsecond),
 		strings.Join(memory, "\n"))
 }
 
@@ -337,9 +340,9 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 
 // newClusterLatencies adds count clusters to the fleet one at a time and returns, for each, the
 // time from its "cluster appeared" event to the last of its Applications (one a rule; rule 0's
-// carry the edited value 2).
-func newClusterLatencies(b *testing.B, s *system, apps *pipelineApps, appeared *appearedEvents, fleet []map[string]any, rules, count int) []time.Duration {
-	var latencies []time.Duration
+// carry the edited value 2), and the share of it up to its last install intent (rule-engine's;
+// the rest is the bus and argo-syncer).
+func newClusterLatencies(b *testing.B, s *system, apps *pipelineApps, appeared *appearedEvents, fleet []map[string]any, rules, count int) (latencies, toIntents []time.Duration) {
 	for i := range count {
 		name := fmt.Sprintf("bench-new-%03d", i)
 		fleet = append(fleet, gke(fmt.Sprintf("c-new-%03d", i), name, "active", nil))
@@ -363,8 +366,9 @@ func newClusterLatencies(b *testing.B, s *system, apps *pipelineApps, appeared *
 			return true
 		})
 		latencies = append(latencies, last.Sub(appeared.at(name)))
+		toIntents = append(toIntents, appeared.lastIntentFor(name).Sub(appeared.at(name)))
 	}
-	return latencies
+	return latencies, toIntents
 }
 
 // waitFor polls cond every 50 ms until it holds, or fails the benchmark after limit.
@@ -548,10 +552,13 @@ type appearedEvents struct {
 	times map[string]time.Time
 	// lastOf is the time of the last event of each type, for the stages of the create.
 	lastOf map[string]time.Time
+	// lastIntent is the time of the last install intent for each cluster, by cluster name: a
+	// new cluster's share of rule-engine.
+	lastIntent map[string]time.Time
 }
 
 func watchAppeared(b *testing.B, s *system) *appearedEvents {
-	a := &appearedEvents{times: map[string]time.Time{}, lastOf: map[string]time.Time{}}
+	a := &appearedEvents{times: map[string]time.Time{}, lastOf: map[string]time.Time{}, lastIntent: map[string]time.Time{}}
 	nc, err := nats.Connect(s.nats.URL())
 	if err != nil {
 		b.Fatal(err)
@@ -567,9 +574,14 @@ func watchAppeared(b *testing.B, s *system) *appearedEvents {
 		if meta.Time.After(a.lastOf[e.Type()]) {
 			a.lastOf[e.Type()] = meta.Time
 		}
-		if c, ok := e.(*events.ClusterAppeared); ok {
-			if _, seen := a.times[c.Cluster.Name]; !seen {
-				a.times[c.Cluster.Name] = meta.Time
+		switch e := e.(type) {
+		case *events.ClusterAppeared:
+			if _, seen := a.times[e.Cluster.Name]; !seen {
+				a.times[e.Cluster.Name] = meta.Time
+			}
+		case *events.InstallIntent:
+			if meta.Time.After(a.lastIntent[e.Cluster.Name]) {
+				a.lastIntent[e.Cluster.Name] = meta.Time
 			}
 		}
 	})
@@ -583,6 +595,13 @@ func (a *appearedEvents) at(name string) time.Time {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.times[name]
+}
+
+// lastIntentFor is the time of the last install intent sent for the named cluster.
+func (a *appearedEvents) lastIntentFor(name string) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastIntent[name]
 }
 
 // last is the time of the last event of e's type.
