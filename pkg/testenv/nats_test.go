@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -155,11 +156,19 @@ func TestNATSClusterSurvivesALostNode(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "R3", Subjects: []string{"r3.>"}, Replicas: 3}); err != nil {
 		t.Fatal(err)
 	}
+	// Each attempt waits for its acknowledgement 2 s at most: a publish sent just as its node dies
+	// gets no answer, and waiting on ctx would spend the test's whole minute on it. A message id
+	// makes the stream store a retried message once when only its acknowledgement was lost.
+	sent := 0
 	publish := func(n int) {
 		t.Helper()
-		for i := range n {
+		for range n {
+			sent++
+			id := strconv.Itoa(sent)
 			testenv.Eventually(t, 20*time.Second, func() error {
-				_, err := js.Publish(ctx, "r3.m", []byte{byte(i)})
+				attempt, cancel := context.WithTimeout(ctx, 2*time.Second)
+				defer cancel()
+				_, err := js.Publish(attempt, "r3.m", []byte(id), jetstream.WithMsgID(id))
 				return err
 			})
 		}
@@ -176,11 +185,13 @@ func TestNATSClusterSurvivesALostNode(t *testing.T) {
 		}
 		defer nc.Close()
 		njs, _ := jetstream.New(nc)
-		s, err := njs.Stream(ctx, "R3")
+		attempt, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		s, err := njs.Stream(attempt, "R3")
 		if err != nil {
 			return err
 		}
-		info, err := s.Info(ctx)
+		info, err := s.Info(attempt)
 		if err != nil {
 			return err
 		}
