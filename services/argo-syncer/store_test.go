@@ -302,11 +302,11 @@ func serverAppProject(b testing.TB, c int, repos []string) []byte {
 }
 
 // stampServerMeta fills in what the API server adds to an object argo-syncer wrote: a UID made
-// from a and b, a resource version, a creation time and one managed-fields entry of
+// from uidHigh and uidLow, a resource version, a creation time and one managed-fields entry of
 // argo-syncer's field manager with the given operation and fields.
-func stampServerMeta(meta *metav1.ObjectMeta, a, b int, op metav1.ManagedFieldsOperationType, apiVersion, fields string) {
+func stampServerMeta(meta *metav1.ObjectMeta, uidHigh, uidLow int, op metav1.ManagedFieldsOperationType, apiVersion, fields string) {
 	now := metav1.NewTime(time.Date(2026, 12, 4, 7, 0, 0, 0, time.UTC))
-	meta.UID = types.UID(fmt.Sprintf("5f0c2a9e-%04x-4d1b-9c3e-%012x", a, b))
+	meta.UID = types.UID(fmt.Sprintf("5f0c2a9e-%04x-4d1b-9c3e-%012x", uidHigh, uidLow))
 	meta.ResourceVersion, meta.CreationTimestamp = "123456", now
 	meta.ManagedFields = []metav1.ManagedFieldsEntry{{
 		Manager: FieldManager, Operation: op, APIVersion: apiVersion, Time: &now,

@@ -213,15 +213,14 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 		"          CPU meanwhile: %s\n"+
 		"          floor by server-side apply %8s (ratio to plain creates %.2f; the create's ratio to it %.2f), CPU of the control plane: creates %s; applies %s\n"+
 		"  edit    %8s   floor (%d plain updates) %8s   ratio %.2f (last install intent at %s)\n"+
-		"  one new cluster, event to its last Application, %d in a row: median %s, p99 %s, slowest %s\n"+
-		"          its share up to its last install intent (rule-engine): median %s, p99 %s, slowest %s\n"+
+		"  one new cluster, event to its last Application, %d in a row: %s\n"+
+		"          its share up to its last install intent (rule-engine): %s\n"+
 		"  resident memory (the growth is per cluster present at the end):\n%s",
 		n, rules, settings, create.Round(time.Millisecond), (2+rules)*n, benchParallel, createFloor.Round(time.Millisecond), create.Seconds()/createFloor.Seconds(), stages,
 		cpuSpent(cpuBefore, cpuCreate),
 		fl.apply.Round(time.Millisecond), fl.apply.Seconds()/createFloor.Seconds(), create.Seconds()/fl.apply.Seconds(), fl.createCPU, fl.applyCPU,
 		edit.Round(time.Millisecond), n, editFloor.Round(time.Millisecond), edit.Seconds()/editFloor.Seconds(), editIntents.Round(time.Millisecond),
-		len(latencies), median.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), latencies[len(latencies)-1].Round(100*time.Microsecond),
-		percentile(toIntents, 50).Round(100*time.Microsecond), percentile(toIntents, 99).Round(100*time.Microsecond), toIntents[len(toIntents)-1].Round(100*time.Microsecond),
+		len(latencies), spread(latencies), spread(toIntents),
 		strings.Join(memory, "\n"))
 }
 
@@ -330,6 +329,12 @@ func countsSpent(before, after map[string]int, top int) string {
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// spread describes sorted durations: "median …, p99 …, slowest …", to a tenth of a millisecond.
+func spread(sorted []time.Duration) string {
+	return fmt.Sprintf("median %s, p99 %s, slowest %s", percentile(sorted, 50).Round(100*time.Microsecond),
+		percentile(sorted, 99).Round(100*time.Microsecond), sorted[len(sorted)-1].Round(100*time.Microsecond))
 }
 
 // percentile is the p-th percentile of sorted (nearest rank).
