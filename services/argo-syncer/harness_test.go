@@ -81,9 +81,11 @@ type harness struct {
 	pub      *events.Publisher
 	outcomes chan events.Event
 	seen     []events.Event
-	// syncerArgo is what the Syncer writes Argo CD's objects through; in API mode (withArgoAPI)
-	// argocd is the server and session the Syncer's session.
+	// syncerArgo is what the Syncer writes Argo CD's objects through, and syncerKube its
+	// Kubernetes client (cluster Secrets, source Secrets); in API mode (withArgoAPI) argocd is
+	// the server and session the Syncer's session.
 	syncerArgo argoclient.Interface
+	syncerKube kubernetes.Interface
 	argocd     *testenv.ArgoCD
 	session    *argoSession
 	metrics    *Metrics
@@ -93,7 +95,7 @@ type harness struct {
 var nsCounter atomic.Int64
 
 // harnessOption changes the harness before its Syncer is built: the Syncer's options, and the
-// Argo CD client it writes through (syncerArgo, the harness's own by default).
+// clients it writes through (syncerArgo and syncerKube, the harness's own by default).
 type harnessOption func(h *harness, o *SyncerOptions)
 
 func newHarness(t testing.TB, opts ...harnessOption) *harness {
@@ -127,11 +129,11 @@ func newHarness(t testing.TB, opts ...harnessOption) *harness {
 		SourceSecretTTL: time.Minute,
 		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	h.syncerArgo = h.argo
+	h.syncerArgo, h.syncerKube = h.argo, h.kube
 	for _, o := range opts {
 		o(h, &so)
 	}
-	h.syncer = NewSyncer(h.kube, h.syncerArgo, so)
+	h.syncer = NewSyncer(h.syncerKube, h.syncerArgo, so)
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan struct{})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	argoclient "github.com/argoproj/argo-cd/v2/pkg/client/clientset/versioned"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
@@ -26,14 +27,15 @@ type holdWrite struct {
 	release chan struct{}
 }
 
-// newHarnessHolding is a harness whose Syncer's Argo CD writes to paths ending in suffix wait
-// until the returned holdWrite is released.
+// newHarnessHolding is a harness whose Syncer's writes (Argo CD objects and cluster Secrets) to
+// paths ending in suffix wait until the returned holdWrite is released.
 func newHarnessHolding(t *testing.T, suffix string) (*harness, *holdWrite) {
 	hold := &holdWrite{suffix: suffix, held: make(chan struct{}), release: make(chan struct{})}
 	h := newHarness(t, func(h *harness, _ *SyncerOptions) {
 		cfg := rest.CopyConfig(h.log.wrap(testenv.SharedKube(t).Config))
 		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { hold.next = rt; return hold })
 		h.syncerArgo = argoclient.NewForConfigOrDie(cfg)
+		h.syncerKube = kubernetes.NewForConfigOrDie(cfg)
 	})
 	return h, hold
 }
@@ -106,6 +108,41 @@ func TestInstallsOfOneClusterRunSideBySide(t *testing.T) {
 	}
 	if p := h.project("fleet"); len(p.Spec.SourceRepos) != 2 {
 		t.Errorf("project repos %v, want both rules'", p.Spec.SourceRepos)
+	}
+}
+
+// TestNewClusterRegistersWhileItsProjectIsWritten: a new cluster's Secret and AppProject are
+// written side by side. While the Secret's creation is held, the project is written, and the
+// Application waits for both.
+func TestNewClusterRegistersWhileItsProjectIsWritten(t *testing.T) {
+	h, hold := newHarnessHolding(t, "/secrets")
+	in := h.installIntent("baseline", "fresh", "agent")
+	done := make(chan error, 1)
+	go func() { _, err := h.syncer.Install(context.Background(), in, true); done <- err }()
+	select {
+	case <-hold.held:
+	case err := <-done:
+		t.Fatalf("the install ended before it created the cluster Secret: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the install never created the cluster Secret")
+	}
+	projectWritten := false
+	for deadline := time.Now().Add(30 * time.Second); !projectWritten && time.Now().Before(deadline); {
+		projectWritten = h.project("fresh") != nil
+		time.Sleep(10 * time.Millisecond)
+	}
+	if h.app("fresh-agent") != nil || h.secret("cluster-fresh") != nil {
+		t.Error("the Application or the Secret was written while the Secret's creation was held")
+	}
+	close(hold.release)
+	if err := <-done; err != nil {
+		t.Fatalf("install: %v", err)
+	}
+	if !projectWritten {
+		t.Fatal("the AppProject was not written while the cluster Secret was being created")
+	}
+	if h.secret("cluster-fresh") == nil || h.app("fresh-agent") == nil {
+		t.Fatal("the cluster Secret or the Application is missing after the install")
 	}
 }
 

@@ -261,7 +261,7 @@ func TestBadRegistrationIsAClearFailure(t *testing.T) {
 				t.Errorf("%s: message %q does not mention %q", c.in.Cluster.Name, f.Message, m)
 			}
 		}
-		if h.secret(ClusterSecretName(c.in.Cluster.Name)) != nil || h.app(events.ApplicationName(c.in.Cluster.Name, "agent")) != nil {
+		if h.secret(ClusterSecretName(c.in.Cluster.Name)) != nil || h.project(c.in.Cluster.Name) != nil || h.app(events.ApplicationName(c.in.Cluster.Name, "agent")) != nil {
 			t.Errorf("%s: objects written despite the failure", c.in.Cluster.Name)
 		}
 	}

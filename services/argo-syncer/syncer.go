@@ -355,7 +355,9 @@ func (s *Syncer) install(ctx context.Context, h installing, in *events.InstallIn
 // the cluster may have written them since the first check), the cluster is registered,
 // a pending unregistration is called off and the AppProject allows the repository. Order
 // matters for Argo CD: the cluster must be registered and the project must allow the repository
-// before the Application is reconciled, or its first sync fails.
+// before the Application is reconciled, or its first sync fails. The registration and the
+// project do not depend on each other: a new cluster's Secret is created while its project is
+// written, once its credentials are read, so that an unusable registration still writes nothing.
 func (s *Syncer) prepareCluster(ctx context.Context, h installing, in *events.InstallIntent, names objectNames, refreshCredentials bool) (int, error) {
 	if in.Grant == nil {
 		s.repos.add(names.project, in.Cluster.Identity, in.Enforcement.Repo)
@@ -365,21 +367,32 @@ func (s *Syncer) prepareCluster(ctx context.Context, h installing, in *events.In
 	if err := s.nameConflict(in.Rule, in.Cluster, names); err != nil {
 		return 0, err
 	}
-	writes, err := s.ensureCluster(ctx, in.Cluster, names.secret, refreshCredentials)
+	register, writes, err := s.ensureCluster(ctx, in.Cluster, names.secret, refreshCredentials)
 	if err != nil {
 		return writes, err
+	}
+	var registered chan error
+	if register != nil {
+		registered = make(chan error, 1)
+		go func() { registered <- s.createClusterSecret(ctx, register) }()
 	}
 	w, err := s.clearUnregisterPending(ctx, in.Cluster.Name)
 	writes += w
-	if err != nil {
-		return writes, err
+	if err == nil {
+		if in.Grant != nil {
+			w, err = s.ensureTenantProject(ctx, in.Cluster, names.project, in.Grant)
+		} else {
+			w, err = s.ensureProject(ctx, in.Cluster, names, in.Enforcement.Repo, in.ProjectRepos)
+		}
+		writes += w
 	}
-	if in.Grant != nil {
-		w, err = s.ensureTenantProject(ctx, in.Cluster, names.project, in.Grant)
-	} else {
-		w, err = s.ensureProject(ctx, in.Cluster, names, in.Enforcement.Repo, in.ProjectRepos)
+	if registered != nil {
+		writes++
+		if rerr := <-registered; rerr != nil {
+			return writes, rerr // the registration's failure first, as when it came first
+		}
 	}
-	return writes + w, err
+	return writes, err
 }
 
 // mayWrite reports, as a permanent NotOwned failure, why the intent must not write over the
@@ -419,39 +432,48 @@ func (s *Syncer) applyApplication(ctx context.Context, o *applyObject) (*cachedA
 	return app, nil
 }
 
-// ensureCluster registers the cluster in Argo CD unless a cluster Secret for its name or API URL
-// exists; secretName is its Secret's name (names). Credentials are read from the source Secret
-// the intent references, and recorded (AnnotationCredentials); refreshCredentials: see
-// updateClusterSecret.
-func (s *Syncer) ensureCluster(ctx context.Context, t events.Target, secretName string, refreshCredentials bool) (int, error) {
+// ensureCluster keeps the cluster registered in Argo CD. Enforcement's cluster Secret, when
+// there is one, is kept up to date in place (updateClusterSecret, whose writes it counts);
+// refreshCredentials: see there. A cluster registered otherwise, by a cluster Secret of its
+// name or API URL, needs nothing. Otherwise it returns the cluster Secret to create
+// (createClusterSecret), with the credentials read from the source Secret the intent references
+// and recorded (AnnotationCredentials); secretName is its name (names).
+func (s *Syncer) ensureCluster(ctx context.Context, t events.Target, secretName string, refreshCredentials bool) (create *corev1.Secret, writes int, err error) {
 	if sec, ok, _ := s.secrets.get(secretName); ok && owned(sec) {
-		return s.updateClusterSecret(ctx, sec, t, refreshCredentials)
+		writes, err = s.updateClusterSecret(ctx, sec, t, refreshCredentials)
+		return nil, writes, err
 	}
 	if s.registered(t, secretName) {
-		return 0, nil
+		return nil, 0, nil
 	}
 	cfg, err := s.clusterConfig(ctx, t)
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	sec, err := RenderClusterSecret(s.ns, t, cfg)
 	if err != nil {
-		return 0, &failure{reason: ReasonSecretInvalid, err: err}
+		return nil, 0, &failure{reason: ReasonSecretInvalid, err: err}
 	}
 	if from := s.credentialsFrom(t); from != "" {
 		sec.Annotations[AnnotationCredentials] = from
 	}
+	return sec, 0, nil
+}
+
+// createClusterSecret registers a cluster with the Secret ensureCluster rendered; one another
+// writer created in the meantime registers it as well.
+func (s *Syncer) createClusterSecret(ctx context.Context, sec *corev1.Secret) error {
 	created, err := s.clusterSecrets.Create(ctx, sec, metav1.CreateOptions{FieldManager: FieldManager})
 	s.metrics.write("Secret", "create", err)
 	if apierrors.IsAlreadyExists(err) {
-		return 1, nil // registered by someone else in the meantime
+		return nil // registered by someone else in the meantime
 	}
 	if err != nil {
-		return 1, classify(err, "create cluster secret "+sec.Name)
+		return classify(err, "create cluster secret "+sec.Name)
 	}
 	s.secrets.wrote(created)
-	s.logger.Info("Registered cluster", "cluster", t.Name, "secret", created.Name)
-	return 1, nil
+	s.logger.Info("Registered cluster", "cluster", sec.Annotations[AnnotationCluster], "secret", created.Name)
+	return nil
 }
 
 // updateClusterSecret keeps Enforcement's cluster Secret of the target's cluster: one whose API

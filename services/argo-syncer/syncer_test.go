@@ -635,7 +635,7 @@ func TestTransientFailureIsRetried(t *testing.T) {
 	if f.Permanent || f.Reason != ReasonSecretInvalid || !strings.Contains(f.Message, "rancher-late") {
 		t.Fatalf("install failed %+v", f)
 	}
-	if h.secret("cluster-c1") != nil || h.app("c1-agent") != nil {
+	if h.secret("cluster-c1") != nil || h.project("c1") != nil || h.app("c1-agent") != nil {
 		t.Fatal("wrote objects without credentials")
 	}
 	src, err := h.kube.CoreV1().Secrets(h.opNS).Get(ctx, "rancher", metav1.GetOptions{})
