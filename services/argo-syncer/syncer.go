@@ -367,14 +367,14 @@ func (s *Syncer) prepareCluster(ctx context.Context, h installing, in *events.In
 	if err := s.nameConflict(in.Rule, in.Cluster, names); err != nil {
 		return 0, err
 	}
-	register, writes, err := s.ensureCluster(ctx, in.Cluster, names.secret, refreshCredentials)
+	newSecret, writes, err := s.ensureCluster(ctx, in.Cluster, names.secret, refreshCredentials)
 	if err != nil {
 		return writes, err
 	}
 	var registered chan error
-	if register != nil {
+	if newSecret != nil {
 		registered = make(chan error, 1)
-		go func() { registered <- s.createClusterSecret(ctx, register) }()
+		go func() { registered <- s.createClusterSecret(ctx, newSecret) }()
 	}
 	w, err := s.clearUnregisterPending(ctx, in.Cluster.Name)
 	writes += w
