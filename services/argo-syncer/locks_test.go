@@ -48,6 +48,19 @@ func (w *holdWrite) RoundTrip(r *http.Request) (*http.Response, error) {
 	return w.next.RoundTrip(r)
 }
 
+// waitHeld waits until the first held write arrives. It fails the test if done (the operation
+// expected to make the write) ends first, or if 30 s pass; what names that write.
+func (w *holdWrite) waitHeld(t *testing.T, done <-chan error, what string) {
+	t.Helper()
+	select {
+	case <-w.held:
+	case err := <-done:
+		t.Fatalf("the operation ended before %s: %v", what, err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s never came", what)
+	}
+}
+
 // TestInstallsOfOneClusterRunSideBySide: while one Application of a cluster is being written,
 // another install of the same cluster completes (a new cluster's Applications, one a rule, are
 // written side by side), and an uninstall of the cluster waits until the write is done, so an
@@ -59,13 +72,7 @@ func TestInstallsOfOneClusterRunSideBySide(t *testing.T) {
 	fast := h.installIntent("rule-b", "fleet", "fast")
 	slowDone := make(chan error, 1)
 	go func() { _, err := h.syncer.Install(ctx, slow, true); slowDone <- err }()
-	select {
-	case <-hold.held:
-	case err := <-slowDone:
-		t.Fatalf("the slow install ended before its Application write: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the slow install never wrote its Application")
-	}
+	hold.waitHeld(t, slowDone, "the slow install's Application write")
 
 	fastDone := make(chan error, 1)
 	go func() { _, err := h.syncer.Install(ctx, fast, true); fastDone <- err }()
@@ -119,13 +126,7 @@ func TestNewClusterRegistersWhileItsProjectIsWritten(t *testing.T) {
 	in := h.installIntent("baseline", "fresh", "agent")
 	done := make(chan error, 1)
 	go func() { _, err := h.syncer.Install(context.Background(), in, true); done <- err }()
-	select {
-	case <-hold.held:
-	case err := <-done:
-		t.Fatalf("the install ended before it created the cluster Secret: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the install never created the cluster Secret")
-	}
+	hold.waitHeld(t, done, "the cluster Secret's creation")
 	projectWritten := false
 	for deadline := time.Now().Add(30 * time.Second); !projectWritten && time.Now().Before(deadline); {
 		projectWritten = h.project("fresh") != nil
@@ -189,7 +190,7 @@ func TestWaitingInstallsShareOneProjectWrite(t *testing.T) {
 		done <- err
 	}
 	go install(0)
-	<-hold.held
+	hold.waitHeld(t, done, "the first install's AppProject write")
 	for i := 1; i < 5; i++ {
 		go install(i)
 	}
