@@ -180,16 +180,7 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 	ref := s.Ref
 	switch ref.Kind {
 	case events.SourceKindRancher:
-		return closeless{scanner.ListerFunc(func(ctx context.Context) ([]events.Cluster, error) {
-			creds, err := secretCredentials(ctx, d.kube, ref, false, events.ParseRancherSecret)
-			if err != nil {
-				return nil, err
-			}
-			l := &rancher.Lister{Creds: creds, Filters: s.Filters, IgnoreFields: d.cfg.RancherIgnoreFields, ExtraFields: d.cfg.RancherExtraFields}
-			clusters, err := l.List(ctx)
-			stampIdentity(clusters, "rancher:"+creds.URL.String()+"/")
-			return clusters, err
-		})}
+		return rancherLister{spec: s, d: d}
 	case events.SourceKindEKS:
 		return closeless{identified{"eks:", eks.NewLister(eks.Options{
 			Regions:            s.Regions,
@@ -228,6 +219,32 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 		})}
 	}
 }
+
+// rancherLister lists a Rancher source page by page (scanner.PagedLister), reading its Secret
+// at every listing.
+type rancherLister struct {
+	spec *sourceSpec
+	d    listerDeps
+}
+
+func (l rancherLister) List(ctx context.Context) ([]events.Cluster, error) {
+	return scanner.ListAll(ctx, l.ListPages)
+}
+
+func (l rancherLister) ListPages(ctx context.Context, each func([]events.Cluster) error) error {
+	creds, err := secretCredentials(ctx, l.d.kube, l.spec.Ref, false, events.ParseRancherSecret)
+	if err != nil {
+		return err
+	}
+	rl := &rancher.Lister{Creds: creds, Filters: l.spec.Filters, IgnoreFields: l.d.cfg.RancherIgnoreFields, ExtraFields: l.d.cfg.RancherExtraFields}
+	identity := "rancher:" + creds.URL.String() + "/"
+	return rl.ListPages(ctx, func(page []events.Cluster) error {
+		stampIdentity(page, identity)
+		return each(page)
+	})
+}
+
+func (rancherLister) Close() {}
 
 // identified stamps the identity prefix+Key on every cluster its Lister lists: the key of an
 // eks (ARN) or gke (projects/p/locations/l/clusters/n) cluster already names it at its provider,

@@ -74,6 +74,13 @@ type Lister struct {
 // List fetches every page of /v3/clusters. Errors are scanner.DegradedErrors: Unauthorized for
 // 401/403, PartialListing when a page after the first fails, ListFailed otherwise.
 func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
+	return scanner.ListAll(ctx, l.ListPages)
+}
+
+// ListPages fetches the pages of /v3/clusters one after the other and hands each page's clusters
+// to each before fetching the next (scanner.PagedLister), so that a large Rancher is diffed a
+// page at a time. Its errors are List's, and each's error as it is.
+func (l *Lister) ListPages(ctx context.Context, each func([]events.Cluster) error) error {
 	client := l.httpClient()
 	defer client.CloseIdleConnections()
 
@@ -85,16 +92,15 @@ func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
 	}
 	first.RawQuery = q.Encode()
 
-	var out []events.Cluster
 	next := first.String()
 	seen := map[string]bool{}
 	for page := 1; next != ""; page++ {
-		fail := func(reason string, err error) ([]events.Cluster, error) {
+		fail := func(reason string, err error) error {
 			if page > 1 && reason == events.DegradedListFailed {
 				reason = events.DegradedPartial
 				err = fmt.Errorf("page %d: %w", page, err)
 			}
-			return nil, scanner.Degraded(reason, err)
+			return scanner.Degraded(reason, err)
 		}
 		if page > maxPages || seen[next] {
 			return fail(events.DegradedListFailed, errors.New("pagination does not end"))
@@ -112,10 +118,12 @@ func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
 		if err != nil {
 			return fail(reason, err)
 		}
-		out = append(out, c...)
+		if err := each(c); err != nil {
+			return err
+		}
 		next = nextURL
 	}
-	return out, nil
+	return nil
 }
 
 // collection is the envelope of a Rancher v3 list answer.

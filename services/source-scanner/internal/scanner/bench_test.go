@@ -55,9 +55,9 @@ func BenchmarkDiff10k(b *testing.B) {
 	start, iters := testenv.CPUTime(), 0
 	for b.Loop() {
 		iters++
-		p := diff(known, listing, now, 10*time.Minute)
-		if len(p.Appeared) != 100 || len(p.Missing) != 100 || len(p.Updated) != 99 {
-			b.Fatalf("plan: %d appeared, %d missing, %d updated", len(p.Appeared), len(p.Missing), len(p.Updated))
+		p, err := diff(known, listing, now, 10*time.Minute)
+		if err != nil || len(p.Appeared) != 100 || len(p.Missing) != 100 || len(p.Updated) != 99 {
+			b.Fatalf("plan: %d appeared, %d missing, %d updated, %v", len(p.Appeared), len(p.Missing), len(p.Updated), err)
 		}
 		_ = decideRemovals(known, p.Due, nil, 0.1)
 	}

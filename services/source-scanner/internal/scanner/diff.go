@@ -76,33 +76,62 @@ type plan struct {
 	Due []string
 }
 
-// diff compares a complete listing with the inventory. It is pure, so it is unit tested and
-// benchmarked without NATS. Tombstones count as unknown: a cluster listed again after its gone
-// event appears again. Every slice of the result is sorted by cluster key, so the events of one
-// scan come out in a stable order.
-func diff(known map[string]*record, listing []events.Cluster, now time.Time, grace time.Duration) plan {
-	var p plan
-	listed := make(map[string]struct{}, len(listing))
-	for _, c := range listing {
-		listed[c.Key] = struct{}{}
-		old, ok := known[c.Key]
+// differ diffs a complete listing against the inventory page by page, so that a scan of a large
+// source holds one page of the listing at a time, not all of it: it keeps only the changes and
+// which clusters were listed, by the known record's own key string (not the page's). Tombstones
+// count as unknown: a cluster listed again after its gone event appears again.
+type differ struct {
+	known  map[string]*record
+	listed map[string]struct{}
+	// count is how many clusters the pages so far listed.
+	count int
+	p     plan
+}
+
+func newDiffer(known map[string]*record) *differ {
+	return &differ{known: known, listed: make(map[string]struct{}, len(known))}
+}
+
+// add diffs one page of the listing, validated and named. A cluster key listed twice, in this
+// page or an earlier one, makes the listing untrustworthy: a DegradedError.
+func (d *differ) add(page []events.Cluster) error {
+	for i := range page {
+		c := &page[i]
+		key := c.Key
+		old, ok := d.known[key]
+		if ok {
+			key = old.Cluster.Key
+		}
+		if _, dup := d.listed[key]; dup {
+			return Degradedf(events.DegradedListFailed, "cluster key %q is listed twice", c.Key)
+		}
+		d.listed[key] = struct{}{}
+		d.count++
 		if !ok || old.tombstone() {
-			p.Appeared = append(p.Appeared, c)
+			d.p.Appeared = append(d.p.Appeared, *c)
 			continue
 		}
-		if changed := changedFields(old, c, hashAttributes(c.Attributes)); len(changed) > 0 {
-			p.Updated = append(p.Updated, updateChange{Cluster: c, Changed: changed})
+		if changed := changedFields(old, *c, hashAttributes(c.Attributes)); len(changed) > 0 {
+			d.p.Updated = append(d.p.Updated, updateChange{Cluster: *c, Changed: changed})
 			continue
 		}
 		if !old.MissingSince.IsZero() || old.HeldAt != 0 {
-			p.Returned = append(p.Returned, c.Key)
+			d.p.Returned = append(d.p.Returned, old.Cluster.Key)
 		}
 	}
-	for key, r := range known {
+	return nil
+}
+
+// finish completes the plan once every page was added: the known clusters no page listed are
+// missing, or due once missing for the grace period. Every slice of the plan is sorted by
+// cluster key, so the events of one scan come out in a stable order whatever the paging.
+func (d *differ) finish(now time.Time, grace time.Duration) plan {
+	p := d.p
+	for key, r := range d.known {
 		if r.tombstone() {
 			continue
 		}
-		if _, ok := listed[key]; ok {
+		if _, ok := d.listed[key]; ok {
 			continue
 		}
 		switch {
@@ -118,6 +147,16 @@ func diff(known map[string]*record, listing []events.Cluster, now time.Time, gra
 	sort.Strings(p.Missing)
 	sort.Strings(p.Due)
 	return p
+}
+
+// diff compares a complete listing, as one page, with the inventory. It is pure, so it is unit
+// tested and benchmarked without NATS.
+func diff(known map[string]*record, listing []events.Cluster, now time.Time, grace time.Duration) (plan, error) {
+	d := newDiffer(known)
+	if err := d.add(listing); err != nil {
+		return plan{}, err
+	}
+	return d.finish(now, grace), nil
 }
 
 // changedFields names the announced fields that differ between two states of a cluster, in the

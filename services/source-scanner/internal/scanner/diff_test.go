@@ -3,6 +3,7 @@ package scanner
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +39,20 @@ func TestDiff(t *testing.T) {
 		cluster("new", nil),
 		cluster("tomb", nil),
 	}
-	p := diff(known, listing, now, grace)
+	p, err := diff(known, listing, now, grace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same listing in pages of 2, 1 and 2 clusters gives the same plan.
+	d := newDiffer(known)
+	for _, page := range [][]events.Cluster{listing[:2], listing[2:3], listing[3:]} {
+		if err := d.add(page); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if paged := d.finish(now, grace); !reflect.DeepEqual(paged, p) {
+		t.Errorf("paged plan = %+v, want %+v", paged, p)
+	}
 	keys := func(cs []events.Cluster) []string {
 		var out []string
 		for _, c := range cs {
@@ -58,9 +72,40 @@ func TestDiff(t *testing.T) {
 	}
 
 	// A state change of a returning cluster is an update naming state and eligibility.
-	p = diff(known, []events.Cluster{ineligible}, now, grace)
+	if p, err = diff(known, []events.Cluster{ineligible}, now, grace); err != nil {
+		t.Fatal(err)
+	}
 	if len(p.Updated) != 1 || !reflect.DeepEqual(p.Updated[0].Changed, []string{"state", "eligible"}) {
 		t.Errorf("updated = %+v", p.Updated)
+	}
+}
+
+// TestDiffRejectsAKeyListedTwice: a key listed twice, in one page or in two, known or new, makes
+// the listing untrustworthy, whatever the page that repeats it.
+func TestDiffRejectsAKeyListedTwice(t *testing.T) {
+	known := map[string]*record{"old": {Cluster: cluster("old", nil)}}
+	for _, tt := range []struct {
+		name  string
+		pages [][]events.Cluster
+		key   string
+	}{
+		{"known key, one page", [][]events.Cluster{{cluster("old", nil), cluster("old", nil)}}, "old"},
+		{"known key, two pages", [][]events.Cluster{{cluster("old", nil)}, {cluster("a", nil), cluster("old", nil)}}, "old"},
+		{"new key, two pages", [][]events.Cluster{{cluster("new", nil)}, {cluster("new", nil)}}, "new"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newDiffer(known)
+			var err error
+			for _, page := range tt.pages {
+				if err = d.add(page); err != nil {
+					break
+				}
+			}
+			want := fmt.Sprintf("cluster key %q is listed twice", tt.key)
+			if ReasonOf(err) != events.DegradedListFailed || !strings.Contains(fmt.Sprint(err), want) {
+				t.Fatalf("err = %v (reason %q), want %s: %q", err, ReasonOf(err), events.DegradedListFailed, want)
+			}
+		})
 	}
 }
 

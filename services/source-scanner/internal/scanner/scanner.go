@@ -51,6 +51,31 @@ type ListerFunc func(ctx context.Context) ([]events.Cluster, error)
 // List calls f.
 func (f ListerFunc) List(ctx context.Context) ([]events.Cluster, error) { return f(ctx) }
 
+// PagedLister is a Lister that can also hand its listing over page by page as it fetches it, so
+// that the scanner diffs each page and lets it go, holding one page of a large source at a time
+// rather than the whole listing. The listing stays all or nothing: the scanner changes nothing
+// until ListPages returns nil, and an error after some pages changes nothing. ListPages calls
+// page for each page in order, one at a time; it must not change or reuse a page's clusters
+// afterwards (the scanner keeps those that changed), and it returns an error of page's, wrapped
+// or not.
+type PagedLister interface {
+	Lister
+	ListPages(ctx context.Context, page func([]events.Cluster) error) error
+}
+
+// ListAll collects the pages listPages hands over into one listing: the List of a PagedLister.
+func ListAll(ctx context.Context, listPages func(context.Context, func([]events.Cluster) error) error) ([]events.Cluster, error) {
+	var listing []events.Cluster
+	err := listPages(ctx, func(page []events.Cluster) error {
+		listing = append(listing, page...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return listing, nil
+}
+
 // Source is one source to scan: its identity, how to list it, and the operator's releases of
 // held removals.
 type Source struct {
@@ -230,16 +255,21 @@ func (s *Scanner) scan(ctx context.Context, src Source) (Result, error) {
 	}
 	res := Result{Scan: st.meta.Scan, Known: live(st.clusters)}
 
-	listing, err := s.list(ctx, src)
-	if err == nil {
-		err = validate(src.Ref, listing)
-	}
-	if err == nil {
-		if err := s.keepNames(ctx, st, src, listing); err != nil {
-			return fail(err)
+	// The listing is diffed page by page as it comes; nothing is written before it is complete.
+	d := newDiffer(st.clusters)
+	err = s.list(ctx, src, func(page []events.Cluster) error {
+		if err := validate(src.Ref, page, d.count); err != nil {
+			return err
 		}
+		if err := s.keepNames(ctx, st, src, page); err != nil {
+			return bucketError{err}
+		}
+		return d.add(page)
+	})
+	if be := (bucketError{}); errors.As(err, &be) {
+		return fail(be.err)
 	}
-	if err == nil && len(listing) == 0 && res.Known > 0 {
+	if err == nil && d.count == 0 && res.Known > 0 {
 		err = Degradedf(events.DegradedEmpty, "the source listed no clusters but the inventory holds %d; removing nothing", res.Known)
 	}
 	if err != nil {
@@ -262,7 +292,7 @@ func (s *Scanner) scan(ctx context.Context, src Source) (Result, error) {
 	}
 
 	res.Complete = true
-	if err := s.apply(ctx, st, src, listing, released, &res); err != nil {
+	if err := s.apply(ctx, st, src, d, released, &res); err != nil {
 		return fail(err)
 	}
 	if len(res.Held) > 0 {
@@ -297,32 +327,51 @@ func (s *Scanner) scan(ctx context.Context, src Source) (Result, error) {
 // neither a tenant nor a forgotten or guessed value releases a later trip.
 const ReleaseAnnotation = "enforcement.globo.com/release-removals"
 
-// list runs the source's lister under the listing timeout and records its duration.
-func (s *Scanner) list(ctx context.Context, src Source) ([]events.Cluster, error) {
+// bucketError is a failure of the inventory bucket while a page was handled: the scan fails, it
+// does not degrade the source.
+type bucketError struct{ err error }
+
+func (e bucketError) Error() string { return e.err.Error() }
+func (e bucketError) Unwrap() error { return e.err }
+
+// list runs the source's lister under the listing timeout, handing each page to each (the whole
+// listing as one page for a Lister that does not page), and records the listing's duration,
+// without the time each took.
+func (s *Scanner) list(ctx context.Context, src Source, each func([]events.Cluster) error) error {
 	lctx, cancel := context.WithTimeout(ctx, s.cfg.ListTimeout)
 	defer cancel()
 	start := time.Now()
-	listing, err := src.Lister.List(lctx)
-	s.metrics.ListingDuration.WithLabelValues(src.Ref.Kind).Observe(time.Since(start).Seconds())
+	var handling time.Duration
+	timed := func(page []events.Cluster) error {
+		t := time.Now()
+		defer func() { handling += time.Since(t) }()
+		return each(page)
+	}
+	var err error
+	if pl, ok := src.Lister.(PagedLister); ok {
+		err = pl.ListPages(lctx, timed)
+	} else {
+		var listing []events.Cluster
+		if listing, err = src.Lister.List(lctx); err == nil {
+			err = timed(listing)
+		}
+	}
+	s.metrics.ListingDuration.WithLabelValues(src.Ref.Kind).Observe((time.Since(start) - handling).Seconds())
 	if err == nil && lctx.Err() != nil {
 		// A lister that returned "successfully" after its deadline may have cut corners.
 		err = lctx.Err()
 	}
-	return listing, err
+	return err
 }
 
-// validate stamps the source on every cluster and rejects a listing the diff cannot trust.
-func validate(ref events.SourceRef, listing []events.Cluster) error {
-	seen := make(map[string]struct{}, len(listing))
-	for i := range listing {
-		c := &listing[i]
+// validate stamps the source on every cluster of a page and rejects a page the diff cannot
+// trust; offset is how many clusters the pages before listed.
+func validate(ref events.SourceRef, page []events.Cluster, offset int) error {
+	for i := range page {
+		c := &page[i]
 		if c.Key == "" || c.Name == "" {
-			return Degradedf(events.DegradedListFailed, "cluster #%d of the listing has no key or name", i)
+			return Degradedf(events.DegradedListFailed, "cluster #%d of the listing has no key or name", offset+i)
 		}
-		if _, dup := seen[c.Key]; dup {
-			return Degradedf(events.DegradedListFailed, "cluster key %q is listed twice", c.Key)
-		}
-		seen[c.Key] = struct{}{}
 		// A lister may name a per-cluster credentials Secret (the static source does);
 		// otherwise the cluster's credentials are the source's.
 		secretNamespace, secretName := ref.SecretNamespace, ref.SecretName
@@ -338,11 +387,11 @@ func validate(ref events.SourceRef, listing []events.Cluster) error {
 	return nil
 }
 
-// apply turns a complete listing into record writes and events (see the package comment for the
-// order of writes and publishes).
-func (s *Scanner) apply(ctx context.Context, st *sourceState, src Source, listing []events.Cluster, released map[uint64]bool, res *Result) error {
+// apply turns a complete listing, diffed by listed, into record writes and events (see the package
+// comment for the order of writes and publishes).
+func (s *Scanner) apply(ctx context.Context, st *sourceState, src Source, listed *differ, released map[uint64]bool, res *Result) error {
 	now := s.cfg.Now()
-	p := diff(st.clusters, listing, now, s.cfg.GracePeriod)
+	p := listed.finish(now, s.cfg.GracePeriod)
 	d := decideRemovals(st.clusters, p.Due, released, s.cfg.MaxRemovalFraction)
 	if d.Tripped {
 		s.log.Warn("Removal breaker tripped", "source", src.Ref.ID, "kind", src.Ref.Kind, "scan", st.meta.Scan,

@@ -624,3 +624,41 @@ func TestPerClusterSecret(t *testing.T) {
 	h.scan()
 	h.expect("updated edge secret")
 }
+
+// TestPageAfterChangesFails: the listing is diffed page by page, but it is still all or nothing.
+// Page 1 holds a new cluster and a relabelled one, page 2 fails: the scan announces neither and
+// writes nothing, and the next complete listing announces both, once.
+func TestPageAfterChangesFails(t *testing.T) {
+	h, cs := newAnnounced(t, 10, 20)
+	cs[3] = rancherfake.Cluster("c-3", "cluster-3", "active", map[string]string{"env": "staging"})
+	fleet := append([]map[string]any{rancherfake.Cluster("c-new", "cluster-new", "active", nil)}, cs...)
+	h.rancher.SetClusters(fleet...)
+	h.rancher.FailPage(2, 503)
+	if res := h.scan(); res.Complete || res.Reason != events.DegradedPartial || res.Appeared+res.Updated != 0 {
+		t.Fatalf("result = %+v, want degraded %s announcing nothing", res, events.DegradedPartial)
+	}
+	h.expect("degraded " + events.DegradedPartial)
+
+	// A restarted scanner reads the inventory from the bucket: nothing of page 1 was written.
+	h.connect()
+	h.rancher.Heal()
+	if res := h.scan(); !res.Complete || res.Appeared != 1 || res.Updated != 1 || res.Known != 21 {
+		t.Fatalf("result = %+v, want 1 appeared and 1 updated of 21", res)
+	}
+	h.expect("appeared c-new", "updated c-3 labels,attributes")
+	h.scan()
+	h.expect()
+}
+
+// TestKeyListedOnTwoPages: a cluster key on page 1 and again on page 2 makes the listing
+// untrustworthy, as on one page: the scan is degraded and announces nothing.
+func TestKeyListedOnTwoPages(t *testing.T) {
+	h, cs := newAnnounced(t, 10, 12)
+	twice := append(append([]map[string]any{}, cs...), rancherfake.Cluster("c-2", "cluster-2b", "active", nil))
+	h.rancher.SetClusters(twice...)
+	res := h.scan()
+	if res.Complete || res.Reason != events.DegradedListFailed || !strings.Contains(res.Message, `cluster key "c-2" is listed twice`) {
+		t.Fatalf("result = %+v, want degraded %s naming c-2", res, events.DegradedListFailed)
+	}
+	h.expect("degraded " + events.DegradedListFailed)
+}
