@@ -221,7 +221,7 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 }
 
 // rancherLister lists a Rancher source page by page (scanner.PagedLister), reading its Secret
-// at every listing.
+// at every listing. It is not wrapped in closeless, which would hide ListPages from the scanner.
 type rancherLister struct {
 	spec *sourceSpec
 	d    listerDeps
@@ -245,6 +245,8 @@ func (l rancherLister) ListPages(ctx context.Context, each func([]events.Cluster
 }
 
 func (rancherLister) Close() {}
+
+var _ scanner.PagedLister = rancherLister{}
 
 // identified stamps the identity prefix+Key on every cluster its Lister lists: the key of an
 // eks (ARN) or gke (projects/p/locations/l/clusters/n) cluster already names it at its provider,

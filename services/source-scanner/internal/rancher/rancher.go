@@ -126,6 +126,8 @@ func (l *Lister) ListPages(ctx context.Context, each func([]events.Cluster) erro
 	return nil
 }
 
+var _ scanner.PagedLister = (*Lister)(nil)
+
 // collection is the envelope of a Rancher v3 list answer.
 type collection struct {
 	Type       string            `json:"type"`
