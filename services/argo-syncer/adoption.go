@@ -56,16 +56,20 @@ func originalApplication(app *cachedApplication, cluster string) string {
 	if app.Labels[LabelCluster] != cluster || len(app.Labels) != 1 {
 		why = append(why, fmt.Sprintf("labels are %s, want only %s=%s", labelList(app.Labels), LabelCluster, cluster))
 	}
-	if p := app.Spec.Project; p != "" && p != argov1.DefaultAppProjectName && p != ProjectName(cluster) {
+	spec := app.Foreign
+	if spec == nil { // an Application of Enforcement's own, whose spec the cache does not keep
+		return strings.Join(append(why, "managed by Enforcement"), "; ")
+	}
+	if p := spec.Project; p != "" && p != argov1.DefaultAppProjectName && p != ProjectName(cluster) {
 		why = append(why, fmt.Sprintf("project %s", p))
 	}
-	if d := app.Spec.Destination; d.Name != cluster || d.Server != "" {
+	if d := spec.Destination; d.Name != cluster || d.Server != "" {
 		why = append(why, fmt.Sprintf("destination name %q server %q, want name %q", d.Name, d.Server, cluster))
 	}
-	if app.Spec.Source == nil || len(app.Spec.Sources) > 0 {
+	if spec.Source == nil || len(spec.Sources) > 0 {
 		why = append(why, "not a single source")
 	}
-	if sp := app.Spec.SyncPolicy; sp == nil || sp.Automated == nil || !sp.Automated.Prune || !sp.Automated.SelfHeal {
+	if sp := spec.SyncPolicy; sp == nil || sp.Automated == nil || !sp.Automated.Prune || !sp.Automated.SelfHeal {
 		why = append(why, "sync policy is not automated with prune and self-heal")
 	}
 	return strings.Join(why, "; ")

@@ -9,8 +9,13 @@ package main
 // API server drops what the JSON encoding omits.
 
 import (
+	"context"
 	"encoding/json"
 	"reflect"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // inSync reports whether a live object (its labels, annotations and spec) still holds every
@@ -98,4 +103,67 @@ func isEmpty(v any) bool {
 		return len(x) == 0
 	}
 	return false
+}
+
+// An Application's spec is not cached (cachedApplication): argo-syncer keeps its digest. When
+// the digest is that of the rendered spec, the live spec is exactly it, so it holds every rendered
+// field and inSync would say so. When it differs, the spec either drifted or holds more than
+// argo-syncer renders (a field another tool or person set, which is not drift): one GET of the
+// Application tells which, by the same comparison as for the other objects. The answer is
+// remembered while neither spec changes (coveredSpecs), so that a spec with a field of someone
+// else's costs one read, not one on every intent and resync.
+
+// applicationInSync reports whether the live Application existing (owned, cached) still holds
+// every field of desired.
+func (s *Syncer) applicationInSync(ctx context.Context, existing *cachedApplication, desired *applyObject) (bool, error) {
+	if !subsetStrings(desired.Metadata.Labels, existing.Labels) || !subsetStrings(desired.Metadata.Annotations, existing.Annotations) {
+		return false, nil // the applied hash is among the annotations: a changed rendering ends here
+	}
+	want := digestSpec(desired.Spec)
+	if existing.SpecDigest == want || s.covered.holds(existing.Name, existing.SpecDigest, want) {
+		return true, nil
+	}
+	live, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).Get(ctx, existing.Name, metav1.GetOptions{})
+	s.metrics.read("Application", "drift_check", err)
+	if apierrors.IsNotFound(err) {
+		return false, nil // gone since the cache saw it: the apply recreates it
+	}
+	if err != nil {
+		return false, classify(err, "read application "+existing.Name)
+	}
+	ok := inSync(live.Labels, live.Annotations, live.Spec, desired)
+	if ok {
+		s.covered.remember(existing.Name, digestSpec(live.Spec), want)
+	}
+	return ok, nil
+}
+
+// coveredSpecs remembers, per Application, a live spec digest that was found to hold every field
+// of the rendered spec of another digest.
+type coveredSpecs struct {
+	mu sync.Mutex
+	m  map[string][2]specDigest // Application name → {live, rendered}
+}
+
+func (c *coveredSpecs) holds(name string, live, rendered specDigest) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.m[name]
+	return ok && d == [2]specDigest{live, rendered}
+}
+
+func (c *coveredSpecs) remember(name string, live, rendered specDigest) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string][2]specDigest{}
+	}
+	c.m[name] = [2]specDigest{live, rendered}
+}
+
+// forget drops what is remembered of a deleted Application.
+func (c *coveredSpecs) forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, name)
 }

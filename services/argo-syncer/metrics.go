@@ -8,12 +8,14 @@ import (
 // Metrics are argo-syncer's own metrics, next to the consumer metrics of pkg/events:
 //
 //	enforcement_argo_syncer_api_writes_total{kind,verb,result}   kind: Secret, AppProject, Application
+//	enforcement_argo_syncer_api_reads_total{kind,reason,result}  reads beside the informers' (reason: drift_check, conflict)
 //	enforcement_argo_syncer_intents_total{type,outcome}          outcome: installed, waiting, failed, uninstalled, stale
 //	enforcement_argo_syncer_unregistrations_held_total           foreign Applications keep a cluster's AppProject
 //
 // Labels are low-cardinality: never a cluster or rule name. A nil *Metrics records nothing.
 type Metrics struct {
 	writes  *prometheus.CounterVec
+	reads   *prometheus.CounterVec
 	intents *prometheus.CounterVec
 	held    prometheus.Counter
 	// health counts the ApplicationHealth events published, by health.
@@ -30,6 +32,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "enforcement_argo_syncer_api_writes_total",
 			Help: "Write requests sent to the Kubernetes API, by object kind, verb and result.",
 		}, []string{"kind", "verb", "result"}),
+		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "enforcement_argo_syncer_api_reads_total",
+			Help: "Objects read from the API beside the informers' list and watch, by kind, reason (drift_check: an Application whose cached spec digest is not the rendered one's; conflict: re-read after a write conflict) and result.",
+		}, []string{"kind", "reason", "result"}),
 		intents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "enforcement_argo_syncer_intents_total",
 			Help: "Intents handled, by intent type and outcome.",
@@ -51,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Application health reports published (a change of what Argo CD reports for an owned Application), by health status.",
 		}, []string{"health"}),
 	}
-	reg.MustRegister(m.writes, m.intents, m.held, m.argocdRequests, m.argocdLogins, m.health)
+	reg.MustRegister(m.writes, m.reads, m.intents, m.held, m.argocdRequests, m.argocdLogins, m.health)
 	return m
 }
 
@@ -60,6 +66,13 @@ func (m *Metrics) write(kind, verb string, err error) {
 		return
 	}
 	m.writes.WithLabelValues(kind, verb, resultOf(err)).Inc()
+}
+
+func (m *Metrics) read(kind, reason string, err error) {
+	if m == nil {
+		return
+	}
+	m.reads.WithLabelValues(kind, reason, resultOf(err)).Inc()
 }
 
 func (m *Metrics) argocdRequest(method, code string) {

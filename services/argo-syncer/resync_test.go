@@ -72,7 +72,8 @@ func TestResyncRestoresWhatWasDeletedOrEditedByHand(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := apps.Patch(ctx, "c2-agent", types.MergePatchType, []byte(`{"spec":{"source":{"path":"by-hand"}}}`), metav1.PatchOptions{}); err != nil {
+	byHand, err := apps.Patch(ctx, "c2-agent", types.MergePatchType, []byte(`{"spec":{"source":{"path":"by-hand"}}}`), metav1.PatchOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	h.cacheSees("the deletions and the edit", func(s *Syncer) bool {
@@ -81,7 +82,7 @@ func TestResyncRestoresWhatWasDeletedOrEditedByHand(t *testing.T) {
 		_, project, _ := s.projects.get("c1")
 		_, secret, _ := s.secrets.get("cluster-c1")
 		app2, _, _ := s.apps.get("c2-agent")
-		return !app1 && !app3 && !project && !secret && app2 != nil && app2.Spec.Source.Path == "by-hand"
+		return !app1 && !app3 && !project && !secret && app2 != nil && app2.SpecDigest == digestSpec(byHand.Spec)
 	})
 
 	if res := h.resync("round-1"); res.Restored != 3 || res.Failed != 0 {

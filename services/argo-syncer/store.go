@@ -12,6 +12,7 @@ package main
 
 import (
 	"crypto/sha256"
+	"encoding/json"
 	"maps"
 	"slices"
 	"strconv"
@@ -428,8 +429,8 @@ func (q *repoQueue) queued(project, identity string) []string {
 // trimForCache drops from an object, before the informer caches it, what argo-syncer never reads:
 // the managed fields (every write is a server-side apply or a merge patch built from the desired
 // state, never an update of a cached copy) and, of an Application, everything but its metadata,
-// its spec and the few facts of Argo CD's status that applicationHealth reads: an Application is
-// cached as a cachedApplication. The resource list, the history, the conditions and the sync
+// its project, its spec's digest and the few facts of Argo CD's status that applicationHealth
+// reads: an Application is cached as a cachedApplication. The resource list, the history, the conditions and the sync
 // result Argo CD keeps in the status grow with the Application's resources and syncs, once per
 // Application in memory; the Application type itself is a kilobyte before any of them. Of a
 // cluster Secret's config (the credentials) it keeps the digest (cachedConfigDigestKey). A
@@ -488,13 +489,21 @@ func configDigest(config []byte) []byte {
 }
 
 // cachedApplication is what argo-syncer keeps of an Application, in its cache and in the overlay
-// of its own writes: the metadata (without managed fields) and the spec as the API server sent
-// them, and of Argo CD's status what applicationHealth reports. The struct is half the size of an
-// Application's before any of the status's lists; argo-syncer never writes it back.
+// of its own writes: the metadata (without managed fields), of the spec its project and a digest,
+// and of Argo CD's status what applicationHealth reports. Its spec is kept whole only when the
+// Application is not Enforcement's (owned): adoption examines such a spec field by field
+// (originalApplication). Of its own Applications argo-syncer needs to know only whether the spec
+// still is what it rendered, which the digest answers (applicationInSync). argo-syncer never
+// writes a cachedApplication back.
 type cachedApplication struct {
 	metav1.ObjectMeta
-	Spec   argov1.ApplicationSpec
-	Status cachedApplicationStatus
+	// Project is the spec's AppProject.
+	Project string
+	// SpecDigest is the digest of the spec's JSON (digestSpec).
+	SpecDigest specDigest
+	// Foreign is the spec of an Application Enforcement does not own; nil for its own.
+	Foreign *argov1.ApplicationSpec
+	Status  cachedApplicationStatus
 }
 
 // cachedApplicationStatus is the part of an Application's status argo-syncer reads.
@@ -514,18 +523,40 @@ type cachedApplicationStatus struct {
 // cacheApplication projects app, which it may change, on what argo-syncer keeps of it.
 func cacheApplication(app *argov1.Application) *cachedApplication {
 	st := app.Status
-	c := &cachedApplication{ObjectMeta: app.ObjectMeta, Spec: app.Spec, Status: cachedApplicationStatus{
-		Health:        health.HealthStatusCode(intern(string(st.Health.Status))),
-		HealthMessage: intern(st.Health.Message),
-		Sync:          argov1.SyncStatusCode(intern(string(st.Sync.Status))),
-		Observed:      observed(app),
-	}}
+	c := &cachedApplication{ObjectMeta: app.ObjectMeta, Project: intern(app.Spec.Project), SpecDigest: digestSpec(app.Spec),
+		Status: cachedApplicationStatus{
+			Health:        health.HealthStatusCode(intern(string(st.Health.Status))),
+			HealthMessage: intern(st.Health.Message),
+			Sync:          argov1.SyncStatusCode(intern(string(st.Sync.Status))),
+			Observed:      observed(app),
+		}}
 	if op := st.OperationState; op != nil {
 		c.Status.Operation, c.Status.OperationMessage = synccommon.OperationPhase(intern(string(op.Phase))), intern(op.Message)
 	}
 	trimMeta(c)
-	internApplicationSpec(&c.Spec)
+	if !owned(c) {
+		spec := app.Spec
+		internApplicationSpec(&spec)
+		c.Foreign = &spec
+	}
 	return c
+}
+
+// specDigest is the SHA-256 of a spec's JSON, cut to 16 bytes: a collision between two specs an
+// Application holds one after the other is out of reach.
+type specDigest [16]byte
+
+// digestSpec digests the JSON of an Application's spec. Two specs of the same Go type with the
+// same digest are equal field for field, and the JSON encoding drops what the API server drops
+// (the omitted empty fields), so the spec argo-syncer renders and the one the server returns
+// after applying it have the same digest.
+func digestSpec(spec any) specDigest {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return specDigest{} // not comparable: the zero digest, which no spec's JSON has
+	}
+	sum := sha256.Sum256(b)
+	return specDigest(sum[:16])
 }
 
 // The methods that make a cachedApplication a runtime.Object, which the informer's cache needs.
@@ -533,9 +564,11 @@ func cacheApplication(app *argov1.Application) *cachedApplication {
 func (*cachedApplication) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 func (a *cachedApplication) DeepCopyObject() runtime.Object {
-	c := &cachedApplication{Status: a.Status}
+	c := &cachedApplication{Project: a.Project, SpecDigest: a.SpecDigest, Status: a.Status}
 	a.DeepCopyInto(&c.ObjectMeta) // the metadata's, promoted
-	a.Spec.DeepCopyInto(&c.Spec)
+	if a.Foreign != nil {
+		c.Foreign = a.Foreign.DeepCopy()
+	}
 	return c
 }
 

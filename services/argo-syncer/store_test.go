@@ -24,9 +24,9 @@ import (
 )
 
 // TestCacheKeepsWhatArgoSyncerReads checks the informers' trim: an Application with the status
-// Argo CD's controller writes after a sync is cached with its spec, without its managed fields,
-// and reports the health its status holds; one whose status compared another source is cached
-// as not observed.
+// Argo CD's controller writes after a sync is cached without its managed fields, with its project
+// and its spec's digest, and its whole spec only while it is not Enforcement's; it reports the
+// health its status holds; one whose status compared another source is cached as not observed.
 func TestCacheKeepsWhatArgoSyncerReads(t *testing.T) {
 	source := argov1.ApplicationSource{RepoURL: "https://git.example/agent", Path: "charts/agent", TargetRevision: "HEAD"}
 	dest := argov1.ApplicationDestination{Server: "https://c1.example", Namespace: "monitoring"}
@@ -69,8 +69,17 @@ func TestCacheKeepsWhatArgoSyncerReads(t *testing.T) {
 	if got, _ := applicationHealth(trimmed); !reflect.DeepEqual(got, want) {
 		t.Errorf("health after the trim:\n got %+v\nwant %+v", got, want)
 	}
-	if trimmed.ManagedFields != nil || !reflect.DeepEqual(&trimmed.Spec, wantSpec) || trimmed.Name != "c1-agent" {
-		t.Errorf("the trim kept managed fields %v or changed the name %q or the spec %+v", trimmed.ManagedFields, trimmed.Name, trimmed.Spec)
+	if trimmed.ManagedFields != nil || !reflect.DeepEqual(trimmed.Foreign, wantSpec) || trimmed.Name != "c1-agent" || trimmed.Project != "c1" {
+		t.Errorf("the trim kept managed fields %v or changed the name %q, the project %q or the foreign spec %+v",
+			trimmed.ManagedFields, trimmed.Name, trimmed.Project, trimmed.Foreign)
+	}
+	if trimmed.SpecDigest != digestSpec(*wantSpec) || trimmed.SpecDigest == (specDigest{}) {
+		t.Errorf("spec digest %x, want %x", trimmed.SpecDigest, digestSpec(*wantSpec))
+	}
+	ours := app.DeepCopy()
+	ours.Labels = map[string]string{LabelManagedBy: ManagedByValue}
+	if c := cacheApplication(ours); c.Foreign != nil || c.SpecDigest != trimmed.SpecDigest {
+		t.Errorf("Enforcement's own Application: cached spec %+v (want none), digest %x (want %x)", c.Foreign, c.SpecDigest, trimmed.SpecDigest)
 	}
 	if again, _ := trimForCache(trimmed); again != trimmed {
 		t.Error("trimming a cached Application again made another")
@@ -110,8 +119,8 @@ func TestCacheStoresRepeatedStringsOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := obj.(*cachedApplication)
-		if !reflect.DeepEqual(got.Labels, want.Labels) || !reflect.DeepEqual(got.Annotations, want.Annotations) || !reflect.DeepEqual(got.Spec, want.Spec) {
-			t.Errorf("%s reads differently after the trim:\n got %+v %+v %+v\nwant %+v %+v %+v", cluster, got.Labels, got.Annotations, got.Spec, want.Labels, want.Annotations, want.Spec)
+		if !reflect.DeepEqual(got.Labels, want.Labels) || !reflect.DeepEqual(got.Annotations, want.Annotations) || got.SpecDigest != digestSpec(want.Spec) {
+			t.Errorf("%s reads differently after the trim:\n got %+v %+v %x\nwant %+v %+v %x", cluster, got.Labels, got.Annotations, got.SpecDigest, want.Labels, want.Annotations, digestSpec(want.Spec))
 		}
 		apps = append(apps, got)
 	}
@@ -123,7 +132,6 @@ func TestCacheStoresRepeatedStringsOnce(t *testing.T) {
 		}
 	}
 	shared("rule annotation", a.Annotations[AnnotationRule], b.Annotations[AnnotationRule])
-	shared("repository", a.Spec.Source.RepoURL, b.Spec.Source.RepoURL)
 	shared("health", string(a.Status.Health), string(b.Status.Health))
 	shared("operation message", a.Status.OperationMessage, b.Status.OperationMessage)
 	for k := range a.Labels {

@@ -103,6 +103,8 @@ type Syncer struct {
 	// repos are the repositories that installs waiting for their cluster's objects want its
 	// AppProject to allow.
 	repos repoQueue
+	// covered: the Applications whose spec holds more than argo-syncer renders (drift.go).
+	covered coveredSpecs
 	// pending holds clusters to unregister once their terminating Applications are gone.
 	pending workqueue.TypedRateLimitingInterface[string]
 	synced  []cache.InformerSynced
@@ -145,10 +147,10 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 		},
 		indexProject: func(obj any) ([]string, error) {
 			app, ok := obj.(*cachedApplication)
-			if !ok || app.Spec.Project == "" {
+			if !ok || app.Project == "" {
 				return nil, nil
 			}
-			return []string{app.Spec.Project}, nil
+			return []string{app.Project}, nil
 		},
 	})
 	projectInformer := argoinformers.NewAppProjectInformer(argo, s.ns, 0, cache.Indexers{
@@ -183,12 +185,13 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 	s.projects = newView[*argov1.AppProject](s.ns, projectInformer)
 	s.secrets = newView[*corev1.Secret](s.ns, secretInformer)
 	s.apps.onDelete = func(app *cachedApplication) {
+		s.covered.forget(app.Name)
 		if c := app.Annotations[AnnotationCluster]; c != "" && owned(app) {
 			s.pending.Add(c)
 			return
 		}
 		// A foreign Application that held up an unregistration (see unregister) is gone.
-		if p, ok, _ := s.projects.get(app.Spec.Project); ok && owned(p) && p.Annotations[AnnotationUnregister] != "" {
+		if p, ok, _ := s.projects.get(app.Project); ok && owned(p) && p.Annotations[AnnotationUnregister] != "" {
 			s.pending.Add(p.Annotations[AnnotationCluster])
 		}
 	}
@@ -314,7 +317,13 @@ func (s *Syncer) install(ctx context.Context, h installing, in *events.InstallIn
 	if err != nil {
 		return res, err
 	}
-	if exists && owned(existing) && inSync(existing.Labels, existing.Annotations, existing.Spec, desired) {
+	inSync := false
+	if exists && owned(existing) {
+		if inSync, err = s.applicationInSync(ctx, existing, desired); err != nil {
+			return res, err
+		}
+	}
+	if inSync {
 		res.Unchanged = true
 		// Already as rendered: a redelivery or a no-op change. When this intent created it, the
 		// earlier run stopped before it reported the creation (a crash, a lost acknowledgement
@@ -968,6 +977,7 @@ func (s *Syncer) retryWrite(ctx context.Context, app *cachedApplication, attempt
 // refetch reads an Application after a conflict; nil without error when it is gone.
 func (s *Syncer) refetch(ctx context.Context, name string) (*cachedApplication, error) {
 	app, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).Get(ctx, name, metav1.GetOptions{})
+	s.metrics.read("Application", "conflict", err)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

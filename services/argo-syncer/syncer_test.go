@@ -12,6 +12,8 @@ import (
 
 	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -232,6 +234,74 @@ func TestUpdateKeepsArgoCDFields(t *testing.T) {
 	if app.Status.Sync.Status != "Synced" || app.Status.Health.Status != "Healthy" || app.Operation == nil ||
 		!slices.Contains(app.Finalizers, argov1.ResourcesFinalizerName) {
 		t.Errorf("Argo CD's fields were not kept: status %+v operation %+v finalizers %v", app.Status.Sync, app.Operation, app.Finalizers)
+	}
+}
+
+// TestFieldOfSomeoneElseIsNotDrift: argo-syncer caches a digest of its Applications' specs, not
+// the specs. A field another tool adds to a spec changes the digest but is not drift: the next
+// intent reads the Application once, writes nothing, and later intents read nothing. A field
+// argo-syncer renders edited by hand is drift: read, then applied back, the other tool's fields
+// kept; the spec is then again the one found in sync before, and nothing is read.
+func TestFieldOfSomeoneElseIsNotDrift(t *testing.T) {
+	h := newHarness(t)
+	h.syncer.metrics = NewMetrics(prometheus.NewRegistry())
+	a := h.installIntent("baseline", "c1", "agent")
+	h.handle(a)
+	ctx := context.Background()
+	apps := h.argo.ArgoprojV1alpha1().Applications(h.ns)
+	edit := func(patch string) specDigest {
+		t.Helper()
+		app, err := apps.Patch(ctx, "c1-agent", types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "team-tool"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := digestSpec(app.Spec)
+		h.cacheSees("the edit", func(s *Syncer) bool { app, _, _ := s.apps.get("c1-agent"); return app != nil && app.SpecDigest == d })
+		return d
+	}
+	driftChecks := func() float64 {
+		return testutil.ToFloat64(h.syncer.metrics.reads.WithLabelValues("Application", "drift_check", "ok"))
+	}
+	requests := func(mark int) map[string]int {
+		byKind := map[string]int{}
+		for _, r := range nonWatch(h.log.since(mark)) {
+			byKind[r.Method+" "+resourceOf(r)]++
+		}
+		return byKind
+	}
+
+	edit(`{"spec":{"revisionHistoryLimit":3,"ignoreDifferences":[{"kind":"Deployment","jsonPointers":["/spec/replicas"]}]}}`)
+	mark := h.log.mark()
+	h.handle(a)
+	h.handle(a)
+	if got, want := requests(mark), map[string]int{"GET applications": 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("two intents after another tool's field: requests %v, want %v", got, want)
+	}
+	if n := driftChecks(); n != 1 {
+		t.Errorf("drift checks counted: %v, want 1", n)
+	}
+
+	edit(`{"spec":{"source":{"path":"by-hand"}}}`)
+	mark = h.log.mark()
+	h.handle(a)
+	if got, want := requests(mark), map[string]int{"GET applications": 1, "PATCH applications": 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("an intent after a hand edit: requests %v, want %v", got, want)
+	}
+	app := h.app("c1-agent")
+	if app.Spec.Source.Path != "charts/agent" || app.Spec.RevisionHistoryLimit == nil || len(app.Spec.IgnoreDifferences) != 1 {
+		t.Errorf("after the repair: path %q (want charts/agent), the other tool's fields %v %+v (want kept)",
+			app.Spec.Source.Path, app.Spec.RevisionHistoryLimit, app.Spec.IgnoreDifferences)
+	}
+	h.cacheSees("the repair", func(s *Syncer) bool {
+		c, _, _ := s.apps.get("c1-agent")
+		return c != nil && c.SpecDigest == digestSpec(app.Spec)
+	})
+	mark = h.log.mark()
+	h.handle(a)
+	h.handle(a)
+	// The repaired spec is the one read after the other tool's edit, which is remembered.
+	if got := requests(mark); len(got) != 0 {
+		t.Fatalf("two intents after the repair: requests %v, want none", got)
 	}
 }
 
