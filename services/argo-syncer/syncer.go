@@ -317,13 +317,13 @@ func (s *Syncer) install(ctx context.Context, h installing, in *events.InstallIn
 	if err != nil {
 		return res, err
 	}
-	inSync := false
+	asRendered := false
 	if exists && owned(existing) {
-		if inSync, err = s.applicationInSync(ctx, existing, desired); err != nil {
+		if asRendered, err = s.applicationInSync(ctx, existing, desired); err != nil {
 			return res, err
 		}
 	}
-	if inSync {
+	if asRendered {
 		res.Unchanged = true
 		// Already as rendered: a redelivery or a no-op change. When this intent created it, the
 		// earlier run stopped before it reported the creation (a crash, a lost acknowledgement
