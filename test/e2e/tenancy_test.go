@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -43,6 +44,21 @@ func (s *system) tenantUser(namespace, user string) dynamic.Interface {
 	if err := s.kube.Client.Create(context.Background(), binding); err != nil {
 		s.t.Fatal(err)
 	}
+	// The API server's RBAC authorizer learns of a new binding from its own cache, a moment
+	// later: ask it, as the user's requests will, until it allows.
+	testenv.Eventually(s.t, 30*time.Second, func() error {
+		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: []string{"system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: "create",
+				Group: "enforcement.globo.com", Resource: "clusterrules"}}}
+		if err := s.kube.Client.Create(context.Background(), review); err != nil {
+			return err
+		}
+		if !review.Status.Allowed {
+			return fmt.Errorf("%s may not create clusterrules in %s yet", user, namespace)
+		}
+		return nil
+	})
 	cfg := rest.CopyConfig(s.kube.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
 	dyn, err := dynamic.NewForConfig(cfg)
