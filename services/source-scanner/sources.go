@@ -182,7 +182,7 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 	case events.SourceKindRancher:
 		return rancherLister{spec: s, d: d}
 	case events.SourceKindEKS:
-		return closeless{identified{"eks:", eks.NewLister(eks.Options{
+		return identifiedPages{"eks:", eks.NewLister(eks.Options{
 			Regions:            s.Regions,
 			RedescribeInterval: d.cfg.EKSRedescribeInterval,
 			Calls:              d.eksCalls,
@@ -192,7 +192,7 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 			Credentials: func(ctx context.Context) (eks.Credentials, error) {
 				return secretCredentials(ctx, d.kube, ref, true, events.ParseEKSSecret)
 			},
-		})}}
+		})}
 	case events.SourceKindGKE:
 		return closeless{identified{"gke:", gke.NewLister(gke.Options{
 			Projects: s.Projects,
@@ -261,6 +261,28 @@ func (l identified) List(ctx context.Context) ([]events.Cluster, error) {
 	stampIdentity(clusters, l.prefix)
 	return clusters, err
 }
+
+// identifiedPages is identified for a lister that lists page by page (eks, aks): the scanner
+// sees its ListPages, so it diffs one page at a time.
+type identifiedPages struct {
+	prefix string
+	scanner.PagedLister
+}
+
+func (l identifiedPages) List(ctx context.Context) ([]events.Cluster, error) {
+	clusters, err := l.PagedLister.List(ctx)
+	stampIdentity(clusters, l.prefix)
+	return clusters, err
+}
+
+func (l identifiedPages) ListPages(ctx context.Context, each func([]events.Cluster) error) error {
+	return l.PagedLister.ListPages(ctx, func(page []events.Cluster) error {
+		stampIdentity(page, l.prefix)
+		return each(page)
+	})
+}
+
+func (identifiedPages) Close() {}
 
 // legacyNames returns how versions before 64-bit name suffixes named the clusters of a source
 // kind, for the kinds whose names they normalised with 32 bits (eks, gke; scanner.Source's

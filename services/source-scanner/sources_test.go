@@ -365,3 +365,19 @@ func TestRunOCM(t *testing.T) {
 	e.s.waitForPrefix("updated ocm spoke-2 ", 2)
 	e.s.waitForPrefix("gone ocm spoke-1", 2)
 }
+
+// TestListersThatPageReachTheScannerAsPagedListers: the sources whose providers list in pages
+// hand the scanner one page at a time, through the wrappers that stamp identities; the others
+// hand over their whole listing.
+func TestListersThatPageReachTheScannerAsPagedListers(t *testing.T) {
+	for kind, paged := range map[string]bool{
+		events.SourceKindRancher: true, events.SourceKindEKS: true, events.SourceKindAKS: true,
+		events.SourceKindGKE: false, events.SourceKindStatic: false,
+	} {
+		l := (&sourceSpec{Ref: events.SourceRef{Kind: kind, ID: "test"}}).lister(listerDeps{})
+		if _, ok := l.(scanner.PagedLister); ok != paged {
+			t.Errorf("the %s lister is a scanner.PagedLister: %t, want %t", kind, ok, paged)
+		}
+		l.Close()
+	}
+}

@@ -3,10 +3,11 @@
 // ListByResourceGroup per subscription and resource group when the source names resource
 // groups, each following ARM's nextLink paging.
 //
-// The listing must be complete or fail. A failed scope, a page that fails after the first, a
-// nextLink that comes back twice or a body that does not decode makes the whole List an error
-// (a scanner.DegradedError), so that the scanner never mistakes a short listing for removed
-// clusters. Throttling (429, honouring Retry-After) and 5xx answers are retried by azcore's retry
+// The scanner gets the listing a page at a time (ListPages), so that it holds one page of a large
+// fleet rather than all of it. The listing must be complete or fail. A failed scope, a page that
+// fails after the first, a nextLink that comes back twice or a body that does not decode makes
+// the whole listing an error (a scanner.DegradedError), and the scanner changes nothing for a
+// listing that ends in an error, so it never mistakes a short listing for removed clusters. Throttling (429, honouring Retry-After) and 5xx answers are retried by azcore's retry
 // policy first.
 //
 // A stopped cluster (power state Stopped) is listed, present but not eligible: stopping a
@@ -31,6 +32,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -189,12 +191,26 @@ func NewLister(opts Options) *Lister {
 	return &Lister{opts: opts.withDefaults(), ca: map[string]string{}}
 }
 
-// List lists every subscription (or resource group) and returns the clusters, or an error (a
-// scanner.DegradedError): InvalidSpec with no subscription, SecretInvalid when no credential can
-// be built, Unauthorized when Microsoft Entra or ARM refuses the credentials, PartialListing
-// when a page after the first failed or some scopes failed and others did not, ListFailed
-// otherwise. The Credentials callback's error is returned unchanged.
+// List lists every subscription (or resource group) and returns the clusters sorted by key, or
+// the error ListPages returns.
 func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
+	clusters, err := scanner.ListAll(ctx, l.ListPages)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(clusters, func(a, b events.Cluster) int { return strings.Compare(a.Key, b.Key) })
+	return clusters, nil
+}
+
+// ListPages lists every subscription (or resource group) and hands each page ARM returns over to
+// each, with the CAs of its clusters (scanner.PagedLister), so that the scanner diffs a large
+// fleet a page at a time. It returns each's error as is, or an error (a scanner.DegradedError):
+// InvalidSpec with no subscription, SecretInvalid when no credential can be built, Unauthorized
+// when Microsoft Entra or ARM refuses the credentials, PartialListing when a page after the
+// first failed or some scopes failed and others did not, ListFailed otherwise. The Credentials
+// callback's error is returned unchanged. After a scope failed, the scopes after it are still
+// listed, so that the error names each failing scope, but their pages are not handed over.
+func (l *Lister) ListPages(ctx context.Context, each func([]events.Cluster) error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 
@@ -202,55 +218,77 @@ func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
 	if l.opts.Credentials != nil {
 		var err error
 		if creds, err = l.opts.Credentials(ctx); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	subs := events.NormaliseSourceList(lower(l.opts.Subscriptions))
 	if len(subs) == 0 {
 		if creds.SubscriptionID == "" {
-			return nil, scanner.Degradedf(events.DegradedInvalidSpec, "aks.subscriptions is empty and the Secret names no %s", events.SecretKeyAzureSubscriptionID)
+			return scanner.Degradedf(events.DegradedInvalidSpec, "aks.subscriptions is empty and the Secret names no %s", events.SecretKeyAzureSubscriptionID)
 		}
 		subs = []string{strings.ToLower(creds.SubscriptionID)}
 	}
 	if err := l.prepare(creds); err != nil {
-		return nil, err
+		return err
 	}
 	groups := events.NormaliseSourceList(lower(l.opts.ResourceGroups))
 
-	var parts scanner.Parts
+	listed := map[string]bool{} // the keys handed over, whose CAs are kept
+	parts := scanner.Parts{Each: func(page []events.Cluster) error {
+		l.withCAs(ctx, page)
+		for i := range page {
+			listed[page[i].Key] = true
+		}
+		return each(page)
+	}}
+	scope := func(name string, client *armcontainerservice.ManagedClustersClient, sub, rg string) error {
+		reason, err := l.listScope(ctx, client, sub, rg, parts.Page)
+		if err := parts.Stopped(); err != nil {
+			return err
+		}
+		parts.Done(name, reason, err)
+		return nil
+	}
 	for _, sub := range subs {
 		client, err := l.client(sub)
 		if err != nil {
-			parts.Add("subscription "+sub, nil, events.DegradedListFailed, err)
+			parts.Done("subscription "+sub, events.DegradedListFailed, err)
 			continue
 		}
 		if len(groups) == 0 {
-			clusters, reason, err := l.listScope(ctx, client, sub, "")
-			parts.Add("subscription "+sub, clusters, reason, err)
+			if err := scope("subscription "+sub, client, sub, ""); err != nil {
+				return err
+			}
 			continue
 		}
 		for _, rg := range groups {
-			clusters, reason, err := l.listScope(ctx, client, sub, rg)
-			parts.Add("subscription "+sub+" resource group "+rg, clusters, reason, err)
+			if err := scope("subscription "+sub+" resource group "+rg, client, sub, rg); err != nil {
+				return err
+			}
 		}
 	}
-	clusters, err := parts.Result()
-	if err != nil {
-		return nil, err
+	if err := parts.Err(); err != nil {
+		return err
 	}
-	l.fetchCAs(ctx, clusters)
-	l.forgetCAs(clusters)
-	for i := range clusters {
-		c := &clusters[i]
+	l.forgetCAs(listed)
+	return nil
+}
+
+var _ scanner.PagedLister = (*Lister)(nil)
+
+// withCAs adds to each cluster of a page its CA, fetching those not fetched before. Without its
+// CA a cluster cannot be registered in Argo CD: it is present, not eligible, until a later scan
+// fetches it.
+func (l *Lister) withCAs(ctx context.Context, page []events.Cluster) {
+	l.fetchCAs(ctx, page)
+	for i := range page {
+		c := &page[i]
 		ca, ok := l.ca[c.Key]
 		if ok {
 			c.Attributes[AttrArgoCDCAData] = ca
 		}
-		// Without its CA the cluster cannot be registered in Argo CD: present, not eligible
-		// until a later scan fetches it.
 		c.Eligible = c.Eligible && ok
 	}
-	return clusters, nil
 }
 
 func lower(in []string) []string {
@@ -381,9 +419,9 @@ type page struct {
 	nextLink *string
 }
 
-// listScope lists a subscription (rg "") or one resource group of it, page by page, and returns
-// its clusters or an error and its reason.
-func (l *Lister) listScope(ctx context.Context, client *armcontainerservice.ManagedClustersClient, sub, rg string) ([]events.Cluster, string, error) {
+// listScope lists a subscription (rg "") or one resource group of it and hands each page's
+// clusters to each, or returns an error and its reason. each's error stops it and is returned.
+func (l *Lister) listScope(ctx context.Context, client *armcontainerservice.ManagedClustersClient, sub, rg string, each func([]events.Cluster) error) (string, error) {
 	var next func(context.Context) (page, error)
 	var more func() bool
 	if rg == "" {
@@ -401,7 +439,6 @@ func (l *Lister) listScope(ctx context.Context, client *armcontainerservice.Mana
 			return page{r.Value, r.NextLink}, err
 		}
 	}
-	var out []events.Cluster
 	seen := map[string]bool{}
 	for n := 0; more(); n++ {
 		pg, err := next(ctx)
@@ -410,26 +447,30 @@ func (l *Lister) listScope(ctx context.Context, client *armcontainerservice.Mana
 			if n > 0 && reason != events.DegradedUnauthorized {
 				reason = events.DegradedPartial
 			}
-			return nil, reason, fmt.Errorf("page %d: %w", n+1, describe(err))
+			return reason, fmt.Errorf("page %d: %w", n+1, describe(err))
 		}
 		if pg.nextLink != nil && *pg.nextLink != "" {
 			if seen[*pg.nextLink] {
-				return nil, events.DegradedListFailed, fmt.Errorf("page %d: the same nextLink came back twice; paging does not end", n+1)
+				return events.DegradedListFailed, fmt.Errorf("page %d: the same nextLink came back twice; paging does not end", n+1)
 			}
 			seen[*pg.nextLink] = true
 		}
+		clusters := make([]events.Cluster, 0, len(pg.value))
 		for i, mc := range pg.value {
 			if mc == nil {
 				continue
 			}
 			c, err := Convert(sub, mc)
 			if err != nil {
-				return nil, events.DegradedListFailed, fmt.Errorf("page %d: cluster #%d: %w", n+1, i, err)
+				return events.DegradedListFailed, fmt.Errorf("page %d: cluster #%d: %w", n+1, i, err)
 			}
-			out = append(out, c)
+			clusters = append(clusters, c)
+		}
+		if err := each(clusters); err != nil {
+			return "", err
 		}
 	}
-	return out, "", nil
+	return "", nil
 }
 
 // fetchCAs asks listClusterUserCredential for the CA of every cluster not fetched before, a
@@ -466,11 +507,7 @@ func (l *Lister) fetchCAs(ctx context.Context, clusters []events.Cluster) {
 
 // forgetCAs drops the CAs of clusters no longer listed (the listing is complete), so that a
 // cluster deleted and created again under the same id gets its new CA.
-func (l *Lister) forgetCAs(clusters []events.Cluster) {
-	listed := make(map[string]bool, len(clusters))
-	for i := range clusters {
-		listed[clusters[i].Key] = true
-	}
+func (l *Lister) forgetCAs(listed map[string]bool) {
 	for k := range l.ca {
 		if !listed[k] {
 			delete(l.ca, k)

@@ -357,3 +357,69 @@ func TestRequestsPerScan(t *testing.T) {
 	f.Add(subB, "rg-fleet", "fleet-new", "Succeeded", "Running", nil)
 	scan("rescan with a new cluster", 1001, 6+5, 1, 0)
 }
+
+// TestListPagesHandsOverEachPage: ListPages hands the scanner each ARM page with its clusters'
+// CAs; an error of the scanner's stops the listing; after a subscription fails, the
+// subscriptions after it are still listed, but none of their pages is handed over.
+func TestListPagesHandsOverEachPage(t *testing.T) {
+	f := aksfake.New(t)
+	for i := range 5 {
+		f.Add(subA, "rg-prod", fmt.Sprintf("prod-%d", i), "Succeeded", "Running", nil)
+	}
+	f.Add(subB, "rg-lab", "lab", "Succeeded", "Running", nil)
+	l, _ := newTestLister(t, f, Options{Subscriptions: []string{subB, subA}}, secretCreds)
+	ctx := context.Background()
+
+	var sizes []int
+	record := func(page []events.Cluster) error {
+		for _, c := range page {
+			if c.Attributes[AttrArgoCDCAData] == nil || !c.Eligible {
+				t.Errorf("cluster %s handed over without its CA: %+v", c.Name, c)
+			}
+		}
+		sizes = append(sizes, len(page))
+		return nil
+	}
+	if err := l.ListPages(ctx, record); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{2, 2, 1, 1}; fmt.Sprint(sizes) != fmt.Sprint(want) {
+		t.Errorf("pages handed over = %v, want %v (%s's three, then %s's)", sizes, want, subA, subB)
+	}
+
+	listsA := f.Lists[subA]
+	stop := errors.New("inventory bucket unavailable")
+	handed := 0
+	err := l.ListPages(ctx, func([]events.Cluster) error {
+		if handed++; handed == 2 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || handed != 2 {
+		t.Errorf("ListPages = %v after %d pages, want the scanner's error after 2", err, handed)
+	}
+	if got := f.Lists[subA] - listsA; got != 2 {
+		t.Errorf("list requests after the scanner stopped the listing = %d, want 2", got)
+	}
+
+	f.Configure(func(f *aksfake.Server) {
+		f.Fail[subA] = aksfake.Error{Status: 503, Code: "ServiceUnavailable", Msg: "try later"}
+	})
+	f.Add(subB, "rg-lab", "lab-2", "Succeeded", "Running", nil)
+	sizes = nil
+	listsB := f.Lists[subB]
+	err = l.ListPages(ctx, record)
+	if scanner.ReasonOf(err) != events.DegradedPartial || !strings.Contains(err.Error(), "subscription "+subA) {
+		t.Errorf("ListPages = %v, want PartialListing naming subscription %s", err, subA)
+	}
+	if len(sizes) != 0 {
+		t.Errorf("pages handed over after %s failed: %v, want none", subA, sizes)
+	}
+	if f.Lists[subB] == listsB {
+		t.Errorf("%s was not listed after %s failed; the error would not name it if it failed too", subB, subA)
+	}
+	if f.Creds["lab-2"] != 0 {
+		t.Errorf("CA of lab-2 fetched %d times for a listing that failed, want 0", f.Creds["lab-2"])
+	}
+}

@@ -12,9 +12,11 @@
 // region, and no DescribeCluster call. The cache is dropped when the credentials change (another
 // account may have clusters of the same names).
 //
-// The listing must be complete or fail: a failed page, a failed DescribeCluster (after the SDK's
-// retries) or a failed region makes the whole List an error (a scanner.DegradedError), so that the
-// scanner never mistakes a short listing for removed clusters. A cluster that disappears between
+// The scanner gets the listing a ListClusters page at a time (ListPages), described, so that it
+// holds one page of a large account rather than all of it. The listing must be complete or fail:
+// a failed page, a failed DescribeCluster (after the SDK's retries) or a failed region makes the
+// whole listing an error (a scanner.DegradedError), and the scanner changes nothing for a
+// listing that ends in an error, so it never mistakes a short listing for removed clusters. A cluster that disappears between
 // ListClusters and DescribeCluster (ResourceNotFoundException) is simply not listed: it is gone.
 //
 // Throttling is handled by the SDK's adaptive retry mode (client-side rate limiting plus
@@ -33,7 +35,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -199,11 +200,26 @@ func NewLister(opts Options) *Lister {
 	return &Lister{opts: opts.withDefaults(), cache: map[string]*entry{}, byName: map[string]string{}}
 }
 
-// List lists every region and returns every cluster, or an error (a scanner.DegradedError):
-// Unauthorized when AWS refuses the credentials, PartialListing when some regions (or a page
-// after the first) failed and others did not, InvalidSpec without any region, ListFailed
-// otherwise. The Credentials callback's error is returned unchanged.
+// List lists every region and returns every cluster sorted by key, or the error ListPages
+// returns.
 func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
+	clusters, err := scanner.ListAll(ctx, l.ListPages)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(clusters, func(a, b events.Cluster) int { return strings.Compare(a.Key, b.Key) })
+	return clusters, nil
+}
+
+// ListPages lists every region and hands each page of ListClusters over to each once its
+// clusters are described (scanner.PagedLister), so that the scanner diffs a large account a page
+// at a time. It returns each's error as is, or an error (a scanner.DegradedError): Unauthorized
+// when AWS refuses the credentials, PartialListing when some regions (or a page after the first)
+// failed and others did not, InvalidSpec without any region, ListFailed otherwise. The
+// Credentials callback's error is returned unchanged. After a region failed, the regions after
+// it are still listed and described, so that the error names each failing region and the next
+// scan has less to describe, but their pages are not handed over.
+func (l *Lister) ListPages(ctx context.Context, each func([]events.Cluster) error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 
@@ -211,33 +227,38 @@ func (l *Lister) List(ctx context.Context) ([]events.Cluster, error) {
 	if l.opts.Credentials != nil {
 		var err error
 		if creds, err = l.opts.Credentials(ctx); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := l.prepare(ctx, creds); err != nil {
-		return nil, err
+		return err
 	}
 	regions := events.NormaliseSourceList(l.opts.Regions)
 	if len(regions) == 0 {
 		if l.cfg.Region == "" {
-			return nil, scanner.Degradedf(events.DegradedInvalidSpec, "eks.regions is empty and the default credential chain names no region (AWS_REGION)")
+			return scanner.Degradedf(events.DegradedInvalidSpec, "eks.regions is empty and the default credential chain names no region (AWS_REGION)")
 		}
 		regions = []string{l.cfg.Region}
 	}
 
-	var parts scanner.Parts
+	parts := scanner.Parts{Each: each}
 	for _, region := range regions {
-		clusters, partial, err := l.listRegion(ctx, region, creds.RoleARN)
+		partial, err := l.listRegion(ctx, region, creds.RoleARN, parts.Page)
+		if err := parts.Stopped(); err != nil {
+			return err
+		}
 		reason := ""
 		if err != nil {
 			if reason = classify(err); reason != events.DegradedUnauthorized && partial {
 				reason = events.DegradedPartial
 			}
 		}
-		parts.Add("region "+region, clusters, reason, err)
+		parts.Done("region "+region, reason, err)
 	}
-	return parts.Result()
+	return parts.Err()
 }
+
+var _ scanner.PagedLister = (*Lister)(nil)
 
 // prepare builds the SDK config for creds, or keeps the current one when they did not change.
 // A change drops the describe cache.
@@ -381,56 +402,86 @@ func classify(err error) string {
 	return events.DegradedListFailed
 }
 
-// listRegion lists one region's names page by page, describes what needs describing, and
-// returns the region's clusters. partial is true when a page after the first failed.
-func (l *Lister) listRegion(ctx context.Context, region, roleARN string) (clusters []events.Cluster, partial bool, err error) {
+// listRegion lists one region page by page: it describes what in each page needs describing
+// and hands the page's clusters to page. partial is true when a page after the first failed.
+// Once a description failed, the region's later pages are still listed and described, but no
+// longer handed over, and the error joins the failed descriptions.
+func (l *Lister) listRegion(ctx context.Context, region, roleARN string, page func([]events.Cluster) error) (partial bool, err error) {
 	inRegion := func(o *awseks.Options) { o.Region = region }
-	names, partial, err := l.listNames(ctx, inRegion)
-	if err != nil {
-		return nil, partial, err
-	}
-	now := l.opts.Now()
-	results := l.describe(ctx, l.dueForDescribe(region, names, now), region, roleARN, inRegion)
-	gone, err := l.remember(region, results, now)
-	if err != nil {
-		return nil, false, err
-	}
-	l.forgetUnlisted(region, names)
-	for _, name := range names {
-		if gone[name] {
-			continue
+	listed := map[string]bool{}
+	var failed []error
+	err = l.listNames(ctx, inRegion, func(names []string) error {
+		names = slices.DeleteFunc(names, func(n string) bool {
+			seen := listed[n]
+			listed[n] = true
+			return seen
+		})
+		now := l.opts.Now()
+		results := l.describe(ctx, l.dueForDescribe(region, names, now), region, roleARN, inRegion)
+		gone, errs := l.remember(region, results, now)
+		failed = append(failed, errs...)
+		if len(failed) > 0 {
+			return nil
 		}
-		e := l.cache[l.byName[region+"/"+name]]
-		if e == nil {
-			return nil, false, fmt.Errorf("cluster %s: no description (internal error)", name)
+		clusters := make([]events.Cluster, 0, len(names))
+		for _, name := range names {
+			if gone[name] {
+				continue
+			}
+			e := l.cache[l.byName[region+"/"+name]]
+			if e == nil {
+				return fmt.Errorf("cluster %s: no description (internal error)", name)
+			}
+			clusters = append(clusters, cloneCluster(e.cluster))
 		}
-		clusters = append(clusters, cloneCluster(e.cluster))
+		return page(clusters)
+	})
+	var lerr *listNamesError
+	switch {
+	case errors.As(err, &lerr):
+		return lerr.partial, lerr.err
+	case err != nil:
+		return false, err
+	case len(failed) > 0:
+		return false, joinFirst(failed, 3)
 	}
-	return clusters, false, nil
+	l.forgetUnlisted(region, listed)
+	return false, nil
 }
 
-// listNames pages through ListClusters and returns the sorted, de-duplicated names. partial is
-// true when a page after the first failed; a nextToken that comes back twice is an error.
-func (l *Lister) listNames(ctx context.Context, inRegion func(*awseks.Options)) (names []string, partial bool, err error) {
+// listNamesError is a failure of ListClusters; partial is true when a page after the first
+// failed.
+type listNamesError struct {
+	partial bool
+	err     error
+}
+
+func (e *listNamesError) Error() string { return e.err.Error() }
+func (e *listNamesError) Unwrap() error { return e.err }
+
+// listNames pages through ListClusters and hands each page's names to each, in order; each's
+// error stops it and is returned as is. A failed page, or a nextToken that comes back twice,
+// is a *listNamesError.
+func (l *Lister) listNames(ctx context.Context, inRegion func(*awseks.Options), each func([]string) error) error {
 	var token *string
 	seen := map[string]bool{}
 	for page := 1; ; page++ {
 		out, err := l.client.ListClusters(ctx, &awseks.ListClustersInput{MaxResults: aws.Int32(pageSize), NextToken: token}, inRegion)
 		if err != nil {
-			return nil, page > 1, fmt.Errorf("ListClusters page %d: %w", page, err)
+			return &listNamesError{page > 1, fmt.Errorf("ListClusters page %d: %w", page, err)}
 		}
-		names = append(names, out.Clusters...)
+		if err := each(out.Clusters); err != nil {
+			return err
+		}
 		if out.NextToken == nil || *out.NextToken == "" {
-			break
+			return nil
 		}
 		if seen[*out.NextToken] {
-			return nil, true, fmt.Errorf("ListClusters page %d: the same nextToken came back twice; pagination does not end", page)
+			return &listNamesError{true, fmt.Errorf("ListClusters page %d: the same nextToken came back twice; pagination does not end", page)}
 		}
 		seen[*out.NextToken] = true
 		token = out.NextToken
 	}
-	sort.Strings(names)
-	return slices.Compact(names), false, nil
 }
 
 // dueForDescribe returns the names that have no cached description, are in a transitional
@@ -487,10 +538,9 @@ func (l *Lister) describeOne(ctx context.Context, name, region, roleARN string, 
 }
 
 // remember caches every successful description, even when another failed (the next scan then
-// has less to do), drops the clusters that turned out to be gone and returns their names. The
-// error joins the failed descriptions.
-func (l *Lister) remember(region string, results []described, now time.Time) (gone map[string]bool, err error) {
-	var errs []error
+// has less to do), drops the clusters that turned out to be gone and returns their names and the
+// failed descriptions' errors.
+func (l *Lister) remember(region string, results []described, now time.Time) (gone map[string]bool, errs []error) {
 	gone = map[string]bool{}
 	for _, r := range results {
 		switch {
@@ -508,18 +558,11 @@ func (l *Lister) remember(region string, results []described, now time.Time) (go
 			l.byName[region+"/"+r.name] = r.cluster.Key
 		}
 	}
-	if len(errs) > 0 {
-		return nil, joinFirst(errs, 3)
-	}
-	return gone, nil
+	return gone, errs
 }
 
 // forgetUnlisted drops the region's cached clusters that are no longer listed.
-func (l *Lister) forgetUnlisted(region string, names []string) {
-	listed := make(map[string]bool, len(names))
-	for _, n := range names {
-		listed[n] = true
-	}
+func (l *Lister) forgetUnlisted(region string, listed map[string]bool) {
 	for key, arn := range l.byName {
 		if r, n, _ := strings.Cut(key, "/"); r == region && !listed[n] {
 			delete(l.cache, arn)

@@ -542,3 +542,66 @@ func TestRequestsPerScan(t *testing.T) {
 	clk.Add(time.Minute)
 	scan("rescan with a new cluster", 1001, 6+5, 1)
 }
+
+// TestListPagesHandsOverEachPage: ListPages hands the scanner each ListClusters page once its
+// clusters are described; an error of the scanner's stops the listing; after a region fails,
+// the regions after it are still listed and described, but none of their pages is handed over.
+func TestListPagesHandsOverEachPage(t *testing.T) {
+	f := eksfake.New(t)
+	for i := range 250 {
+		f.Add("eu-west-1", fmt.Sprintf("c%03d", i), "ACTIVE", nil)
+	}
+	f.Add("us-east-1", "east", "ACTIVE", nil)
+	l, _, _ := newTestLister(f, []string{"us-east-1", "eu-west-1"}, nil)
+	ctx := context.Background()
+
+	var sizes []int
+	record := func(page []events.Cluster) error {
+		for _, c := range page {
+			if c.State != StatusActive || c.URL == "" || c.Attributes[AttrArgoCDCAData] == nil {
+				t.Errorf("cluster %s handed over without its description: %+v", c.Key, c)
+			}
+		}
+		sizes = append(sizes, len(page))
+		return nil
+	}
+	if err := l.ListPages(ctx, record); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{100, 100, 50, 1}; fmt.Sprint(sizes) != fmt.Sprint(want) {
+		t.Errorf("pages handed over = %v, want %v (eu-west-1's three, then us-east-1's)", sizes, want)
+	}
+
+	f.ResetCounts()
+	stop := errors.New("inventory bucket unavailable")
+	handed := 0
+	err := l.ListPages(ctx, func([]events.Cluster) error {
+		if handed++; handed == 2 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || handed != 2 {
+		t.Errorf("ListPages = %v after %d pages, want the scanner's error after 2", err, handed)
+	}
+	if got := f.Count("ListClusters"); got != 2 {
+		t.Errorf("ListClusters calls after the scanner stopped the listing = %d, want 2", got)
+	}
+
+	f.ResetCounts()
+	f.Configure(func(f *eksfake.Server) {
+		f.Fail["ListClusters"] = eksfake.Error{Status: 503, ErrType: "ServiceUnavailableException", Message: "unavailable", Region: "eu-west-1"}
+	})
+	f.Add("us-east-1", "east-2", "ACTIVE", nil)
+	sizes = nil
+	err = l.ListPages(ctx, record)
+	if scanner.ReasonOf(err) != events.DegradedPartial || !strings.Contains(err.Error(), "region eu-west-1") {
+		t.Errorf("ListPages = %v, want PartialListing naming region eu-west-1", err)
+	}
+	if len(sizes) != 0 {
+		t.Errorf("pages handed over after eu-west-1 failed: %v, want none", sizes)
+	}
+	if got := f.Count("DescribeCluster"); got != 1 {
+		t.Errorf("DescribeCluster calls = %d, want 1: us-east-1 is still listed and its new cluster described", got)
+	}
+}

@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -220,4 +222,70 @@ func Names(t testing.TB, evs []events.Event) map[string]string {
 		}
 	}
 	return names
+}
+
+// ScanHeld scans src, whose lister lists n clusters that do not change, through a scanner over
+// a real NATS server, the way source-scanner does every SCAN_INTERVAL, and reports as
+// held-B/cluster the median, over b's loop, of the live heap a scan holds above what is kept
+// between scans, at its peak. The heap is sampled after a full collection as each page reaches
+// the scanner: for a lister that does not page (or one wrapped in scanner.ListerFunc), once,
+// when the whole listing does. The first scan, which announces the clusters, is not measured.
+func ScanHeld(b *testing.B, src scanner.Source, n int) {
+	var sampling atomic.Bool
+	var peak atomic.Int64
+	sample := func() {
+		if !sampling.Load() {
+			return
+		}
+		if live := testenv.LiveHeap(); live > peak.Load() {
+			peak.Store(live)
+		}
+	}
+	if pl, ok := src.Lister.(scanner.PagedLister); ok {
+		src.Lister = sampledPages{pl, sample}
+	} else {
+		l := src.Lister
+		src.Lister = scanner.ListerFunc(func(ctx context.Context) ([]events.Cluster, error) {
+			clusters, err := l.List(ctx)
+			sample()
+			return clusters, err
+		})
+	}
+	_, js := eventstest.Bus(b, testenv.StartNATS(b).URL())
+	kv, err := js.KeyValue(context.Background(), events.BucketInventory)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sc := scanner.New(kv, events.NewPublisher(js, "/bench"), scanner.Config{},
+		scanner.NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if res, err := sc.ScanOnce(context.Background(), src); err != nil || res.Appeared != n {
+		b.Fatalf("first scan: %+v %v", res, err)
+	}
+	var held []float64
+	for b.Loop() {
+		base := testenv.LiveHeap()
+		peak.Store(base)
+		sampling.Store(true)
+		res, err := sc.ScanOnce(context.Background(), src)
+		sampling.Store(false)
+		if err != nil || !res.Complete || res.Appeared+res.Updated+res.Gone != 0 {
+			b.Fatalf("steady scan: %+v %v", res, err)
+		}
+		held = append(held, float64(peak.Load()-base)/float64(n))
+	}
+	slices.Sort(held)
+	b.ReportMetric(held[len(held)/2], "held-B/cluster")
+}
+
+// sampledPages samples the heap as each page of its lister reaches the scanner.
+type sampledPages struct {
+	scanner.PagedLister
+	sample func()
+}
+
+func (l sampledPages) ListPages(ctx context.Context, each func([]events.Cluster) error) error {
+	return l.PagedLister.ListPages(ctx, func(page []events.Cluster) error {
+		l.sample()
+		return each(page)
+	})
 }
