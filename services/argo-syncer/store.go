@@ -430,11 +430,12 @@ func (q *repoQueue) queued(project, identity string) []string {
 // the managed fields (every write is a server-side apply or a merge patch built from the desired
 // state, never an update of a cached copy) and, of an Application, everything but its metadata,
 // its project, its spec's digest and the few facts of Argo CD's status that applicationHealth
-// reads: an Application is cached as a cachedApplication. The resource list, the history, the conditions and the sync
-// result Argo CD keeps in the status grow with the Application's resources and syncs, once per
-// Application in memory; the Application type itself is a kilobyte before any of them. Of a
-// cluster Secret's config (the credentials) it keeps the digest (cachedConfigDigestKey). A
-// fleet's memory then grows with its clusters by what argo-syncer uses.
+// reads: an Application is cached as a cachedApplication. The resource list, the history, the
+// conditions and the sync result Argo CD keeps in the status grow with the Application's
+// resources and syncs, once per Application in memory; the Application type itself is a
+// kilobyte before any of them. Of a cluster Secret's config (the credentials) it keeps the
+// digest (cachedConfigDigestKey). A fleet's memory then grows with its clusters by what
+// argo-syncer uses.
 //
 // The overlay of argo-syncer's own writes keeps them trimmed the same way (view.wrote).
 //

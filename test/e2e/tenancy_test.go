@@ -44,11 +44,13 @@ func (s *system) tenantUser(namespace, user string) dynamic.Interface {
 	if err := s.kube.Client.Create(context.Background(), binding); err != nil {
 		s.t.Fatal(err)
 	}
+	// The user's requests carry the groups of every authenticated user.
+	groups := []string{"system:authenticated"}
 	// The API server's RBAC authorizer learns of a new binding from its own cache, a moment
 	// later: ask it, as the user's requests will, until it allows.
 	testenv.Eventually(s.t, 30*time.Second, func() error {
 		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: user, Groups: []string{"system:authenticated"},
+			User: user, Groups: groups,
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: "create",
 				Group: "enforcement.globo.com", Resource: "clusterrules"}}}
 		if err := s.kube.Client.Create(context.Background(), review); err != nil {
@@ -60,7 +62,7 @@ func (s *system) tenantUser(namespace, user string) dynamic.Interface {
 		return nil
 	})
 	cfg := rest.CopyConfig(s.kube.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		s.t.Fatal(err)
