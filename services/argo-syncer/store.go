@@ -582,8 +582,11 @@ func intern(s string) string { return unique.Make(s).Value() }
 const internedValueLimit = 128
 
 // trimMeta drops the object's managed fields, which argo-syncer never reads, and interns its
-// namespace, finalizers and label and annotation keys and short values, except the intent that
-// created it, which no other object shares.
+// namespace, finalizers and label and annotation keys and short values, except the values no
+// other object shares: the intent that created it and the hash of what was applied. Interning a
+// value only one object holds costs the intern table's entry on top of the string
+// (BenchmarkCachedApplication: 1,334 live bytes an Application with the applied hash interned,
+// 1,280 without).
 func trimMeta(o metav1.Object) {
 	o.SetManagedFields(nil)
 	o.SetNamespace(intern(o.GetNamespace()))
@@ -601,7 +604,7 @@ func internStrings(m map[string]string) map[string]string {
 	}
 	out := make(map[string]string, len(m))
 	for k, v := range m {
-		if len(v) <= internedValueLimit && k != AnnotationCreatedBy {
+		if len(v) <= internedValueLimit && k != AnnotationCreatedBy && k != AnnotationAppliedHash {
 			v = intern(v)
 		}
 		out[intern(k)] = v
