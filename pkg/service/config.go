@@ -33,6 +33,11 @@ type Common struct {
 	NATSPassword string
 	MetricsAddr  string // METRICS_ADDR, default :8080
 	HealthAddr   string // HEALTH_ADDR, default :8081
+	// PprofAddr (PPROF_ADDR; unset: not served) is where the Go runtime's profiles are served
+	// (/debug/pprof/: heap, CPU, goroutines), on a listener of their own. Off by default: a
+	// profile shows the process's internals and a CPU profile costs CPU while it runs. Bind it to
+	// 127.0.0.1 and reach it through kubectl port-forward.
+	PprofAddr string
 	// ShutdownTimeout (SHUTDOWN_TIMEOUT, a Go duration, default 30s) bounds the whole stop.
 	ShutdownTimeout time.Duration
 	// StreamReplicas (STREAM_REPLICAS, default 1; the charts 3) are the replicas of the stream,
@@ -45,7 +50,7 @@ type Common struct {
 }
 
 // LoadCommon reads NATS_URL, NATS_CREDS, NATS_USER, NATS_PASSWORD, METRICS_ADDR, HEALTH_ADDR,
-// SHUTDOWN_TIMEOUT, STREAM_REPLICAS and STREAM_MAX_BYTES. A SHUTDOWN_TIMEOUT that is not a duration greater than 0, a NATS_USER without
+// PPROF_ADDR, SHUTDOWN_TIMEOUT, STREAM_REPLICAS and STREAM_MAX_BYTES. A SHUTDOWN_TIMEOUT that is not a duration greater than 0, a NATS_USER without
 // NATS_PASSWORD (or the reverse) and NATS_USER together with NATS_CREDS are errors naming the
 // variables.
 func LoadCommon(getenv Getenv) (Common, error) {
@@ -56,6 +61,7 @@ func LoadCommon(getenv Getenv) (Common, error) {
 		NATSPassword: getenv("NATS_PASSWORD"),
 		MetricsAddr:  String(getenv, "METRICS_ADDR", DefaultMetricsAddr),
 		HealthAddr:   String(getenv, "HEALTH_ADDR", DefaultHealthAddr),
+		PprofAddr:    strings.TrimSpace(getenv("PPROF_ADDR")),
 	}
 	if err := checkNATSAuth(c.NATSUser, c.NATSPassword, c.NATSCreds); err != nil {
 		return Common{}, err

@@ -4,10 +4,11 @@
 // # Start
 //
 // Start reads the configuration common to all services (Common: NATS_URL, NATS_USER,
-// NATS_PASSWORD, NATS_CREDS, METRICS_ADDR, HEALTH_ADDR, LOG_LEVEL and SHUTDOWN_TIMEOUT), creates the JSON slog logger with a
-// "service" attribute and the prometheus registry, registers the readiness checks the Options
-// ask for, and starts the health (/healthz, /readyz) and metrics (/metrics) servers before
-// anything else, so that a service stuck later in its start-up is visible. With
+// NATS_PASSWORD, NATS_CREDS, METRICS_ADDR, HEALTH_ADDR, PPROF_ADDR, LOG_LEVEL and
+// SHUTDOWN_TIMEOUT), creates the JSON slog logger with a "service" attribute and the prometheus
+// registry, registers the readiness checks the Options ask for, and starts the health (/healthz,
+// /readyz) and metrics (/metrics) servers, and the profile server (/debug/pprof/) when
+// PPROF_ADDR is set, before anything else, so that a service stuck later in its start-up is visible. With
 // Options.Kubernetes it loads the Kubernetes configuration (KUBECONFIG or in-cluster) and checks
 // that the API server answers. A service then wires its own parts:
 //

@@ -72,9 +72,9 @@ type Service struct {
 	workCtx     context.Context
 	stopWorkers context.CancelFunc
 
-	healthSrv, metricsSrv *Server
-	nc                    atomic.Pointer[nats.Conn]
-	standby, stopping     atomic.Bool
+	healthSrv, metricsSrv, pprofSrv *Server
+	nc                              atomic.Pointer[nats.Conn]
+	standby, stopping               atomic.Bool
 
 	mu              sync.Mutex
 	unbound         map[string]bool // declared consumers not bound yet
@@ -130,6 +130,12 @@ func Start(ctx context.Context, opts Options) (*Service, error) {
 	}
 	if s.metricsSrv, err = Listen(common.MetricsAddr, MetricsHandler(s.Registry), s.Logger); err != nil {
 		return nil, s.abortStart(err)
+	}
+	if common.PprofAddr != "" {
+		if s.pprofSrv, err = Listen(common.PprofAddr, PprofHandler(), s.Logger); err != nil {
+			return nil, s.abortStart(fmt.Errorf("PPROF_ADDR: %w", err))
+		}
+		s.Logger.Info("Serving the Go runtime's profiles", "pprof", s.pprofSrv.Addr)
 	}
 	if opts.Kubernetes {
 		if s.Kube, err = KubeConfig(opts.Getenv); err != nil {
@@ -192,7 +198,7 @@ func (s *Service) consumersBound(context.Context) error {
 func (s *Service) abortStart(err error) error {
 	sctx, cancel := context.WithTimeout(context.Background(), s.Common.ShutdownTimeout)
 	defer cancel()
-	return errors.Join(err, s.metricsSrv.Shutdown(sctx), s.healthSrv.Shutdown(sctx))
+	return errors.Join(err, s.pprofSrv.Shutdown(sctx), s.metricsSrv.Shutdown(sctx), s.healthSrv.Shutdown(sctx))
 }
 
 // Context ends when the service is asked to stop: the context given to Start ended, or a worker
@@ -585,12 +591,21 @@ func (s *Service) release(ctx context.Context) error {
 	return release(ctx)
 }
 
-// stopHTTP stops the metrics and health servers, last, so that probes and scrapes see the stop.
+// stopHTTP stops the profile, metrics and health servers, last, so that probes and scrapes see
+// the stop.
 func (s *Service) stopHTTP(ctx context.Context) error {
 	if ctx.Err() != nil { // the stop used up its time: close at once
 		var grace context.CancelFunc
 		ctx, grace = context.WithTimeout(context.Background(), time.Second)
 		defer grace()
 	}
-	return errors.Join(s.metricsSrv.Shutdown(ctx), s.healthSrv.Shutdown(ctx))
+	return errors.Join(s.pprofSrv.Shutdown(ctx), s.metricsSrv.Shutdown(ctx), s.healthSrv.Shutdown(ctx))
+}
+
+// PprofAddr is the address the profile server is bound to, "" when PPROF_ADDR is unset.
+func (s *Service) PprofAddr() string {
+	if s.pprofSrv == nil {
+		return ""
+	}
+	return s.pprofSrv.Addr
 }

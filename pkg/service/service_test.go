@@ -192,3 +192,69 @@ func TestNATSAuthVariables(t *testing.T) {
 		t.Errorf("InboxPrefix = %q", got)
 	}
 }
+
+// TestProfilesServedOnlyWhereAsked: with PPROF_ADDR the Go runtime's profiles are served there,
+// on a listener of their own, and stop with the service; never on the metrics port; without
+// PPROF_ADDR nowhere; an address that cannot be bound fails the start naming the variable.
+func TestProfilesServedOnlyWhereAsked(t *testing.T) {
+	get := func(url string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	start := func(vars map[string]string) (*Service, context.CancelFunc, error) {
+		m := map[string]string{"HEALTH_ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0"}
+		for k, v := range vars {
+			m[k] = v
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		svc, err := Start(ctx, Options{Name: "pprof-test", Getenv: env(m), Stdout: io.Discard})
+		return svc, cancel, err
+	}
+
+	svc, stop, err := start(map[string]string{"PPROF_ADDR": "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := svc.PprofAddr()
+	if code, body := get("http://" + addr + "/debug/pprof/heap?debug=1"); code != http.StatusOK || !strings.Contains(body, "heap profile") {
+		t.Errorf("GET /debug/pprof/heap on PPROF_ADDR = %d %.80q, want the heap profile", code, body)
+	}
+	if code, _ := get("http://" + svc.MetricsAddr() + "/debug/pprof/heap?debug=1"); code != http.StatusNotFound {
+		t.Errorf("GET /debug/pprof/heap on METRICS_ADDR = %d, want 404", code)
+	}
+	stop()
+	if err := svc.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get("http://" + addr + "/debug/pprof/"); code != 0 {
+		t.Errorf("GET /debug/pprof/ after the stop = %d, want no answer", code)
+	}
+
+	svc, stop, err = start(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := svc.PprofAddr(); got != "" {
+		t.Errorf("PprofAddr without PPROF_ADDR = %q, want none", got)
+	}
+	if code, _ := get("http://" + svc.MetricsAddr() + "/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("GET /debug/pprof/ on METRICS_ADDR without PPROF_ADDR = %d, want 404", code)
+	}
+
+	// The address is taken: by the metrics server of the service still running.
+	_, stop2, err := start(map[string]string{"PPROF_ADDR": svc.MetricsAddr()})
+	stop2()
+	if err == nil || !strings.Contains(err.Error(), "PPROF_ADDR") {
+		t.Errorf("Start with a busy PPROF_ADDR = %v, want an error naming PPROF_ADDR", err)
+	}
+	stop()
+	if err := svc.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
