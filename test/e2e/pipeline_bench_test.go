@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -87,11 +89,15 @@ func pipelineEnforcement(i int) string {
 //     the time from each one's "cluster appeared" event to the last of its R Applications
 //     (median, 99th percentile, slowest), and the share of it up to its last install intent;
 //   - memory: each service's resident set at idle (the rules applied, no cluster yet) and after
-//     the run, their difference per cluster, and the peak (VmHWM).
+//     the run, their difference per cluster, and the peak (VmHWM); and its live heap (after a
+//     full collection, through its PPROF_ADDR) at idle and after the run: what it keeps, without
+//     the collector's headroom and the pages the runtime has not returned yet.
 //
 // PIPELINE_ENV (space-separated NAME=value) runs the services with a tuning on top of their
-// defaults, printed with the figures. It prints the figures and their ratios to the floor; it
-// asserts no timing.
+// defaults, printed with the figures. PIPELINE_PROFILES (a directory) saves each service's heap
+// profile there at the end of the run, after a collection (<service>-<N>x<R>-heap.pprof; read
+// it with go tool pprof -sample_index=inuse_space). It prints the figures and their ratios to
+// the floor; it asserts no timing.
 func BenchmarkPipeline(b *testing.B) {
 	n := envCount(b, "PIPELINE_CLUSTERS", 1000)
 	rules := envCount(b, "PIPELINE_RULES", 1)
@@ -131,7 +137,9 @@ func envCount(b *testing.B, name string, def int) int {
 }
 
 func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
+	profiles := os.Getenv("PIPELINE_PROFILES")
 	s := newSystemWith(b, serviceEnv(b, tuning), natsSingle, func(s *system) {
+		s.profiles = true // the live heap figures (liveHeapKB)
 		// A Rancher that pages as a real one does with its default limit.
 		s.rancher = rancherfake.New(b, token, 100)
 		var secret corev1.Secret
@@ -151,9 +159,9 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 	}
 	// The idle baseline: the services up, the rules read, no cluster yet.
 	time.Sleep(3 * time.Second)
-	idle := map[string]int{}
+	idle, idleLive := map[string]int{}, map[string]int{}
 	for _, name := range hubServices {
-		idle[name] = s.memoryKB(name, "VmRSS")
+		idle[name], idleLive[name] = s.memoryKB(name, "VmRSS"), s.liveHeapKB(name)
 	}
 
 	fleet := make([]map[string]any, 0, n+newClusters)
@@ -200,9 +208,18 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 	var memory []string
 	for _, name := range hubServices {
 		after, peak := s.memoryKB(name, "VmRSS"), s.memoryKB(name, "VmHWM")
-		memory = append(memory, fmt.Sprintf("    %-18s idle %4d MB, after %4d MB (%+.1f KB a cluster), peak %4d MB (%+.1f KB a cluster)",
+		live := s.liveHeapKB(name)
+		memory = append(memory, fmt.Sprintf("    %-18s idle %4d MB, after %4d MB (%+.1f KB a cluster), peak %4d MB (%+.1f KB a cluster); live heap idle %3d MB, after %4d MB (%+.1f KB a cluster)",
 			name, idle[name]/1024, after/1024, float64(after-idle[name])/float64(n+newClusters),
-			peak/1024, float64(peak-idle[name])/float64(n+newClusters)))
+			peak/1024, float64(peak-idle[name])/float64(n+newClusters),
+			idleLive[name]/1024, live/1024, float64(live-idleLive[name])/float64(n+newClusters)))
+	}
+	if profiles != "" {
+		for _, name := range hubServices {
+			path := filepath.Join(profiles, fmt.Sprintf("%s-%dx%d-heap.pprof", name, n, rules))
+			s.saveHeapProfile(name, path)
+			memory = append(memory, "    heap profile after a collection: "+path)
+		}
 	}
 	settings := "shipped defaults but SCAN_INTERVAL=1s"
 	if tuning != "" {
@@ -405,6 +422,57 @@ func (s *system) memoryKB(name, field string) int {
 		}
 	}
 	return 0
+}
+
+// liveHeapKB is a service's live heap in KiB: its heap after a full collection, which the
+// profile endpoint runs before it answers (system.profiles).
+func (s *system) liveHeapKB(name string) int {
+	s.mu.Lock()
+	p := s.procs[name]
+	s.mu.Unlock()
+	resp, err := http.Get("http://" + p.pprof + "/debug/pprof/heap?debug=1&gc=1")
+	if err != nil {
+		s.t.Fatalf("heap of %s: %v", name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatalf("heap of %s: %v", name, err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "# HeapAlloc = "); ok {
+			bytes, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				s.t.Fatalf("heap of %s: %q: %v", name, line, err)
+			}
+			return bytes / 1024
+		}
+	}
+	s.t.Fatalf("heap of %s: the profile has no HeapAlloc line", name)
+	return 0
+}
+
+// saveHeapProfile saves the heap profile of a service started with system.profiles to path,
+// after a collection (the profile's in-use figures are then the live heap).
+func (s *system) saveHeapProfile(name, path string) {
+	s.mu.Lock()
+	p := s.procs[name]
+	s.mu.Unlock()
+	resp, err := http.Get("http://" + p.pprof + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		s.t.Fatalf("heap profile of %s: %v", name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		s.t.Fatalf("heap profile of %s: %s", name, resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(path, body, 0o644)
+	}
+	if err != nil {
+		s.t.Fatalf("heap profile of %s: %v", name, err)
+	}
 }
 
 // cpuTimes is the CPU time so far (user and system) of each hub service and of the control

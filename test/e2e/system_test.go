@@ -97,6 +97,8 @@ type system struct {
 	logs    string
 	// withUsers: each service connects as its own NATS user (startSystemWithUsers).
 	withUsers bool
+	// profiles: each service serves its profiles at an address of its own (PPROF_ADDR, proc.pprof).
+	profiles bool
 
 	mu    sync.Mutex
 	procs map[string]*proc
@@ -106,6 +108,7 @@ type proc struct {
 	cmd     *exec.Cmd
 	health  string
 	metrics string
+	pprof   string // PPROF_ADDR, "" unless system.profiles
 	done    chan struct{}
 }
 
@@ -221,6 +224,11 @@ func (s *system) startAs(instance, name string) {
 	if s.withUsers {
 		env = append(env, "NATS_USER="+name, "NATS_PASSWORD="+testenv.NATSPassword(name))
 	}
+	var pprof string
+	if s.profiles {
+		pprof = testenv.FreeAddr(s.t)
+		env = append(env, "PPROF_ADDR="+pprof)
+	}
 	logFile, err := os.OpenFile(filepath.Join(s.logs, instance+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		s.t.Fatal(err)
@@ -230,7 +238,7 @@ func (s *system) startAs(instance, name string) {
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("start %s: %v", name, err)
 	}
-	p := &proc{cmd: cmd, health: health, metrics: metrics, done: make(chan struct{})}
+	p := &proc{cmd: cmd, health: health, metrics: metrics, pprof: pprof, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); logFile.Close(); close(p.done) }()
 	s.mu.Lock()
 	s.procs[instance] = p
