@@ -50,9 +50,9 @@ type Common struct {
 }
 
 // LoadCommon reads NATS_URL, NATS_CREDS, NATS_USER, NATS_PASSWORD, METRICS_ADDR, HEALTH_ADDR,
-// PPROF_ADDR, SHUTDOWN_TIMEOUT, STREAM_REPLICAS and STREAM_MAX_BYTES. A SHUTDOWN_TIMEOUT that is not a duration greater than 0, a NATS_USER without
-// NATS_PASSWORD (or the reverse) and NATS_USER together with NATS_CREDS are errors naming the
-// variables.
+// PPROF_ADDR, SHUTDOWN_TIMEOUT, STREAM_REPLICAS and STREAM_MAX_BYTES. A SHUTDOWN_TIMEOUT that is
+// not a duration greater than 0, a NATS_USER without NATS_PASSWORD (or the reverse) and NATS_USER
+// together with NATS_CREDS are errors naming the variables.
 func LoadCommon(getenv Getenv) (Common, error) {
 	c := Common{
 		NATSURL:      String(getenv, "NATS_URL", DefaultNATSURL),

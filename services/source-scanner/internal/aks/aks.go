@@ -5,10 +5,10 @@
 //
 // The scanner gets the listing a page at a time (ListPages), so that it holds one page of a large
 // fleet rather than all of it. The listing must be complete or fail. A failed scope, a page that
-// fails after the first, a nextLink that comes back twice or a body that does not decode makes
-// the whole listing an error (a scanner.DegradedError), and the scanner changes nothing for a
-// listing that ends in an error, so it never mistakes a short listing for removed clusters. Throttling (429, honouring Retry-After) and 5xx answers are retried by azcore's retry
-// policy first.
+// fails after the first, a nextLink that comes back twice or a body that does not decode makes the
+// whole listing an error (a scanner.DegradedError), and the scanner changes nothing for a listing
+// that ends in an error, so it never mistakes a short listing for removed clusters. Throttling
+// (429, honouring Retry-After) and 5xx answers are retried by azcore's retry policy first.
 //
 // A stopped cluster (power state Stopped) is listed, present but not eligible: stopping a
 // cluster for the night must never look like its removal.

@@ -13,11 +13,12 @@
 // account may have clusters of the same names).
 //
 // The scanner gets the listing a ListClusters page at a time (ListPages), described, so that it
-// holds one page of a large account rather than all of it. The listing must be complete or fail:
-// a failed page, a failed DescribeCluster (after the SDK's retries) or a failed region makes the
-// whole listing an error (a scanner.DegradedError), and the scanner changes nothing for a
-// listing that ends in an error, so it never mistakes a short listing for removed clusters. A cluster that disappears between
-// ListClusters and DescribeCluster (ResourceNotFoundException) is simply not listed: it is gone.
+// holds one page of a large account rather than all of it. The listing must be complete or fail: a
+// failed page, a failed DescribeCluster (after the SDK's retries) or a failed region makes the
+// whole listing an error (a scanner.DegradedError), and the scanner changes nothing for a listing
+// that ends in an error, so it never mistakes a short listing for removed clusters. A cluster that
+// disappears between ListClusters and DescribeCluster (ResourceNotFoundException) is simply not
+// listed: it is gone.
 //
 // Throttling is handled by the SDK's adaptive retry mode (client-side rate limiting plus
 // exponential backoff with jitter); every HTTP attempt is counted by operation and outcome.
