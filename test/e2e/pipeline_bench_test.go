@@ -427,19 +427,7 @@ func (s *system) memoryKB(name, field string) int {
 // liveHeapKB is a service's live heap in KiB: its heap after a full collection, which the
 // profile endpoint runs before it answers (system.profiles).
 func (s *system) liveHeapKB(name string) int {
-	s.mu.Lock()
-	p := s.procs[name]
-	s.mu.Unlock()
-	resp, err := http.Get("http://" + p.pprof + "/debug/pprof/heap?debug=1&gc=1")
-	if err != nil {
-		s.t.Fatalf("heap of %s: %v", name, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		s.t.Fatalf("heap of %s: %v", name, err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(string(s.heapProfile(name, "debug=1&gc=1")), "\n") {
 		if v, ok := strings.CutPrefix(line, "# HeapAlloc = "); ok {
 			bytes, err := strconv.Atoi(strings.TrimSpace(v))
 			if err != nil {
@@ -455,10 +443,18 @@ func (s *system) liveHeapKB(name string) int {
 // saveHeapProfile saves the heap profile of a service started with system.profiles to path,
 // after a collection (the profile's in-use figures are then the live heap).
 func (s *system) saveHeapProfile(name, path string) {
+	if err := os.WriteFile(path, s.heapProfile(name, "gc=1"), 0o644); err != nil {
+		s.t.Fatalf("heap profile of %s: %v", name, err)
+	}
+}
+
+// heapProfile returns the heap profile a service started with system.profiles serves for the
+// query.
+func (s *system) heapProfile(name, query string) []byte {
 	s.mu.Lock()
 	p := s.procs[name]
 	s.mu.Unlock()
-	resp, err := http.Get("http://" + p.pprof + "/debug/pprof/heap?gc=1")
+	resp, err := http.Get("http://" + p.pprof + "/debug/pprof/heap?" + query)
 	if err != nil {
 		s.t.Fatalf("heap profile of %s: %v", name, err)
 	}
@@ -467,12 +463,10 @@ func (s *system) saveHeapProfile(name, path string) {
 		s.t.Fatalf("heap profile of %s: %s", name, resp.Status)
 	}
 	body, err := io.ReadAll(resp.Body)
-	if err == nil {
-		err = os.WriteFile(path, body, 0o644)
-	}
 	if err != nil {
 		s.t.Fatalf("heap profile of %s: %v", name, err)
 	}
+	return body
 }
 
 // cpuTimes is the CPU time so far (user and system) of each hub service and of the control

@@ -33,7 +33,7 @@ type Parts struct {
 // PartialListing are kept for the result; any other reason makes the part a failed one.
 func (p *Parts) Add(name string, clusters []events.Cluster, reason string, err error) {
 	if err == nil {
-		p.clusters = append(p.clusters, clusters...)
+		_ = p.Page(clusters) // gathered, or Each's error, which Stopped keeps
 	}
 	p.Done(name, reason, err)
 }
