@@ -179,8 +179,8 @@ func BenchmarkClusterAppeared(b *testing.B) {
 	for _, pairs := range e.pairs {
 		for _, p := range pairs {
 			for _, st := range p.Enforcements {
-				succeeded = append(succeeded, &events.InstallSucceeded{IntentID: st.IntentID, Rule: p.Rule, Cluster: p.Cluster.Name,
-					Enforcement: st.Name, Application: p.Cluster.Name + "-" + st.Name, Created: true, SpecHash: st.SpecHash})
+				succeeded = append(succeeded, &events.InstallSucceeded{IntentID: st.IntentID, Rule: p.Rule.Value(), Cluster: p.Cluster.Value().Name,
+					Enforcement: st.Name, Application: p.Cluster.Value().Name + "-" + st.Name, Created: true, SpecHash: st.SpecHash})
 			}
 		}
 	}
@@ -193,7 +193,7 @@ func BenchmarkClusterAppeared(b *testing.B) {
 	for _, pairs := range e.pairs {
 		for _, p := range pairs {
 			if st := p.Enforcements[0]; !st.Installed || st.LastOutcome == "" {
-				b.Fatalf("pair %s/%s: installed %v, last outcome %q after its install succeeded", p.Rule.Name, p.Cluster.Name, st.Installed, st.LastOutcome)
+				b.Fatalf("pair %s/%s: installed %v, last outcome %q after its install succeeded", p.Rule.Value().Name, p.Cluster.Value().Name, st.Installed, st.LastOutcome)
 			}
 		}
 	}

@@ -93,7 +93,7 @@ func (e *engine) breakRemovals(r *ruleState, ch *change, prev *heldRemovals) *he
 	}
 	h := &heldRemovals{Generation: r.ref.Generation, Installed: installed, Cap: limit, Clusters: map[string]string{}}
 	for _, u := range ch.unselected {
-		h.Clusters[u.cid] = e.pairs[r.key][u.cid].Cluster.Name
+		h.Clusters[u.cid] = e.pairs[r.key][u.cid].Cluster.Value().Name
 	}
 	ch.dropUnselected()
 	if prev == nil || prev.Generation != h.Generation {

@@ -171,8 +171,8 @@ func (e *engine) removeCluster(cid string) {
 // name) next to its current source's, or two clusters of one name (another identity each).
 func (e *engine) setPair(rule, cid string, p *pairState) {
 	old := e.pairs[rule][cid]
-	if old != nil && (p == nil || old.Cluster.Name != p.Cluster.Name) {
-		e.unindexName(rule, old.Cluster.Name, cid)
+	if old != nil && (p == nil || old.Cluster.Value().Name != p.Cluster.Value().Name) {
+		e.unindexName(rule, old.Cluster.Value().Name, cid)
 	}
 	if p == nil {
 		if old != nil {
@@ -187,7 +187,7 @@ func (e *engine) setPair(rule, cid string, p *pairState) {
 		e.pairs[rule] = map[string]*pairState{}
 	}
 	e.pairs[rule][cid] = p
-	k := ruleClusterName{rule, p.Cluster.Name}
+	k := ruleClusterName{rule, p.Cluster.Value().Name}
 	ids := e.pairByName[k]
 	if i, found := slices.BinarySearch(ids, cid); !found {
 		e.pairByName[k] = slices.Insert(ids, i, cid)

@@ -107,7 +107,7 @@ func (e *engine) listingMessage(sourceID string) string {
 // foreignPair reports whether p is a pair the rule holds from a source other than its current
 // one: what a handover moves or lets go.
 func foreignPair(r *ruleState, p *pairState) bool {
-	return p != nil && p.Cluster.Source.ID != r.sel.source.ID
+	return p != nil && p.Cluster.Value().Source.ID != r.sel.source.ID
 }
 
 // foreignPairs counts the pairs of the rule from another source than its current one.
@@ -139,7 +139,7 @@ func (e *engine) predecessor(r *ruleState, cid string, rec *clusterRecord) (stri
 			continue
 		}
 		rank := 0
-		if p.Cluster.Identity != "" && p.Cluster.Identity == rec.Cluster.Identity {
+		if p.Cluster.Value().Identity != "" && p.Cluster.Value().Identity == rec.Cluster.Identity {
 			rank += 4
 		}
 		if p.installed() {
@@ -192,7 +192,7 @@ func (e *engine) confirmTakeover(ctx context.Context, rule, cid, cluster, name s
 		}
 		e.setPair(rule, pcid, next)
 		e.log.Info("Takeover confirmed: the old source's pair lets go of the Application", "rule", rule, "cluster", cluster,
-			"enforcement", name, "from", p.Cluster.Identity, "pairLeft", next != nil)
+			"enforcement", name, "from", p.Cluster.Value().Identity, "pairLeft", next != nil)
 	}
 	return nil
 }

@@ -187,7 +187,7 @@ func TestHandoverAndRemovedEnforcementInOneEdit(t *testing.T) {
 	// The cm1 pair stays, handed over, until argo-syncer confirms the takeover.
 	newID, oldID := clusterID(ref2.ID, "a"), clusterID(ref1.ID, "a")
 	pairs := e.pairs["ns/fleet"]
-	if p, old := pairs[newID], pairs[oldID]; len(pairs) != 2 || p == nil || len(p.Enforcements) != 1 || p.Cluster.Identity != "static:enforcement/cm2/a" ||
+	if p, old := pairs[newID], pairs[oldID]; len(pairs) != 2 || p == nil || len(p.Enforcements) != 1 || p.Cluster.Value().Identity != "static:enforcement/cm2/a" ||
 		old == nil || old.HandedOverTo != newID || len(old.Enforcements) != 1 || old.Enforcements.get("guestbook") == nil {
 		t.Errorf("pairs after the edit: %+v; want the cm2 cluster's with guestbook, and cm1's with guestbook handed over to it", pairs)
 	}

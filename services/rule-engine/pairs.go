@@ -80,7 +80,7 @@ func (e *engine) evalPairVars(r *ruleState, rule, cid string, rec *clusterRecord
 		// The rule's source changed and the new source has not listed yet: the pair waits, but
 		// an enforcement removed from the rule goes now.
 		e.uninstallRemovedWhileWaiting(r, cid, rec, old, ch, cv)
-	case foreignPair(r, old) && e.hasSuccessor(r, old.Cluster.Name, ch):
+	case foreignPair(r, old) && e.hasSuccessor(r, old.Cluster.Value().Name, ch):
 		// The cluster of the new source with its name takes it over (takeOver, which also
 		// uninstalls what the rule no longer has), or keeps it waiting while not eligible.
 	case !r.sel.selects(&rec.Cluster):
@@ -125,12 +125,12 @@ func (e *engine) takeOver(r *ruleState, cid string, rec *clusterRecord, pcid str
 	r.clearRenderError(cid)
 	r.clearRenderError(pcid)
 	replaces := ""
-	if pred.Cluster.Identity != "" && pred.Cluster.Identity != rec.Cluster.Identity {
-		replaces = pred.Cluster.Identity
+	if pred.Cluster.Value().Identity != "" && pred.Cluster.Value().Identity != rec.Cluster.Identity {
+		replaces = pred.Cluster.Value().Identity
 	}
 	next, intents := r.diffPairFor(rec, pred, renderKey, enfs, replaces)
 	e.log.Info("Took over a cluster from the rule's old source", "rule", r.key, "cluster", rec.Cluster.Name,
-		"from", pred.Cluster.Identity, "to", rec.Cluster.Identity)
+		"from", pred.Cluster.Value().Identity, "to", rec.Cluster.Identity)
 	ch.intents = append(ch.intents, intents...)
 	ch.pairs = append(ch.pairs, pairUpdate{rule: r.key, cid: pcid, next: handedOver(pred, next, cid)},
 		pairUpdate{rule: r.key, cid: cid, next: next})
@@ -174,7 +174,7 @@ func (e *engine) uninstallRemovedWhileWaiting(r *ruleState, cid string, rec *clu
 	if len(removed.Enforcements) == 0 {
 		return
 	}
-	ch.intents = append(ch.intents, uninstalls(r.ref, old.Cluster, removed, events.UninstallEnforcementRemoved, r.deletionPolicy)...)
+	ch.intents = append(ch.intents, uninstalls(r.ref, old.Cluster.Value(), removed, events.UninstallEnforcementRemoved, r.deletionPolicy)...)
 	if len(next.Enforcements) == 0 {
 		next = nil
 	}
@@ -192,10 +192,10 @@ func uninstallMissing(r *ruleState, rule, cid string, old *pairState, goneRevisi
 	if old == nil || goneRevision == 0 {
 		return // nothing was installed here, or the cluster is not known to be gone
 	}
-	target := old.Cluster
+	target := old.Cluster.Value()
 	target.Gone, target.Revision = true, max(goneRevision, target.Revision)
 	reason := events.UninstallClusterGone
-	ref := old.Rule
+	ref := old.Rule.Value()
 	if r != nil {
 		ref = r.ref
 	}
@@ -222,8 +222,8 @@ func uninstallUnselected(r *ruleState, rule, cid string, rec *clusterRecord, old
 // engine.evaluate). A template error touches only this pair: it keeps what it has.
 func (e *engine) evalSelected(r *ruleState, rule, cid string, rec *clusterRecord, old *pairState, ch *change, cv *clusterVars) {
 	renderKey := r.renderKey(cv)
-	if old != nil && old.RenderKey == renderKey && old.Cluster.URL == rec.Cluster.URL &&
-		old.Cluster.Source == credentialsRef(r.sel.source, rec.Cluster.Source) && old.Grant == r.grantFingerprint() {
+	if old != nil && old.RenderKey == renderKey && old.Cluster.Value().URL == rec.Cluster.URL &&
+		old.Cluster.Value().Source == credentialsRef(r.sel.source, rec.Cluster.Source) && old.Grant == r.grantFingerprint() {
 		return // nothing changed since the last render, nor the credentials' Secret, nor the grant
 	}
 	enfs, ok, err := r.rendered(cid, renderKey, cv, ch)
@@ -311,11 +311,11 @@ func (r *ruleState) diffPairFor(rec *clusterRecord, old *pairState, renderKey st
 func (r *ruleState) diffPairs(rec *clusterRecord, old *pairState, renderKey string, enfs []events.Enforcement, handover bool, replaces string) (*pairState, []events.Event) {
 	target := targetOf(rec)
 	target.Source = credentialsRef(r.sel.source, rec.Cluster.Source)
-	resend := handover || (old != nil && old.Cluster.Source != target.Source)
-	target.Replaces = replaces
-	next := &pairState{Rule: r.ref, Cluster: target, RenderKey: renderKey, DeletionPolicy: r.deletionPolicy,
+	resend := handover || (old != nil && old.Cluster.Value().Source != target.Source)
+	// The record is the new cluster's own; only the intents replace.
+	next := &pairState{Rule: share(r.ref), Cluster: shareTarget(target), RenderKey: renderKey, DeletionPolicy: r.deletionPolicy,
 		Enforcements: make(enfStates, 0, len(enfs)), Grant: r.grantFingerprint(), SpecGeneration: r.specGeneration}
-	next.Cluster.Replaces = "" // the record is the new cluster's own; only the intents replace
+	target.Replaces = replaces
 	var intents []events.Event
 	for i := range enfs {
 		en := &enfs[i]

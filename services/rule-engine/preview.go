@@ -476,7 +476,7 @@ func (e *engine) unchanged(rule string, changes []events.PreviewChange) int {
 			continue
 		}
 		for _, st := range p.Enforcements {
-			if !touched[p.Cluster.Name+"\x00"+st.Name] {
+			if !touched[p.Cluster.Value().Name+"\x00"+st.Name] {
 				n++
 			}
 		}

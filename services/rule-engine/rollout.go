@@ -366,7 +366,7 @@ const (
 // pairHealth says how a cluster's pair stands under r's generation.
 func (e *engine) pairHealth(r *ruleState, cid string) int {
 	p := e.pairs[r.key][cid]
-	if p == nil || p.specGeneration() != r.ref.Generation || p.Rule.UID != r.ref.UID || len(p.Enforcements) == 0 {
+	if p == nil || p.specGeneration() != r.ref.Generation || p.Rule.Value().UID != r.ref.UID || len(p.Enforcements) == 0 {
 		return pairNotUpdated
 	}
 	healthy := true
@@ -641,7 +641,7 @@ func (e *engine) failedIn(r *ruleState, p *rolloutPlan) *rolloutHalt {
 			if es.Health.Health == events.HealthDegraded {
 				msg = strings.TrimSuffix("Degraded: "+es.Health.Message, ": ")
 			}
-			h := &rolloutHalt{Application: es.Health.Application, Cluster: pr.Cluster.Name, Enforcement: es.Name, Message: msg}
+			h := &rolloutHalt{Application: es.Health.Application, Cluster: pr.Cluster.Value().Name, Enforcement: es.Name, Message: msg}
 			if out == nil || h.Cluster+"/"+h.Enforcement < out.Cluster+"/"+out.Enforcement {
 				out = h
 			}
@@ -725,8 +725,8 @@ func (e *engine) applyHealth(ctx context.Context, ev *events.ApplicationHealth) 
 	for _, cid := range e.pairsNamed(key, ev.Cluster) {
 		p := e.pairs[key][cid]
 		es := p.Enforcements.get(ev.Enforcement)
-		if es == nil || (ev.Identity != "" && p.Cluster.Identity != "" && ev.Identity != p.Cluster.Identity) ||
-			(ev.Rule.UID != "" && p.Rule.UID != "" && ev.Rule.UID != p.Rule.UID) {
+		if es == nil || (ev.Identity != "" && p.Cluster.Value().Identity != "" && ev.Identity != p.Cluster.Value().Identity) ||
+			(ev.Rule.UID != "" && p.Rule.Value().UID != "" && ev.Rule.UID != p.Rule.Value().UID) {
 			continue
 		}
 		h := &appHealth{Application: ev.Application, SpecHash: ev.SpecHash, Observed: ev.Observed, Health: ev.Health,
@@ -824,7 +824,7 @@ func (e *engine) rolloutStatus(r *ruleState) *v1beta1.RolloutStatus {
 	byGen := map[int64][]string{}
 	for _, p := range e.pairs[r.key] {
 		if p.HandedOverTo == "" {
-			byGen[p.specGeneration()] = append(byGen[p.specGeneration()], p.Cluster.Name)
+			byGen[p.specGeneration()] = append(byGen[p.specGeneration()], p.Cluster.Value().Name)
 		}
 	}
 	for _, g := range slices.Sorted(maps.Keys(byGen)) {

@@ -261,15 +261,15 @@ func (e *engine) ruleDeletion(key string, ref events.RuleRef, deletionPolicy str
 	ch := &change{}
 	uids := map[string]bool{}
 	for cid, p := range e.pairs[key] {
-		uids[p.Rule.UID] = true
+		uids[p.Rule.Value().UID] = true
 		rr, policy := ref, deletionPolicy
 		if rr.Name == "" {
-			rr, policy = p.Rule, p.DeletionPolicy
+			rr, policy = p.Rule.Value(), p.DeletionPolicy
 		}
-		target := p.Cluster
+		target := p.Cluster.Value()
 		if rec := e.clusters[cid]; rec != nil {
 			target = targetOf(rec)
-			target.Source = p.Cluster.Source // the rule's Secret reference, as installed
+			target.Source = p.Cluster.Value().Source // the rule's Secret reference, as installed
 		}
 		ch.intents = append(ch.intents, uninstalls(rr, target, p, events.UninstallRuleDeleted, policy)...)
 		ch.pairs = append(ch.pairs, pairUpdate{rule: key, cid: cid})

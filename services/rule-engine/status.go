@@ -108,7 +108,7 @@ func tallyEnforcements(pairs map[string]*pairState) enfTally {
 			continue // the successor's pair reports these Applications
 		}
 		for _, es := range p.Enforcements {
-			t.add(p.Cluster.Name, es.Name, es)
+			t.add(p.Cluster.Value().Name, es.Name, es)
 		}
 	}
 	slices.SortFunc(t.installErrors, func(a, b v1beta1.InstallError) int {

@@ -25,6 +25,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unique"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/service"
@@ -130,9 +131,14 @@ func (r *clusterRecord) newerThan(revision, seq uint64) bool {
 }
 
 // pairState is what a (rule, cluster) pair was last told to install, and what came of it.
+//
+// Its rule reference and its target are the same for many pairs (every pair of a rule
+// generation; every pair of a cluster revision and credentials reference), so a pair holds each
+// as a shared value, a handle on one copy: 16 bytes a pair instead of 224, about 2 KB a cluster
+// at ten rules (BenchmarkClusterAppeared).
 type pairState struct {
-	Rule    events.RuleRef `json:"rule"`
-	Cluster events.Target  `json:"cluster"`
+	Rule    shared[events.RuleRef] `json:"rule"`
+	Cluster sharedTarget           `json:"cluster"`
 	// RenderKey is the (generation, variables) the enforcements were last rendered for; the
 	// same key means nothing to render and nothing to send.
 	RenderKey      string    `json:"renderKey"`
@@ -151,12 +157,76 @@ type pairState struct {
 	SpecGeneration int64 `json:"specGeneration,omitempty"`
 }
 
+// shared is a value many pairs hold the same of, kept once: a pair holds a handle on it (package
+// unique), and the value goes once no handle is left. The zero shared holds T's zero value. It
+// reads and writes as T's JSON, the stored records' form.
+type shared[T comparable] struct{ h unique.Handle[T] }
+
+func share[T comparable](v T) shared[T] { return shared[T]{unique.Make(v)} }
+
+// Value is a copy of the shared value.
+func (s shared[T]) Value() T {
+	if s.h == (unique.Handle[T]{}) {
+		var zero T
+		return zero
+	}
+	return s.h.Value()
+}
+
+func (s shared[T]) MarshalJSON() ([]byte, error) { return json.Marshal(s.Value()) }
+
+func (s *shared[T]) UnmarshalJSON(b []byte) error {
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = share(v)
+	return nil
+}
+
+// sharedTarget is a pair's target shared: the events.Target of its intents without the
+// registration hints (which the intents take from the cluster's record, withRegistration) and
+// so comparable.
+type sharedTarget struct{ s shared[targetValue] }
+
+// targetValue is the comparable part of an events.Target: all of it but Registration.
+type targetValue struct {
+	name, key, url     string
+	source             events.SourceRef
+	identity, replaces string
+	revision           uint64
+	gone               bool
+}
+
+func shareTarget(t events.Target) sharedTarget {
+	return sharedTarget{share(targetValue{name: t.Name, key: t.Key, url: t.URL, source: t.Source,
+		identity: t.Identity, replaces: t.Replaces, revision: t.Revision, gone: t.Gone})}
+}
+
+// Value is a copy of the target, without Registration.
+func (t sharedTarget) Value() events.Target {
+	v := t.s.Value()
+	return events.Target{Name: v.name, Key: v.key, URL: v.url, Source: v.source, Identity: v.identity,
+		Replaces: v.replaces, Revision: v.revision, Gone: v.gone}
+}
+
+func (t sharedTarget) MarshalJSON() ([]byte, error) { return json.Marshal(t.Value()) }
+
+func (t *sharedTarget) UnmarshalJSON(b []byte) error {
+	var v events.Target
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*t = shareTarget(v)
+	return nil
+}
+
 // specGeneration is the rule generation whose spec the pair runs.
 func (p *pairState) specGeneration() int64 {
 	if p.SpecGeneration != 0 {
 		return p.SpecGeneration
 	}
-	return p.Rule.Generation
+	return p.Rule.Value().Generation
 }
 
 // enfState is one installed enforcement (by rendered name) of a pair.

@@ -45,7 +45,7 @@ func TestKVStore(t *testing.T) {
 	if err := st.putCluster(ctx, cid, rec); err != nil {
 		t.Fatal(err)
 	}
-	p := &pairState{Rule: events.RuleRef{Namespace: "ns", Name: "r"}, RenderKey: "k", Enforcements: enfStates{{Name: "g", SpecHash: "h", Installed: true}}}
+	p := &pairState{Rule: share(events.RuleRef{Namespace: "ns", Name: "r"}), RenderKey: "k", Enforcements: enfStates{{Name: "g", SpecHash: "h", Installed: true}}}
 	if err := st.putPair(ctx, "ns/r", cid, p); err != nil {
 		t.Fatal(err)
 	}
@@ -265,5 +265,55 @@ func TestClusterRecordCompact(t *testing.T) {
 	odd.compact()
 	if odd.templateAttributes != nil || odd.Cluster.Attributes["f"] == nil {
 		t.Errorf("an attribute JSON cannot encode was moved: %+v", odd)
+	}
+}
+
+// A pair's rule reference and target are shared values in memory, but the stored record keeps
+// the form it had when they were plain fields, and records of older releases read back.
+func TestPairRecordKeepsItsFormWithSharedValues(t *testing.T) {
+	stored := `{"rule":{"namespace":"ns","name":"r","uid":"u1","generation":3},` +
+		`"cluster":{"name":"a","key":"k","url":"https://a","source":{"kind":"static","id":"src"},"identity":"static:a","revision":7},` +
+		`"renderKey":"rk","enforcements":{"g":{"specHash":"h","intentId":"i"}}}`
+	var p, q pairState
+	for _, dst := range []*pairState{&p, &q} {
+		if err := json.Unmarshal([]byte(stored), dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantRule := events.RuleRef{Namespace: "ns", Name: "r", UID: "u1", Generation: 3}
+	wantTarget := events.Target{Name: "a", Key: "k", URL: "https://a", Source: events.SourceRef{Kind: "static", ID: "src"}, Identity: "static:a", Revision: 7}
+	if got := p.Rule.Value(); got != wantRule {
+		t.Errorf("rule = %+v, want %+v", got, wantRule)
+	}
+	if got := p.Cluster.Value(); !reflect.DeepEqual(got, wantTarget) {
+		t.Errorf("cluster = %+v, want %+v", got, wantTarget)
+	}
+	if p.Rule != q.Rule || p.Cluster != q.Cluster {
+		t.Error("two records of the same rule and target do not share them")
+	}
+	b, err := json.Marshal(&p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, want map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(stored), &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got["rule"], want["rule"]) || !reflect.DeepEqual(got["cluster"], want["cluster"]) {
+		t.Errorf("stored again as\n%s\nwant the rule and cluster of\n%s", b, stored)
+	}
+	// The target of an intent that replaced an identity keeps Replaces; only Registration,
+	// which intents take from the cluster's record, is not kept.
+	handover := wantTarget
+	handover.Replaces, handover.Registration = "static:old", map[string]string{"argocd.caData": "x"}
+	if got := shareTarget(handover).Value(); got.Replaces != "static:old" || got.Registration != nil {
+		t.Errorf("shared target = %+v; want Replaces kept, no Registration", got)
+	}
+	var zero pairState
+	if zero.Rule.Value() != (events.RuleRef{}) || zero.Cluster.Value().Name != "" {
+		t.Error("a zero pair's rule and target are not the zero values")
 	}
 }
