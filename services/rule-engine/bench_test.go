@@ -148,7 +148,8 @@ func (persistNothing) putRender(_ context.Context, _ string, enfs []events.Enfor
 // every cluster of a Rancher source. It builds 10,000 clusters with the attributes a Rancher
 // server lists and reports their live heap after a collection, above the rules alone, per
 // cluster (live-B/cluster), and again once every install succeeded and each pair recorded its
-// outcome (live-B/cluster-installed); then each iteration is one more cluster appearing, decided
+// outcome (live-B/cluster-installed), and once more after Argo CD reported each Application
+// healthy (live-B/cluster-healthy); then each iteration is one more cluster appearing, decided
 // for the ten rules (ten pairs, ten install intents).
 func BenchmarkClusterAppeared(b *testing.B) {
 	const clusters, rules = 10000, 10
@@ -197,6 +198,40 @@ func BenchmarkClusterAppeared(b *testing.B) {
 			}
 		}
 	}
+	// Then Argo CD reports each Application healthy and synced, as argo-syncer passes it on: each
+	// report decoded from JSON, as an event brings it.
+	var reports []*events.ApplicationHealth
+	for _, pairs := range e.pairs {
+		for _, p := range pairs {
+			for _, st := range p.Enforcements {
+				js, err := json.Marshal(&events.ApplicationHealth{Rule: p.Rule.Value(), Cluster: p.Cluster.Value().Name,
+					Enforcement: st.Name, Application: p.Cluster.Value().Name + "-" + st.Name, SpecHash: st.SpecHash, Observed: true,
+					ResourceVersion: "4711", Health: "Healthy", Sync: "Synced", Operation: "Succeeded", Message: "successfully synced (all tasks run)"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				var ev events.ApplicationHealth
+				if err := json.Unmarshal(js, &ev); err != nil {
+					b.Fatal(err)
+				}
+				reports = append(reports, &ev)
+			}
+		}
+	}
+	for i, ev := range reports {
+		if err := e.applyHealth(ctx, ev); err != nil {
+			b.Fatal(err)
+		}
+		reports[i] = nil
+	}
+	perClusterHealthy := float64(testenv.LiveHeap()-before) / clusters
+	for _, pairs := range e.pairs {
+		for _, p := range pairs {
+			if h := p.Enforcements[0].Health; h == nil || h.Health != "Healthy" {
+				b.Fatalf("pair %s/%s: health %+v after Argo CD reported it healthy", p.Rule.Value().Name, p.Cluster.Value().Name, h)
+			}
+		}
+	}
 	pub := e.pub.(*countingPublisher)
 	pub.n = 0
 	b.ReportAllocs()
@@ -212,6 +247,7 @@ func BenchmarkClusterAppeared(b *testing.B) {
 	}
 	b.ReportMetric(perCluster, "live-B/cluster")
 	b.ReportMetric(perClusterInstalled, "live-B/cluster-installed")
+	b.ReportMetric(perClusterHealthy, "live-B/cluster-healthy")
 }
 
 // rancherCluster is cluster i of a Rancher source, with the attributes its server lists, decoded

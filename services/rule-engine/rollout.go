@@ -734,6 +734,7 @@ func (e *engine) applyHealth(ctx context.Context, ev *events.ApplicationHealth) 
 		if es.Health != nil && *es.Health == *h {
 			continue
 		}
+		h.share(es)
 		next := p.clone()
 		next.Enforcements.get(ev.Enforcement).Health = h
 		updates = append(updates, pairUpdate{rule: key, cid: cid, next: next})
@@ -765,6 +766,24 @@ type appHealth struct {
 	Operation string `json:"operation,omitempty"`
 	Message   string `json:"message,omitempty"`
 }
+
+// share makes the report hold the strings that many reports repeat once: the status words and
+// short messages are interned, and a spec hash equal to the enforcement state's is its string.
+// Every installed Application reports its health, so without it each pair of a fleet would keep
+// its own copy of "Healthy", "Synced", "Succeeded" and of its spec hash.
+func (h *appHealth) share(st *enfState) {
+	h.Health, h.Sync, h.Operation = intern(h.Health), intern(h.Sync), intern(h.Operation)
+	if len(h.Message) <= internedMessageLimit {
+		h.Message = intern(h.Message)
+	}
+	if h.SpecHash == st.SpecHash {
+		h.SpecHash = st.SpecHash
+	}
+}
+
+// internedMessageLimit is the longest health message interned: the short ones ("successfully
+// synced (all tasks run)") repeat across a fleet, a long one names the Application's resources.
+const internedMessageLimit = 64
 
 // rolloutStatus is the status of a rule's rollout, computed from the state; nil without one.
 func (e *engine) rolloutStatus(r *ruleState) *v1beta1.RolloutStatus {
