@@ -50,11 +50,11 @@ const (
 // cluster: "" when it has exactly that shape (see the file comment), else what differs.
 func originalApplication(app *cachedApplication, cluster string) string {
 	var why []string
-	if v, ok := app.Labels[LabelManagedBy]; ok {
+	if v, ok := app.Labels.Lookup(LabelManagedBy); ok {
 		why = append(why, fmt.Sprintf("label %s=%s", LabelManagedBy, v))
 	}
-	if app.Labels[LabelCluster] != cluster || len(app.Labels) != 1 {
-		why = append(why, fmt.Sprintf("labels are %s, want only %s=%s", labelList(app.Labels), LabelCluster, cluster))
+	if app.Labels.Get(LabelCluster) != cluster || app.Labels.Len() != 1 {
+		why = append(why, fmt.Sprintf("labels are %s, want only %s=%s", labelList(app.Labels.Map()), LabelCluster, cluster))
 	}
 	spec := app.Foreign
 	if spec == nil { // an Application of Enforcement's own, whose spec the cache does not keep

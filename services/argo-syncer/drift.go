@@ -35,6 +35,16 @@ func subsetStrings(want, have map[string]string) bool {
 	return true
 }
 
+// holdsStrings is subsetStrings for a cached Application's labels or annotations.
+func holdsStrings(have metaStrings, want map[string]string) bool {
+	for k, v := range want {
+		if have.Get(k) != v {
+			return false
+		}
+	}
+	return true
+}
+
 // covers reports whether live holds every non-empty field of desired, both compared as JSON.
 // Maps are compared key by key (live may have more), lists element by element and whole (a
 // list is owned as one value by server-side apply for these types), scalars by value.
@@ -116,7 +126,7 @@ func isEmpty(v any) bool {
 // applicationInSync reports whether the live Application existing (owned, cached) still holds
 // every field of desired.
 func (s *Syncer) applicationInSync(ctx context.Context, existing *cachedApplication, desired *applyObject) (bool, error) {
-	if !subsetStrings(desired.Metadata.Labels, existing.Labels) || !subsetStrings(desired.Metadata.Annotations, existing.Annotations) {
+	if !holdsStrings(existing.Labels, desired.Metadata.Labels) || !holdsStrings(existing.Annotations, desired.Metadata.Annotations) {
 		return false, nil // the applied hash is among the annotations: a changed rendering ends here
 	}
 	want := digestSpec(desired.Spec)

@@ -120,18 +120,18 @@ func healthFingerprint(ev events.ApplicationHealth) uint64 {
 // false when the Application lacks the annotations that name its rule, cluster and enforcement.
 func applicationHealth(app *cachedApplication) (*events.ApplicationHealth, bool) {
 	a := app.Annotations
-	ns, name, ok := strings.Cut(a[AnnotationRule], "/")
-	if !ok || ns == "" || name == "" || a[AnnotationCluster] == "" || a[AnnotationEnforcement] == "" {
+	ns, name, ok := strings.Cut(a.Get(AnnotationRule), "/")
+	if !ok || ns == "" || name == "" || a.Get(AnnotationCluster) == "" || a.Get(AnnotationEnforcement) == "" {
 		return nil, false
 	}
 	st := app.Status
 	ev := &events.ApplicationHealth{
-		Rule:            events.RuleRef{Namespace: ns, Name: name, UID: a[AnnotationRuleUID]},
-		Cluster:         a[AnnotationCluster],
-		Identity:        a[AnnotationIdentity],
-		Enforcement:     a[AnnotationEnforcement],
+		Rule:            events.RuleRef{Namespace: ns, Name: name, UID: a.Get(AnnotationRuleUID)},
+		Cluster:         a.Get(AnnotationCluster),
+		Identity:        a.Get(AnnotationIdentity),
+		Enforcement:     a.Get(AnnotationEnforcement),
 		Application:     app.Name,
-		SpecHash:        a[AnnotationSpecHash],
+		SpecHash:        a.Get(AnnotationSpecHash),
 		Observed:        st.Observed,
 		ResourceVersion: app.ResourceVersion,
 		Health:          string(st.Health),

@@ -202,13 +202,13 @@ func TestHealthReportedAsArgoCDWritesIt(t *testing.T) {
 // An Application without the annotations an install intent writes (adopted by hand, a foreign
 // tool's) is not reported.
 func TestHealthOfApplicationsWithoutIntentAnnotationsIsNotReported(t *testing.T) {
-	app := &cachedApplication{ObjectMeta: metav1.ObjectMeta{Name: "x", Labels: map[string]string{LabelManagedBy: ManagedByValue},
-		Annotations: map[string]string{AnnotationRule: "no-namespace", AnnotationCluster: "c", AnnotationEnforcement: "e"}}}
+	app := &cachedApplication{ObjectMeta: metav1.ObjectMeta{Name: "x"}}
+	app.SetLabels(map[string]string{LabelManagedBy: ManagedByValue})
+	app.SetAnnotations(map[string]string{AnnotationRule: "no-namespace", AnnotationCluster: "c", AnnotationEnforcement: "e"})
 	if ev, ok := applicationHealth(app); ok {
 		t.Fatalf("reported %+v for a rule annotation without a namespace", ev)
 	}
-	app.Annotations[AnnotationRule] = "team/agent"
-	delete(app.Annotations, AnnotationCluster)
+	app.SetAnnotations(map[string]string{AnnotationRule: "team/agent", AnnotationEnforcement: "e"})
 	if ev, ok := applicationHealth(app); ok {
 		t.Fatalf("reported %+v without a cluster annotation", ev)
 	}

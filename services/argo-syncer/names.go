@@ -82,8 +82,8 @@ func resolve[T kubeObject](v *view[T], name, legacy, cluster, enforcement string
 		return name, false
 	}
 	o, ok, _ := v.get(legacy)
-	if !ok || !owned(o) || o.GetAnnotations()[AnnotationCluster] != cluster ||
-		(enforcement != "" && o.GetAnnotations()[AnnotationEnforcement] != enforcement) {
+	if !ok || !owned(o) || annotationOf(o, AnnotationCluster) != cluster ||
+		(enforcement != "" && annotationOf(o, AnnotationEnforcement) != enforcement) {
 		return name, false
 	}
 	return legacy, true

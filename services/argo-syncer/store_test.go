@@ -119,8 +119,8 @@ func TestCacheStoresRepeatedStringsOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := obj.(*cachedApplication)
-		if !reflect.DeepEqual(got.Labels, want.Labels) || !reflect.DeepEqual(got.Annotations, want.Annotations) || got.SpecDigest != digestSpec(want.Spec) {
-			t.Errorf("%s reads differently after the trim:\n got %+v %+v %x\nwant %+v %+v %x", cluster, got.Labels, got.Annotations, got.SpecDigest, want.Labels, want.Annotations, digestSpec(want.Spec))
+		if !reflect.DeepEqual(got.GetLabels(), want.Labels) || !reflect.DeepEqual(got.GetAnnotations(), want.Annotations) || got.SpecDigest != digestSpec(want.Spec) {
+			t.Errorf("%s reads differently after the trim:\n got %+v %+v %x\nwant %+v %+v %x", cluster, got.GetLabels(), got.GetAnnotations(), got.SpecDigest, want.Labels, want.Annotations, digestSpec(want.Spec))
 		}
 		apps = append(apps, got)
 	}
@@ -131,17 +131,17 @@ func TestCacheStoresRepeatedStringsOnce(t *testing.T) {
 			t.Errorf("%s: %q and %q are two copies, want one", what, x, y)
 		}
 	}
-	shared("rule annotation", a.Annotations[AnnotationRule], b.Annotations[AnnotationRule])
+	shared("rule annotation", a.Annotations.Get(AnnotationRule), b.Annotations.Get(AnnotationRule))
 	shared("health", string(a.Status.Health), string(b.Status.Health))
 	shared("operation message", a.Status.OperationMessage, b.Status.OperationMessage)
-	for k := range a.Labels {
-		for k2 := range b.Labels {
+	for k := range a.Labels.Map() {
+		for k2 := range b.Labels.Map() {
 			if k == k2 {
 				shared("label key", k, k2)
 			}
 		}
 	}
-	if x, y := a.Annotations[AnnotationCreatedBy], b.Annotations[AnnotationCreatedBy]; x == y {
+	if x, y := a.Annotations.Get(AnnotationCreatedBy), b.Annotations.Get(AnnotationCreatedBy); x == y {
 		t.Errorf("both Applications name intent %q as their creator", x)
 	}
 }
@@ -403,4 +403,44 @@ func serverApplication(b testing.TB, cluster, enforcement string) []byte {
 		b.Fatal(err)
 	}
 	return w
+}
+
+// A cached Application keeps its labels and annotations as sorted lists; they read as the maps
+// they came from, and a map the getters return is the caller's own.
+func TestCachedApplicationMetadataReadsAsMaps(t *testing.T) {
+	labels := map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: "prod", "empty": "", "a": "first", "z": "last"}
+	app := cacheApplication(&argov1.Application{ObjectMeta: metav1.ObjectMeta{Name: "prod-agent", Labels: labels,
+		Annotations: map[string]string{AnnotationCluster: "prod"}}})
+	if app.ObjectMeta.Labels != nil || app.ObjectMeta.Annotations != nil {
+		t.Errorf("the embedded metadata keeps maps: %v %v", app.ObjectMeta.Labels, app.ObjectMeta.Annotations)
+	}
+	if got := app.GetLabels(); !reflect.DeepEqual(got, labels) || app.Labels.Len() != len(labels) {
+		t.Errorf("labels read %v (%d), want %v", got, app.Labels.Len(), labels)
+	}
+	for k, v := range labels {
+		if got, ok := app.Labels.Lookup(k); !ok || got != v {
+			t.Errorf("Lookup(%q) = %q, %t; want %q", k, got, ok, v)
+		}
+	}
+	for _, k := range []string{"", "0", "b", "zz", "cluster"} {
+		if got, ok := app.Labels.Lookup(k); ok || got != "" {
+			t.Errorf("Lookup(%q) = %q, %t; want no value", k, got, ok)
+		}
+	}
+	if !owned(app) || labelOf(app, LabelCluster) != "prod" || annotationOf(app, AnnotationCluster) != "prod" {
+		t.Error("owned, labelOf or annotationOf do not read the kept labels and annotations")
+	}
+	got := app.GetLabels()
+	got[LabelCluster] = "changed"
+	cp := app.DeepCopyObject().(*cachedApplication)
+	if app.Labels.Get(LabelCluster) != "prod" || cp.Labels.Get(LabelCluster) != "prod" {
+		t.Error("changing a map GetLabels returned changed the cached Application")
+	}
+	cp.SetAnnotations(nil)
+	if cp.GetAnnotations() != nil || app.Annotations.Get(AnnotationCluster) != "prod" {
+		t.Error("SetAnnotations on a copy changed the original, or kept annotations")
+	}
+	if empty := cacheApplication(&argov1.Application{}); empty.Labels != nil || empty.GetLabels() != nil || empty.Labels.Len() != 0 {
+		t.Errorf("an Application without labels keeps %v", empty.Labels)
+	}
 }

@@ -140,10 +140,10 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 	appInformer := argoinformers.NewApplicationInformer(argo, s.ns, 0, cache.Indexers{
 		indexCluster: func(obj any) ([]string, error) {
 			app, ok := obj.(*cachedApplication)
-			if !ok || app.Labels[LabelCluster] == "" {
+			if !ok || app.Labels.Get(LabelCluster) == "" {
 				return nil, nil
 			}
-			return []string{app.Labels[LabelCluster]}, nil
+			return []string{app.Labels.Get(LabelCluster)}, nil
 		},
 		indexProject: func(obj any) ([]string, error) {
 			app, ok := obj.(*cachedApplication)
@@ -186,7 +186,7 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 	s.secrets = newView[*corev1.Secret](s.ns, secretInformer)
 	s.apps.onDelete = func(app *cachedApplication) {
 		s.covered.forget(app.Name)
-		if c := app.Annotations[AnnotationCluster]; c != "" && owned(app) {
+		if c := app.Annotations.Get(AnnotationCluster); c != "" && owned(app) {
 			s.pending.Add(c)
 			return
 		}
@@ -252,7 +252,23 @@ func (s *Syncer) Run(ctx context.Context, ready chan<- struct{}, leading <-chan 
 }
 
 // owned reports whether Enforcement manages the object.
-func owned(o metav1.Object) bool { return o.GetLabels()[LabelManagedBy] == ManagedByValue }
+func owned(o metav1.Object) bool { return labelOf(o, LabelManagedBy) == ManagedByValue }
+
+// labelOf and annotationOf are an object's label or annotation k: of a cached Application
+// without building a map of them all.
+func labelOf(o metav1.Object, k string) string {
+	if a, ok := o.(*cachedApplication); ok {
+		return a.Labels.Get(k)
+	}
+	return o.GetLabels()[k]
+}
+
+func annotationOf(o metav1.Object, k string) string {
+	if a, ok := o.(*cachedApplication); ok {
+		return a.Annotations.Get(k)
+	}
+	return o.GetAnnotations()[k]
+}
 
 // InstallResult says what an install did.
 type InstallResult struct {
@@ -328,7 +344,7 @@ func (s *Syncer) install(ctx context.Context, h installing, in *events.InstallIn
 		// Already as rendered: a redelivery or a no-op change. When this intent created it, the
 		// earlier run stopped before it reported the creation (a crash, a lost acknowledgement
 		// of the outcome): this run reports it.
-		res.Created = refreshCredentials && existing.Annotations[AnnotationCreatedBy] == in.ID()
+		res.Created = refreshCredentials && existing.Annotations.Get(AnnotationCreatedBy) == in.ID()
 		return res, nil
 	}
 	if !exists && refreshCredentials { // an intent's creation, not the resync's restore
@@ -415,7 +431,7 @@ func mayWrite(existing *cachedApplication, in *events.InstallIntent) error {
 		}
 		return nil
 	}
-	if rule := existing.Annotations[AnnotationRule]; rule != "" && rule != in.Rule.String() {
+	if rule := existing.Annotations.Get(AnnotationRule); rule != "" && rule != in.Rule.String() {
 		return &failure{reason: ReasonNotOwned, permanent: true,
 			err: fmt.Errorf("application %s belongs to rule %s", existing.Name, rule)}
 	}
@@ -424,7 +440,7 @@ func mayWrite(existing *cachedApplication, in *events.InstallIntent) error {
 	if !samePair(existing, in.Cluster.Name, in.Enforcement.Name) {
 		return &failure{reason: ReasonNotOwned, permanent: true,
 			err: fmt.Errorf("application %s belongs to cluster %s, enforcement %s", existing.Name,
-				existing.Annotations[AnnotationCluster], existing.Annotations[AnnotationEnforcement])}
+				existing.Annotations.Get(AnnotationCluster), existing.Annotations.Get(AnnotationEnforcement))}
 	}
 	return nil
 }
@@ -626,7 +642,7 @@ func (s *Syncer) nameConflict(rule events.RuleRef, t events.Target, n objectName
 		}
 	}
 	if a, ok, _ := s.apps.get(n.application); n.application != "" && ok {
-		if id := a.Annotations[AnnotationIdentity]; !ours(id) {
+		if id := a.Annotations.Get(AnnotationIdentity); !ours(id) {
 			return conflictError("application", a.Name, t, id)
 		}
 	}
@@ -635,10 +651,10 @@ func (s *Syncer) nameConflict(rule events.RuleRef, t events.Target, n objectName
 	}
 	for _, l := range clusterLabels(t.Name) {
 		for _, a := range s.apps.list(indexCluster, l) {
-			if a.Annotations[AnnotationIdentity] == t.Replaces && a.Annotations[AnnotationRule] != rule.String() {
+			if a.Annotations.Get(AnnotationIdentity) == t.Replaces && a.Annotations.Get(AnnotationRule) != rule.String() {
 				return &failure{reason: ReasonNameConflict, permanent: true,
 					err: fmt.Errorf("cluster name %s: rule %s hands it over from cluster %s to cluster %s, but application %s of rule %s still installs on %s; cluster %s gets nothing under that name",
-						t.Name, rule, t.Replaces, t.Identity, a.Name, a.Annotations[AnnotationRule], t.Replaces, t.Identity)}
+						t.Name, rule, t.Replaces, t.Identity, a.Name, a.Annotations.Get(AnnotationRule), t.Replaces, t.Identity)}
 			}
 		}
 	}
@@ -908,13 +924,13 @@ func (s *Syncer) uninstall(ctx context.Context, in *events.UninstallIntent) (Uni
 // samePair reports whether an Application was written for this cluster and enforcement (or
 // carries no such record, as an adopted one before its first apply).
 func samePair(app *cachedApplication, cluster, enforcement string) bool {
-	c, e := app.Annotations[AnnotationCluster], app.Annotations[AnnotationEnforcement]
+	c, e := app.Annotations.Get(AnnotationCluster), app.Annotations.Get(AnnotationEnforcement)
 	return (c == "" || c == cluster) && (e == "" || e == enforcement)
 }
 
 // ruleOwns reports whether the Application was written for rule (or adopted without a rule).
 func ruleOwns(app *cachedApplication, rule events.RuleRef) bool {
-	r := app.Annotations[AnnotationRule]
+	r := app.Annotations.Get(AnnotationRule)
 	return r == "" || r == rule.String()
 }
 
