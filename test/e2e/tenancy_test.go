@@ -117,24 +117,35 @@ func (s *system) deletions(ctx context.Context) func() []deletion {
 }
 
 // checkUnregistrationOrder: the deletions of cluster's objects happened in the order of want,
-// whose groups (any order inside one) follow each other.
-func checkUnregistrationOrder(t *testing.T, all []deletion, cluster string, want ...[]string) {
+// whose groups (any order inside one) follow each other. The watches report a deletion a moment
+// after the object is gone, so it first waits until they have seen as many as want names.
+func checkUnregistrationOrder(t *testing.T, deleted func() []deletion, cluster string, want ...[]string) {
 	t.Helper()
-	var got []string
-	for _, d := range all {
-		if name := d.what[strings.Index(d.what, "/")+1:]; name == events.ObjectName(cluster) || name == "cluster-"+cluster ||
-			strings.HasPrefix(name, cluster+"-") {
-			got = append(got, d.what)
-		}
-	}
 	var flat []string
+	for _, group := range want {
+		flat = append(flat, group...)
+	}
+	var got []string
+	testenv.Eventually(t, 10*time.Second, func() error {
+		got = got[:0]
+		for _, d := range deleted() {
+			if name := d.what[strings.Index(d.what, "/")+1:]; name == events.ObjectName(cluster) || name == "cluster-"+cluster ||
+				strings.HasPrefix(name, cluster+"-") {
+				got = append(got, d.what)
+			}
+		}
+		if len(got) < len(flat) {
+			return fmt.Errorf("deletions of %s seen so far: %v, want %v", cluster, got, want)
+		}
+		return nil
+	})
+	done := 0
 	for i, group := range want {
-		end := min(len(flat)+len(group), len(got))
-		if !sameElements(got[len(flat):end], group) {
+		if !sameElements(got[done:done+len(group)], group) {
 			t.Errorf("deletions of %s: %v, want %v (step %d: %v)", cluster, got, want, i+1, group)
 			return
 		}
-		flat = append(flat, group...)
+		done += len(group)
 	}
 	if len(got) != len(flat) {
 		t.Errorf("deletions of %s: %v, want %v", cluster, got, want)
@@ -265,7 +276,7 @@ spec:
 	s.rancher.SetClusters(b1)
 	testenv.Eventually(t, 30*time.Second, func() error { return s.holds(nil, nil, nil) })
 	for _, c := range []string{"a2", "a1"} {
-		checkUnregistrationOrder(t, deleted(), c,
+		checkUnregistrationOrder(t, deleted, c,
 			[]string{"applications/" + c + "-monitoring", "applications/" + c + "-web"},
 			[]string{"appprojects/" + events.ObjectName(c+".team-a")},
 			[]string{"appprojects/" + c},
