@@ -65,7 +65,7 @@ func loadAKSConfig(getenv service.Getenv) (aksConfig, error) {
 // live across scans), its identity "aks:<lower-case ARM id>".
 func (s *sourceSpec) aksLister(d listerDeps) sourceLister {
 	ref := s.Ref
-	return identifiedPages{"aks:", aks.NewLister(aks.Options{
+	return newIdentifiedPages("aks:", aks.NewLister(aks.Options{
 		Subscriptions:  s.Subscriptions,
 		ResourceGroups: s.ResourceGroups,
 		Endpoint:       d.cfg.AKS.Endpoint,
@@ -76,5 +76,5 @@ func (s *sourceSpec) aksLister(d listerDeps) sourceLister {
 		Credentials: func(ctx context.Context) (aks.Credentials, error) {
 			return secretCredentials(ctx, d.kube, ref, true, events.ParseAKSSecret)
 		},
-	})}
+	}))
 }

@@ -182,7 +182,7 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 	case events.SourceKindRancher:
 		return rancherLister{spec: s, d: d}
 	case events.SourceKindEKS:
-		return identifiedPages{"eks:", eks.NewLister(eks.Options{
+		return newIdentifiedPages("eks:", eks.NewLister(eks.Options{
 			Regions:            s.Regions,
 			RedescribeInterval: d.cfg.EKSRedescribeInterval,
 			Calls:              d.eksCalls,
@@ -192,7 +192,7 @@ func (s *sourceSpec) lister(d listerDeps) sourceLister {
 			Credentials: func(ctx context.Context) (eks.Credentials, error) {
 				return secretCredentials(ctx, d.kube, ref, true, events.ParseEKSSecret)
 			},
-		})}
+		}))
 	case events.SourceKindGKE:
 		return closeless{identified{"gke:", gke.NewLister(gke.Options{
 			Projects: s.Projects,
@@ -263,26 +263,26 @@ func (l identified) List(ctx context.Context) ([]events.Cluster, error) {
 }
 
 // identifiedPages is identified for a lister that lists page by page (eks, aks): the scanner
-// sees its ListPages, so it diffs one page at a time.
+// sees its ListPages, so it diffs one page at a time. List is identified's.
 type identifiedPages struct {
-	prefix string
-	scanner.PagedLister
+	identified
+	pages scanner.PagedLister
 }
 
-func (l identifiedPages) List(ctx context.Context) ([]events.Cluster, error) {
-	clusters, err := l.PagedLister.List(ctx)
-	stampIdentity(clusters, l.prefix)
-	return clusters, err
+func newIdentifiedPages(prefix string, l scanner.PagedLister) identifiedPages {
+	return identifiedPages{identified{prefix, l}, l}
 }
 
 func (l identifiedPages) ListPages(ctx context.Context, each func([]events.Cluster) error) error {
-	return l.PagedLister.ListPages(ctx, func(page []events.Cluster) error {
+	return l.pages.ListPages(ctx, func(page []events.Cluster) error {
 		stampIdentity(page, l.prefix)
 		return each(page)
 	})
 }
 
 func (identifiedPages) Close() {}
+
+var _ scanner.PagedLister = identifiedPages{}
 
 // legacyNames returns how versions before 64-bit name suffixes named the clusters of a source
 // kind, for the kinds whose names they normalised with 32 bits (eks, gke; scanner.Source's
