@@ -211,7 +211,8 @@ func (st *enfState) foldInstallSucceeded(o *events.InstallSucceeded) bool {
 	if st.SpecHash != o.SpecHash && st.IntentID != o.IntentID {
 		return false
 	}
-	st.Installed, st.Failure, st.TriggerBlocked = true, nil, ""
+	st.Installed = true
+	st.changeTrouble(func(t *enfTrouble) { t.Failure, t.TriggerBlocked = failure{}, "" })
 	return true
 }
 
@@ -221,11 +222,11 @@ func (st *enfState) foldInstallFailed(o *events.InstallFailed) bool {
 		return false
 	}
 	count := int32(1)
-	if st.Failure != nil {
-		count = st.Failure.Count + 1
+	if f := st.lastFailure(); f != nil {
+		count = f.Count + 1
 	}
 	st.Installed = false
-	st.Failure = &failure{Reason: o.Reason, Message: truncate(o.Message, 512), Count: count}
+	st.changeTrouble(func(t *enfTrouble) { t.Failure = failure{Reason: o.Reason, Message: truncate(o.Message, 512), Count: count} })
 	return true
 }
 
@@ -238,11 +239,13 @@ func (st *enfState) foldTriggerFailed(o *events.TriggerFailed) bool {
 		return false
 	}
 	msg := fmt.Sprintf("%s trigger: %s", o.Phase, truncate(o.Message, 256))
-	if o.Phase == events.PhaseAfterInstall {
-		st.AfterInstallFailed = msg
-	} else {
-		st.TriggerBlocked = msg
-	}
+	st.changeTrouble(func(t *enfTrouble) {
+		if o.Phase == events.PhaseAfterInstall {
+			t.AfterInstallFailed = msg
+		} else {
+			t.TriggerBlocked = msg
+		}
+	})
 	return true
 }
 
@@ -253,16 +256,16 @@ func (st *enfState) foldTriggerDelivered(o *events.TriggerDelivered) bool {
 		return false
 	}
 	if o.Phase == events.PhaseAfterInstall {
-		if st.AfterInstallFailed == "" {
+		if st.afterInstallFailed() == "" {
 			return false
 		}
-		st.AfterInstallFailed = ""
+		st.changeTrouble(func(t *enfTrouble) { t.AfterInstallFailed = "" })
 		return true
 	}
-	if st.TriggerBlocked == "" {
+	if st.triggerBlocked() == "" {
 		return false
 	}
-	st.TriggerBlocked = ""
+	st.changeTrouble(func(t *enfTrouble) { t.TriggerBlocked = "" })
 	return true
 }
 

@@ -119,33 +119,34 @@ func tallyEnforcements(pairs map[string]*pairState) enfTally {
 
 // add counts one enforcement of a cluster.
 func (t *enfTally) add(cluster, name string, es *enfState) {
+	failed := es.lastFailure()
 	switch {
 	case es.Installed:
 		t.installed++
-	case es.Failure != nil:
+	case failed != nil:
 		t.installFailed++
 		t.installErrors = append(t.installErrors, v1beta1.InstallError{Cluster: cluster, Enforcement: name,
-			Reason: es.Failure.Reason, Message: es.Failure.Message, Count: es.Failure.Count})
-		if es.Failure.Reason == v1beta1.ReasonNameConflict {
+			Reason: failed.Reason, Message: failed.Message, Count: failed.Count})
+		if failed.Reason == v1beta1.ReasonNameConflict {
 			t.nameConflicts++
 			if key := cluster + "/" + name; t.nameConflictKey == "" || key < t.nameConflictKey {
 				t.nameConflictKey = key
-				t.nameConflictMsg = fmt.Sprintf("%s on %s: %s", name, cluster, es.Failure.Message)
+				t.nameConflictMsg = fmt.Sprintf("%s on %s: %s", name, cluster, failed.Message)
 			}
 		}
 	default:
 		t.pending++
 	}
-	if es.TriggerBlocked != "" {
+	if msg := es.triggerBlocked(); msg != "" {
 		t.blocked++
-		t.blockedMsg = fmt.Sprintf("%s on %s: %s", name, cluster, es.TriggerBlocked)
+		t.blockedMsg = fmt.Sprintf("%s on %s: %s", name, cluster, msg)
 	}
 	// An afterInstall trigger that failed under Fail: the Application is installed (and counted
 	// so), the failure is listed with the install errors under its own reason.
-	if es.AfterInstallFailed != "" && es.Failure == nil {
+	if msg := es.afterInstallFailed(); msg != "" && failed == nil {
 		t.afterFailed++
 		t.installErrors = append(t.installErrors, v1beta1.InstallError{Cluster: cluster, Enforcement: name,
-			Reason: v1beta1.ReasonAfterInstallFailed, Message: es.AfterInstallFailed, Count: 1})
+			Reason: v1beta1.ReasonAfterInstallFailed, Message: msg, Count: 1})
 	}
 }
 

@@ -235,29 +235,111 @@ func (p *pairState) specGeneration() int64 {
 // enfState is one installed enforcement (by rendered name) of a pair.
 type enfState struct {
 	// Name is the enforcement's rendered name, the key it is stored under.
-	Name      string `json:"-"`
-	SpecHash  string `json:"specHash"`
-	IntentID  string `json:"intentId"`
-	Installed bool   `json:"installed,omitempty"`
-	// Failure is the last install failure of this intent, with a count.
-	Failure *failure `json:"failure,omitempty"`
-	// TriggerBlocked is the message of a failurePolicy=Fail beforeInstall trigger that holds the
-	// install.
-	TriggerBlocked string `json:"triggerBlocked,omitempty"`
-	// AfterInstallFailed is the message of a failurePolicy=Fail afterInstall trigger that failed
-	// after the Application was created: nothing is held, but the rule reports it.
-	AfterInstallFailed string `json:"afterInstallFailed,omitempty"`
+	Name      string
+	SpecHash  string
+	IntentID  string
+	Installed bool
 	// lastOutcome is the id of the last outcome event applied, so a redelivery counts once.
-	LastOutcome string `json:"lastOutcome,omitempty"`
+	LastOutcome string
 	// Health is what Argo CD last reported for the Application (application.health), for the
 	// spec hash it names; staged rollouts wait for it (rollout.go).
-	Health *appHealth `json:"health,omitempty"`
+	Health *appHealth
+	// trouble is what went wrong or holds the install back; nil, as for nearly every pair, while
+	// nothing does. It is never changed in place (changeTrouble).
+	trouble *enfTrouble
+}
+
+// enfTrouble is the rarely set part of an enforcement's state, kept apart so that each of a
+// fleet's pairs does not carry its empty fields (40 bytes an enforcement).
+type enfTrouble struct {
+	// Failure is the last install failure of this intent, with a count; Count 0 when none.
+	Failure failure
+	// TriggerBlocked is the message of a failurePolicy=Fail beforeInstall trigger that holds the
+	// install.
+	TriggerBlocked string
+	// AfterInstallFailed is the message of a failurePolicy=Fail afterInstall trigger that failed
+	// after the Application was created: nothing is held, but the rule reports it.
+	AfterInstallFailed string
 }
 
 type failure struct {
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
 	Count   int32  `json:"count"`
+}
+
+// lastFailure is the last install failure of the current intent; nil when there is none.
+func (st *enfState) lastFailure() *failure {
+	if st.trouble == nil || st.trouble.Failure.Count == 0 {
+		return nil
+	}
+	return &st.trouble.Failure
+}
+
+// triggerBlocked is the message of the beforeInstall trigger failure that holds the install.
+func (st *enfState) triggerBlocked() string {
+	if st.trouble == nil {
+		return ""
+	}
+	return st.trouble.TriggerBlocked
+}
+
+// afterInstallFailed is the message of the afterInstall trigger failure the rule reports.
+func (st *enfState) afterInstallFailed() string {
+	if st.trouble == nil {
+		return ""
+	}
+	return st.trouble.AfterInstallFailed
+}
+
+// changeTrouble applies change to a copy of the state's trouble and keeps the copy, or nothing
+// when it is left empty. Copies of the state (cloneState) share their trouble safely.
+func (st *enfState) changeTrouble(change func(*enfTrouble)) {
+	var t enfTrouble
+	if st.trouble != nil {
+		t = *st.trouble
+	}
+	change(&t)
+	if t == (enfTrouble{}) {
+		st.trouble = nil
+	} else {
+		st.trouble = &t
+	}
+}
+
+// enfStateRecord is how an enforcement's state is stored, the form records had when its
+// trouble was kept in line.
+type enfStateRecord struct {
+	SpecHash           string     `json:"specHash"`
+	IntentID           string     `json:"intentId"`
+	Installed          bool       `json:"installed,omitempty"`
+	Failure            *failure   `json:"failure,omitempty"`
+	TriggerBlocked     string     `json:"triggerBlocked,omitempty"`
+	AfterInstallFailed string     `json:"afterInstallFailed,omitempty"`
+	LastOutcome        string     `json:"lastOutcome,omitempty"`
+	Health             *appHealth `json:"health,omitempty"`
+}
+
+func (st *enfState) MarshalJSON() ([]byte, error) {
+	return json.Marshal(enfStateRecord{SpecHash: st.SpecHash, IntentID: st.IntentID, Installed: st.Installed,
+		Failure: st.lastFailure(), TriggerBlocked: st.triggerBlocked(), AfterInstallFailed: st.afterInstallFailed(),
+		LastOutcome: st.LastOutcome, Health: st.Health})
+}
+
+func (st *enfState) UnmarshalJSON(b []byte) error {
+	var r enfStateRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return err
+	}
+	*st = enfState{Name: st.Name, SpecHash: r.SpecHash, IntentID: r.IntentID, Installed: r.Installed, LastOutcome: r.LastOutcome, Health: r.Health}
+	st.changeTrouble(func(t *enfTrouble) {
+		if r.Failure != nil {
+			t.Failure = *r.Failure
+			t.Failure.Count = max(t.Failure.Count, 1) // a recorded failure counts at least once
+		}
+		t.TriggerBlocked, t.AfterInstallFailed = r.TriggerBlocked, r.AfterInstallFailed
+	})
+	return nil
 }
 
 func (p *pairState) clone() *pairState {
@@ -376,11 +458,7 @@ func (s *enfStates) UnmarshalJSON(b []byte) error {
 
 // cloneState is a deep copy of the enforcement's state.
 func (st *enfState) cloneState() *enfState {
-	e := *st
-	if st.Failure != nil {
-		f := *st.Failure
-		e.Failure = &f
-	}
+	e := *st // its trouble is never changed in place: shared
 	return &e
 }
 

@@ -169,7 +169,7 @@ func TestPairRecordFormat(t *testing.T) {
 	if got := p.Enforcements.names(); !slices.Equal(got, []string{"alpha", "zeta"}) {
 		t.Fatalf("names %v, want [alpha zeta]", got)
 	}
-	if a := p.Enforcements.get("alpha"); a == nil || a.Failure == nil || a.Failure.Count != 2 || p.Enforcements.get("zeta") == nil || !p.Enforcements.get("zeta").Installed {
+	if a := p.Enforcements.get("alpha"); a == nil || a.lastFailure() == nil || a.lastFailure().Count != 2 || p.Enforcements.get("zeta") == nil || !p.Enforcements.get("zeta").Installed {
 		t.Fatalf("states %+v", p.Enforcements)
 	}
 	// The hash is the intent id's tail, and the intent id part of the last outcome's id, not
@@ -315,5 +315,56 @@ func TestPairRecordKeepsItsFormWithSharedValues(t *testing.T) {
 	var zero pairState
 	if zero.Rule.Value() != (events.RuleRef{}) || zero.Cluster.Value().Name != "" {
 		t.Error("a zero pair's rule and target are not the zero values")
+	}
+}
+
+// An enforcement's failure and trigger messages are kept apart from its state, only while there
+// are any; the stored record keeps the form it had when they were fields of the state, and what
+// a fold clears leaves no trouble behind.
+func TestEnforcementTroubleKeepsItsStoredForm(t *testing.T) {
+	stored := `{"g":{"specHash":"h","intentId":"i","failure":{"reason":"APIError","message":"boom","count":2},` +
+		`"triggerBlocked":"beforeInstall trigger: HTTP 500","afterInstallFailed":"afterInstall trigger: HTTP 502"},` +
+		`"ok":{"specHash":"h2","intentId":"i2","installed":true}}`
+	var s enfStates
+	if err := json.Unmarshal([]byte(stored), &s); err != nil {
+		t.Fatal(err)
+	}
+	g, ok := s.get("g"), s.get("ok")
+	if f := g.lastFailure(); f == nil || *f != (failure{Reason: "APIError", Message: "boom", Count: 2}) ||
+		g.triggerBlocked() != "beforeInstall trigger: HTTP 500" || g.afterInstallFailed() != "afterInstall trigger: HTTP 502" {
+		t.Errorf("read back failure %+v, blocked %q, after-install %q", f, g.triggerBlocked(), g.afterInstallFailed())
+	}
+	if ok.trouble != nil || ok.lastFailure() != nil {
+		t.Errorf("an enforcement without trouble keeps %+v", ok.trouble)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, want map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(stored), &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("stored again as\n%s\nwant\n%s", b, stored)
+	}
+
+	copied := g.cloneState()
+	if !g.foldInstallSucceeded(&events.InstallSucceeded{IntentID: "i", SpecHash: "h"}) {
+		t.Fatal("the install of the current intent was not applied")
+	}
+	if g.lastFailure() != nil || g.triggerBlocked() != "" || g.afterInstallFailed() == "" {
+		t.Errorf("after the install: failure %+v, blocked %q, after-install %q; want only the after-install failure",
+			g.lastFailure(), g.triggerBlocked(), g.afterInstallFailed())
+	}
+	if copied.lastFailure() == nil || copied.triggerBlocked() == "" {
+		t.Error("a fold on the state changed a copy of it")
+	}
+	g.foldTriggerDelivered(&events.TriggerDelivered{IntentID: "i", Phase: events.PhaseAfterInstall})
+	if g.trouble != nil {
+		t.Errorf("with nothing wrong left the state keeps %+v", g.trouble)
 	}
 }
