@@ -15,8 +15,11 @@ import (
 	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
@@ -419,5 +422,31 @@ func TestAPIModeAdoptsTheOriginalsObjects(t *testing.T) {
 	}
 	if h.project("prod-a") == nil {
 		t.Error("AppProject deleted while its Application is still being deleted")
+	}
+}
+
+// TestAPIErrorsAreClassified: Argo CD's refusals, in the form argocd-server v2.14 sends them,
+// become the Kubernetes API errors the Syncer classifies. A refusal that only says that
+// argocd-server's cache lags behind a cluster or project argo-syncer wrote a moment ago is
+// retried; a spec Argo CD rejects for good is not.
+func TestAPIErrorsAreClassified(t *testing.T) {
+	for _, tt := range []struct {
+		code  codes.Code
+		msg   string
+		check func(error) bool
+	}{
+		{codes.InvalidArgument, "application spec for west-pkg-h is invalid: InvalidSpecError: application repo https://git.example/pkg-h is not permitted in project 'west'", apierrors.IsServiceUnavailable},
+		{codes.InvalidArgument, "application spec for west-web is invalid: InvalidSpecError: application destination server 'https://west' and namespace 'team-a-web' do not match any of the allowed destinations in project 'west'", apierrors.IsServiceUnavailable},
+		{codes.InvalidArgument, "application spec for west-web is invalid: InvalidSpecError: unable to find destination server: there are no clusters with this name: west", apierrors.IsServiceUnavailable},
+		{codes.InvalidArgument, "application spec for west-web is invalid: InvalidSpecError: Unable to generate manifests: helm parameter must not be empty", apierrors.IsBadRequest},
+		{codes.InvalidArgument, "existing application spec is different, use upsert flag to force update", apierrors.IsAlreadyExists},
+		{codes.NotFound, "applications.argoproj.io \"west-web\" not found", apierrors.IsNotFound},
+		{codes.PermissionDenied, "permission denied: applications, create, west/west-web", apierrors.IsForbidden},
+		{codes.Unavailable, "connection refused", apierrors.IsServiceUnavailable},
+	} {
+		err := kubeError(status.Error(tt.code, tt.msg), "applications", "west-web", "https://argocd.example")
+		if !tt.check(err) {
+			t.Errorf("%s %q became %T %v", tt.code, tt.msg, err, err)
+		}
 	}
 }

@@ -314,7 +314,7 @@ func kubeError(err error, resource, name, url string) error {
 			}
 		}
 		if notYetKnown(msg) {
-			return apierrors.NewServiceUnavailable(fmt.Sprintf("Argo CD API at %s: %s %s: %s (retried: its cache may not show a cluster registered just now)", url, resource, name, msg))
+			return apierrors.NewServiceUnavailable(fmt.Sprintf("Argo CD API at %s: %s %s: %s (retried: its cache may not show a cluster or project written just now)", url, resource, name, msg))
 		}
 		return apierrors.NewBadRequest(fmt.Sprintf("Argo CD API at %s refused %s %s: %s", url, resource, name, msg))
 	case codes.Unauthenticated:
@@ -331,9 +331,12 @@ func kubeError(err error, resource, name, url string) error {
 }
 
 // notYetKnown reports whether a refusal may only mean that argocd-server's cache does not yet
-// show a cluster or project that was written a moment ago.
+// show a cluster or project that was written a moment ago. That includes a project that does not
+// allow the Application's repository or destination yet: argo-syncer writes the project to allow
+// them before it writes the Application, and argocd-server validates against its own cache.
 func notYetKnown(msg string) bool {
-	for _, s := range []string{"there are no clusters with this name", "unable to find destination server", "not found"} {
+	for _, s := range []string{"there are no clusters with this name", "unable to find destination server", "not found",
+		"is not permitted in project", "do not match any of the allowed destinations in project"} {
 		if strings.Contains(msg, s) {
 			return true
 		}

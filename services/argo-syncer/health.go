@@ -21,6 +21,7 @@ import (
 	"time"
 
 	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
+	synccommon "github.com/argoproj/gitops-engine/pkg/sync/common"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -134,13 +135,13 @@ func applicationHealth(app *cachedApplication) (*events.ApplicationHealth, bool)
 		SpecHash:        a.Get(AnnotationSpecHash),
 		Observed:        st.Observed,
 		ResourceVersion: app.ResourceVersion,
-		Health:          string(st.Health),
-		Sync:            string(st.Sync),
-		Message:         st.HealthMessage,
-		Operation:       string(st.Operation),
+		Health:          st.Health.String(),
+		Sync:            st.Sync.String(),
+		Message:         st.HealthMessage.String(),
+		Operation:       st.Operation.String(),
 	}
-	if st.Operation.Failed() && st.OperationMessage != "" {
-		ev.Message = st.OperationMessage
+	if synccommon.OperationPhase(ev.Operation).Failed() && st.OperationMessage != (sharedString{}) {
+		ev.Message = st.OperationMessage.String()
 	}
 	return ev, true
 }

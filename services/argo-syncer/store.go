@@ -21,12 +21,9 @@ import (
 	"unique"
 
 	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
-	"github.com/argoproj/gitops-engine/pkg/health"
-	synccommon "github.com/argoproj/gitops-engine/pkg/sync/common"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
@@ -498,12 +495,12 @@ func configDigest(config []byte) []byte {
 // still is what it rendered, which the digest answers (applicationInSync). argo-syncer never
 // writes a cachedApplication back.
 type cachedApplication struct {
-	// ObjectMeta is the metadata without its labels and annotations (nil), which Labels and
-	// Annotations keep: GetLabels and GetAnnotations build maps of them.
-	metav1.ObjectMeta
+	// applicationMeta is the part of the metadata argo-syncer reads, with Labels and
+	// Annotations beside it: a cachedApplication is a metav1.Object (appmeta.go).
+	applicationMeta
 	Labels, Annotations metaStrings
 	// Project is the spec's AppProject.
-	Project string
+	Project sharedString
 	// SpecDigest is the digest of the spec's JSON (digestSpec).
 	SpecDigest specDigest
 	// Foreign is the spec of an Application Enforcement does not own; nil for its own.
@@ -511,15 +508,16 @@ type cachedApplication struct {
 	Status  cachedApplicationStatus
 }
 
-// cachedApplicationStatus is the part of an Application's status argo-syncer reads.
+// cachedApplicationStatus is the part of an Application's status argo-syncer reads. Its words
+// and messages repeat across the fleet: each is one shared copy.
 type cachedApplicationStatus struct {
-	Health        health.HealthStatusCode
-	HealthMessage string
-	Sync          argov1.SyncStatusCode
-	// Operation and OperationMessage are the phase and message of Argo CD's last operation,
-	// empty when there was none.
-	Operation        synccommon.OperationPhase
-	OperationMessage string
+	Health        sharedString // health.HealthStatusCode
+	HealthMessage sharedString
+	Sync          sharedString // argov1.SyncStatusCode
+	// Operation and OperationMessage are the phase (synccommon.OperationPhase) and message of
+	// Argo CD's last operation, empty when there was none.
+	Operation        sharedString
+	OperationMessage sharedString
 	// Observed: the source (or sources) and destination Argo CD last compared are the spec's
 	// (observed).
 	Observed bool
@@ -528,19 +526,17 @@ type cachedApplicationStatus struct {
 // cacheApplication projects app, which it may change, on what argo-syncer keeps of it.
 func cacheApplication(app *argov1.Application) *cachedApplication {
 	st := app.Status
-	c := &cachedApplication{ObjectMeta: app.ObjectMeta, Project: intern(app.Spec.Project), SpecDigest: digestSpec(app.Spec),
+	c := &cachedApplication{applicationMeta: newApplicationMeta(&app.ObjectMeta), Project: share(app.Spec.Project), SpecDigest: digestSpec(app.Spec),
 		Status: cachedApplicationStatus{
-			Health:        health.HealthStatusCode(intern(string(st.Health.Status))),
-			HealthMessage: intern(st.Health.Message),
-			Sync:          argov1.SyncStatusCode(intern(string(st.Sync.Status))),
+			Health:        share(string(st.Health.Status)),
+			HealthMessage: share(st.Health.Message),
+			Sync:          share(string(st.Sync.Status)),
 			Observed:      observed(app),
 		}}
 	if op := st.OperationState; op != nil {
-		c.Status.Operation, c.Status.OperationMessage = synccommon.OperationPhase(intern(string(op.Phase))), intern(op.Message)
+		c.Status.Operation, c.Status.OperationMessage = share(string(op.Phase)), share(op.Message)
 	}
 	c.Labels, c.Annotations = newMetaStrings(app.Labels), newMetaStrings(app.Annotations)
-	c.ObjectMeta.Labels, c.ObjectMeta.Annotations = nil, nil
-	trimMeta(c)
 	if !owned(c) {
 		spec := app.Spec
 		internApplicationSpec(&spec)
@@ -566,30 +562,26 @@ func digestSpec(spec any) specDigest {
 	return specDigest(sum[:16])
 }
 
-// The methods that make a cachedApplication a runtime.Object, which the informer's cache needs.
-
-func (*cachedApplication) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
-
-// The label and annotation accessors of metav1.Object, on Labels and Annotations. A map the
-// getters return is the caller's own.
-
-func (a *cachedApplication) GetLabels() map[string]string       { return a.Labels.Map() }
-func (a *cachedApplication) SetLabels(m map[string]string)      { a.Labels = newMetaStrings(m) }
-func (a *cachedApplication) GetAnnotations() map[string]string  { return a.Annotations.Map() }
-func (a *cachedApplication) SetAnnotations(m map[string]string) { a.Annotations = newMetaStrings(m) }
-
-func (a *cachedApplication) DeepCopyObject() runtime.Object {
-	// Labels and Annotations are never changed in place (SetLabels replaces them): shared.
-	c := &cachedApplication{Labels: a.Labels, Annotations: a.Annotations, Project: a.Project, SpecDigest: a.SpecDigest, Status: a.Status}
-	a.DeepCopyInto(&c.ObjectMeta) // the metadata's, promoted
-	if a.Foreign != nil {
-		c.Foreign = a.Foreign.DeepCopy()
-	}
-	return c
-}
-
 // intern returns the one shared copy of s.
 func intern(s string) string { return unique.Make(s).Value() }
+
+// sharedString holds the one shared copy of a string (intern) in 8 bytes, where a string takes
+// 16: for the fields every cached Application has and most share. The zero sharedString is "".
+type sharedString struct{ h unique.Handle[string] }
+
+func share(s string) sharedString {
+	if s == "" {
+		return sharedString{}
+	}
+	return sharedString{unique.Make(s)}
+}
+
+func (s sharedString) String() string {
+	if s == (sharedString{}) {
+		return ""
+	}
+	return s.h.Value()
+}
 
 // internedValueLimit is the longest label or annotation value interned: names, references and
 // hashes repeat across a fleet's objects, a long value (a kubectl last-applied configuration)
@@ -601,17 +593,14 @@ const internedValueLimit = 128
 // other object shares: the intent that created it and the hash of what was applied. Interning a
 // value only one object holds costs the intern table's entry on top of the string
 // (BenchmarkCachedApplication: 1,334 live bytes an Application with the applied hash interned,
-// 1,280 without). A cachedApplication's labels and annotations are interned as they are kept
-// (newMetaStrings).
+// 1,280 without). A cachedApplication's metadata is trimmed and interned as it is made
+// (newApplicationMeta, newMetaStrings).
 func trimMeta(o metav1.Object) {
 	o.SetManagedFields(nil)
 	o.SetNamespace(intern(o.GetNamespace()))
 	f := o.GetFinalizers()
 	for i := range f {
 		f[i] = intern(f[i])
-	}
-	if _, ok := o.(*cachedApplication); ok {
-		return
 	}
 	o.SetLabels(internStrings(o.GetLabels()))
 	o.SetAnnotations(internStrings(o.GetAnnotations()))

@@ -24,9 +24,10 @@ import (
 )
 
 // TestCacheKeepsWhatArgoSyncerReads checks the informers' trim: an Application with the status
-// Argo CD's controller writes after a sync is cached without its managed fields, with its project
-// and its spec's digest, and its whole spec only while it is not Enforcement's; it reports the
-// health its status holds; one whose status compared another source is cached as not observed.
+// Argo CD's controller writes after a sync is cached with its project and its spec's digest, and
+// its whole spec only while it is not Enforcement's (applicationMeta has no place for its managed
+// fields); it reports the health its status holds; one whose status compared another source is
+// cached as not observed.
 func TestCacheKeepsWhatArgoSyncerReads(t *testing.T) {
 	source := argov1.ApplicationSource{RepoURL: "https://git.example/agent", Path: "charts/agent", TargetRevision: "HEAD"}
 	dest := argov1.ApplicationDestination{Server: "https://c1.example", Namespace: "monitoring"}
@@ -69,9 +70,8 @@ func TestCacheKeepsWhatArgoSyncerReads(t *testing.T) {
 	if got, _ := applicationHealth(trimmed); !reflect.DeepEqual(got, want) {
 		t.Errorf("health after the trim:\n got %+v\nwant %+v", got, want)
 	}
-	if trimmed.ManagedFields != nil || !reflect.DeepEqual(trimmed.Foreign, wantSpec) || trimmed.Name != "c1-agent" || trimmed.Project != "c1" {
-		t.Errorf("the trim kept managed fields %v or changed the name %q, the project %q or the foreign spec %+v",
-			trimmed.ManagedFields, trimmed.Name, trimmed.Project, trimmed.Foreign)
+	if !reflect.DeepEqual(trimmed.Foreign, wantSpec) || trimmed.Name != "c1-agent" || trimmed.Project.String() != "c1" {
+		t.Errorf("the trim changed the name %q, the project %q or the foreign spec %+v", trimmed.Name, trimmed.Project, trimmed.Foreign)
 	}
 	if trimmed.SpecDigest != digestSpec(*wantSpec) || trimmed.SpecDigest == (specDigest{}) {
 		t.Errorf("spec digest %x, want %x", trimmed.SpecDigest, digestSpec(*wantSpec))
@@ -132,8 +132,8 @@ func TestCacheStoresRepeatedStringsOnce(t *testing.T) {
 		}
 	}
 	shared("rule annotation", a.Annotations.Get(AnnotationRule), b.Annotations.Get(AnnotationRule))
-	shared("health", string(a.Status.Health), string(b.Status.Health))
-	shared("operation message", a.Status.OperationMessage, b.Status.OperationMessage)
+	shared("health", a.Status.Health.String(), b.Status.Health.String())
+	shared("operation message", a.Status.OperationMessage.String(), b.Status.OperationMessage.String())
 	for k := range a.Labels.Map() {
 		for k2 := range b.Labels.Map() {
 			if k == k2 {
@@ -406,13 +406,28 @@ func serverApplication(b testing.TB, cluster, enforcement string) []byte {
 }
 
 // A cached Application keeps its labels and annotations as sorted lists; they read as the maps
-// they came from, and a map the getters return is the caller's own.
+// they came from, and a map the getters return is the caller's own. Of the rest of the metadata
+// it keeps what argo-syncer reads, and reads it through metav1.Object as the informer does.
 func TestCachedApplicationMetadataReadsAsMaps(t *testing.T) {
 	labels := map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: "prod", "empty": "", "a": "first", "z": "last"}
-	app := cacheApplication(&argov1.Application{ObjectMeta: metav1.ObjectMeta{Name: "prod-agent", Labels: labels,
+	deleting := metav1.Now()
+	app := cacheApplication(&argov1.Application{ObjectMeta: metav1.ObjectMeta{Name: "prod-agent", Namespace: "argocd",
+		UID: "u-1", ResourceVersion: "42", Generation: 3, CreationTimestamp: deleting, DeletionTimestamp: &deleting,
+		Finalizers: []string{"resources-finalizer.argocd.argoproj.io"}, Labels: labels,
 		Annotations: map[string]string{AnnotationCluster: "prod"}}})
-	if app.ObjectMeta.Labels != nil || app.ObjectMeta.Annotations != nil {
-		t.Errorf("the embedded metadata keeps maps: %v %v", app.ObjectMeta.Labels, app.ObjectMeta.Annotations)
+	var o metav1.Object = app
+	if o.GetName() != "prod-agent" || o.GetNamespace() != "argocd" || o.GetUID() != "u-1" || o.GetResourceVersion() != "42" ||
+		!o.GetDeletionTimestamp().Equal(&deleting) || !slices.Equal(o.GetFinalizers(), []string{"resources-finalizer.argocd.argoproj.io"}) {
+		t.Errorf("metadata read back as %s/%s uid %s version %s deleting %v finalizers %v", o.GetNamespace(), o.GetName(),
+			o.GetUID(), o.GetResourceVersion(), o.GetDeletionTimestamp(), o.GetFinalizers())
+	}
+	if key, err := cache.MetaNamespaceKeyFunc(app); err != nil || key != "argocd/prod-agent" {
+		t.Errorf("informer key %q, %v", key, err)
+	}
+	o.GetFinalizers()[0] = "changed"
+	if cp := app.DeepCopyObject().(*cachedApplication); app.Finalizers[0] != "resources-finalizer.argocd.argoproj.io" ||
+		&cp.Finalizers[0] == &app.Finalizers[0] || cp.DeletionTimestamp == app.DeletionTimestamp {
+		t.Error("the finalizers or the deletion time are shared with a getter's result or a copy")
 	}
 	if got := app.GetLabels(); !reflect.DeepEqual(got, labels) || app.Labels.Len() != len(labels) {
 		t.Errorf("labels read %v (%d), want %v", got, app.Labels.Len(), labels)

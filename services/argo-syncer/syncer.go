@@ -147,10 +147,10 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 		},
 		indexProject: func(obj any) ([]string, error) {
 			app, ok := obj.(*cachedApplication)
-			if !ok || app.Project == "" {
+			if !ok || app.Project.String() == "" {
 				return nil, nil
 			}
-			return []string{app.Project}, nil
+			return []string{app.Project.String()}, nil
 		},
 	})
 	projectInformer := argoinformers.NewAppProjectInformer(argo, s.ns, 0, cache.Indexers{
@@ -191,7 +191,7 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 			return
 		}
 		// A foreign Application that held up an unregistration (see unregister) is gone.
-		if p, ok, _ := s.projects.get(app.Project); ok && owned(p) && p.Annotations[AnnotationUnregister] != "" {
+		if p, ok, _ := s.projects.get(app.Project.String()); ok && owned(p) && p.Annotations[AnnotationUnregister] != "" {
 			s.pending.Add(p.Annotations[AnnotationCluster])
 		}
 	}
@@ -356,14 +356,14 @@ func (s *Syncer) install(ctx context.Context, h installing, in *events.InstallIn
 			return res, err
 		}
 	}
-	app, err := s.applyApplication(ctx, desired)
+	app, generation, err := s.applyApplication(ctx, desired)
 	res.Writes++
 	if err != nil {
 		return res, err
 	}
 	// Created is the afterInstall moment. The cache and the overlay saw no Application; the
 	// generation guards against one the cache missed whose spec was changed since its creation.
-	res.Created = !exists && app.Generation <= 1
+	res.Created = !exists && generation <= 1
 	switch {
 	case res.Created:
 		s.logger.Info("Created Application", "application", app.Name, "cluster", cluster, "rule", in.Rule.String())
@@ -445,16 +445,16 @@ func mayWrite(existing *cachedApplication, in *events.InstallIntent) error {
 	return nil
 }
 
-func (s *Syncer) applyApplication(ctx context.Context, o *applyObject) (*cachedApplication, error) {
+func (s *Syncer) applyApplication(ctx context.Context, o *applyObject) (app *cachedApplication, generation int64, err error) {
 	applied, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).Patch(ctx, o.Metadata.Name, types.ApplyPatchType, o.body(),
 		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
 	s.metrics.write("Application", "apply", err)
 	if err != nil {
-		return nil, classify(err, "apply application "+o.Metadata.Name)
+		return nil, 0, classify(err, "apply application "+o.Metadata.Name)
 	}
-	app := cacheApplication(applied)
+	app = cacheApplication(applied)
 	s.apps.wrote(app)
-	return app, nil
+	return app, applied.Generation, nil
 }
 
 // ensureCluster keeps the cluster registered in Argo CD. Enforcement's cluster Secret, when
