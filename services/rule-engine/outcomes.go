@@ -226,7 +226,9 @@ func (st *enfState) foldInstallFailed(o *events.InstallFailed) bool {
 		count = f.Count + 1
 	}
 	st.Installed = false
-	st.changeTrouble(func(t *enfTrouble) { t.Failure = failure{Reason: o.Reason, Message: truncate(o.Message, 512), Count: count} })
+	st.changeTrouble(func(t *enfTrouble) {
+		t.Failure = failure{Reason: o.Reason, Message: truncate(o.Message, 512), Count: count}
+	})
 	return true
 }
 

@@ -291,17 +291,7 @@ func TestPairRecordKeepsItsFormWithSharedValues(t *testing.T) {
 	if p.Rule != q.Rule || p.Cluster != q.Cluster {
 		t.Error("two records of the same rule and target do not share them")
 	}
-	b, err := json.Marshal(&p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got, want map[string]any
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal([]byte(stored), &want); err != nil {
-		t.Fatal(err)
-	}
+	got, want, b := writtenAgain(t, &p, stored)
 	if !reflect.DeepEqual(got["rule"], want["rule"]) || !reflect.DeepEqual(got["cluster"], want["cluster"]) {
 		t.Errorf("stored again as\n%s\nwant the rule and cluster of\n%s", b, stored)
 	}
@@ -337,18 +327,7 @@ func TestEnforcementTroubleKeepsItsStoredForm(t *testing.T) {
 	if ok.trouble != nil || ok.lastFailure() != nil {
 		t.Errorf("an enforcement without trouble keeps %+v", ok.trouble)
 	}
-	b, err := json.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got, want map[string]any
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal([]byte(stored), &want); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, want) {
+	if got, want, b := writtenAgain(t, s, stored); !reflect.DeepEqual(got, want) {
 		t.Errorf("stored again as\n%s\nwant\n%s", b, stored)
 	}
 
@@ -367,4 +346,21 @@ func TestEnforcementTroubleKeepsItsStoredForm(t *testing.T) {
 	if g.trouble != nil {
 		t.Errorf("with nothing wrong left the state keeps %+v", g.trouble)
 	}
+}
+
+// writtenAgain encodes v, which was read from the stored JSON, and returns both as JSON objects
+// to compare, with v's encoding.
+func writtenAgain(t *testing.T, v any, stored string) (got, want map[string]any, b []byte) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(stored), &want); err != nil {
+		t.Fatal(err)
+	}
+	return got, want, b
 }
