@@ -171,8 +171,14 @@ func (e *engine) removeCluster(cid string) {
 // name) next to its current source's, or two clusters of one name (another identity each).
 func (e *engine) setPair(rule, cid string, p *pairState) {
 	old := e.pairs[rule][cid]
-	if old != nil && (p == nil || old.Cluster.Value().Name != p.Cluster.Value().Name) {
-		e.unindexName(rule, old.Cluster.Value().Name, cid)
+	var name string
+	if p != nil {
+		name = p.Cluster.Value().Name
+	}
+	if old != nil {
+		if oldName := old.Cluster.Value().Name; p == nil || oldName != name {
+			e.unindexName(rule, oldName, cid)
+		}
 	}
 	if p == nil {
 		if old != nil {
@@ -187,7 +193,7 @@ func (e *engine) setPair(rule, cid string, p *pairState) {
 		e.pairs[rule] = map[string]*pairState{}
 	}
 	e.pairs[rule][cid] = p
-	k := ruleClusterName{rule, p.Cluster.Value().Name}
+	k := ruleClusterName{rule, name}
 	ids := e.pairByName[k]
 	if i, found := slices.BinarySearch(ids, cid); !found {
 		e.pairByName[k] = slices.Insert(ids, i, cid)

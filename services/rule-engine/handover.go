@@ -139,7 +139,7 @@ func (e *engine) predecessor(r *ruleState, cid string, rec *clusterRecord) (stri
 			continue
 		}
 		rank := 0
-		if p.Cluster.Value().Identity != "" && p.Cluster.Value().Identity == rec.Cluster.Identity {
+		if id := p.Cluster.Value().Identity; id != "" && id == rec.Cluster.Identity {
 			rank += 4
 		}
 		if p.installed() {

@@ -124,13 +124,13 @@ func (e *engine) takeOver(r *ruleState, cid string, rec *clusterRecord, pcid str
 	}
 	r.clearRenderError(cid)
 	r.clearRenderError(pcid)
-	replaces := ""
-	if pred.Cluster.Value().Identity != "" && pred.Cluster.Value().Identity != rec.Cluster.Identity {
-		replaces = pred.Cluster.Value().Identity
+	replaces, from := "", pred.Cluster.Value().Identity
+	if from != "" && from != rec.Cluster.Identity {
+		replaces = from
 	}
 	next, intents := r.diffPairFor(rec, pred, renderKey, enfs, replaces)
 	e.log.Info("Took over a cluster from the rule's old source", "rule", r.key, "cluster", rec.Cluster.Name,
-		"from", pred.Cluster.Value().Identity, "to", rec.Cluster.Identity)
+		"from", from, "to", rec.Cluster.Identity)
 	ch.intents = append(ch.intents, intents...)
 	ch.pairs = append(ch.pairs, pairUpdate{rule: r.key, cid: pcid, next: handedOver(pred, next, cid)},
 		pairUpdate{rule: r.key, cid: cid, next: next})
@@ -222,9 +222,10 @@ func uninstallUnselected(r *ruleState, rule, cid string, rec *clusterRecord, old
 // engine.evaluate). A template error touches only this pair: it keeps what it has.
 func (e *engine) evalSelected(r *ruleState, rule, cid string, rec *clusterRecord, old *pairState, ch *change, cv *clusterVars) {
 	renderKey := r.renderKey(cv)
-	if old != nil && old.RenderKey == renderKey && old.Cluster.Value().URL == rec.Cluster.URL &&
-		old.Cluster.Value().Source == credentialsRef(r.sel.source, rec.Cluster.Source) && old.Grant == r.grantFingerprint() {
-		return // nothing changed since the last render, nor the credentials' Secret, nor the grant
+	if old != nil && old.RenderKey == renderKey && old.Grant == r.grantFingerprint() {
+		if t := old.Cluster.Value(); t.URL == rec.Cluster.URL && t.Source == credentialsRef(r.sel.source, rec.Cluster.Source) {
+			return // nothing changed since the last render, nor the credentials' Secret, nor the grant
+		}
 	}
 	enfs, ok, err := r.rendered(cid, renderKey, cv, ch)
 	if !ok {

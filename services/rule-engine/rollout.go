@@ -725,8 +725,11 @@ func (e *engine) applyHealth(ctx context.Context, ev *events.ApplicationHealth) 
 	for _, cid := range e.pairsNamed(key, ev.Cluster) {
 		p := e.pairs[key][cid]
 		es := p.Enforcements.get(ev.Enforcement)
-		if es == nil || (ev.Identity != "" && p.Cluster.Value().Identity != "" && ev.Identity != p.Cluster.Value().Identity) ||
-			(ev.Rule.UID != "" && p.Rule.Value().UID != "" && ev.Rule.UID != p.Rule.Value().UID) {
+		if es == nil {
+			continue
+		}
+		if id, uid := p.Cluster.Value().Identity, p.Rule.Value().UID; (ev.Identity != "" && id != "" && ev.Identity != id) ||
+			(ev.Rule.UID != "" && uid != "" && ev.Rule.UID != uid) {
 			continue
 		}
 		h := &appHealth{Application: ev.Application, SpecHash: ev.SpecHash, Observed: ev.Observed, Health: ev.Health,

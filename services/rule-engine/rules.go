@@ -261,15 +261,16 @@ func (e *engine) ruleDeletion(key string, ref events.RuleRef, deletionPolicy str
 	ch := &change{}
 	uids := map[string]bool{}
 	for cid, p := range e.pairs[key] {
-		uids[p.Rule.Value().UID] = true
+		installedRule, installed := p.Rule.Value(), p.Cluster.Value()
+		uids[installedRule.UID] = true
 		rr, policy := ref, deletionPolicy
 		if rr.Name == "" {
-			rr, policy = p.Rule.Value(), p.DeletionPolicy
+			rr, policy = installedRule, p.DeletionPolicy
 		}
-		target := p.Cluster.Value()
+		target := installed
 		if rec := e.clusters[cid]; rec != nil {
 			target = targetOf(rec)
-			target.Source = p.Cluster.Value().Source // the rule's Secret reference, as installed
+			target.Source = installed.Source // the rule's Secret reference, as installed
 		}
 		ch.intents = append(ch.intents, uninstalls(rr, target, p, events.UninstallRuleDeleted, policy)...)
 		ch.pairs = append(ch.pairs, pairUpdate{rule: key, cid: cid})
