@@ -202,7 +202,7 @@ func TestHealthReportedAsArgoCDWritesIt(t *testing.T) {
 // An Application without the annotations an install intent writes (adopted by hand, a foreign
 // tool's) is not reported.
 func TestHealthOfApplicationsWithoutIntentAnnotationsIsNotReported(t *testing.T) {
-	app := &cachedApplication{applicationMeta: applicationMeta{Name: "x"}}
+	app := &cachedApplication{cachedMeta: cachedMeta{Name: "x"}}
 	app.SetLabels(map[string]string{LabelManagedBy: ManagedByValue})
 	app.SetAnnotations(map[string]string{AnnotationRule: "no-namespace", AnnotationCluster: "c", AnnotationEnforcement: "e"})
 	if ev, ok := applicationHealth(app); ok {

@@ -15,8 +15,8 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
-	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"unique"
 
@@ -178,7 +178,9 @@ func (v *view[T]) list(indexName, value string) []T {
 // 10 MB at 1,000 clusters × 10 rules).
 func (v *view[T]) wrote(obj T) {
 	if trimmed, err := trimForCache(obj); err == nil {
-		obj = trimmed.(T) // the overlay keeps what the cache would
+		if t, ok := trimmed.(T); ok {
+			obj = t // the overlay keeps what the cache would
+		}
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -431,8 +433,8 @@ func (q *repoQueue) queued(project, identity string) []string {
 // reads: an Application is cached as a cachedApplication. The resource list, the history, the
 // conditions and the sync result Argo CD keeps in the status grow with the Application's
 // resources and syncs, once per Application in memory; the Application type itself is a
-// kilobyte before any of them. Of a cluster Secret's config (the credentials) it keeps the
-// digest (cachedConfigDigestKey). A fleet's memory then grows with its clusters by what
+// kilobyte before any of them. A cluster Secret is cached as a cachedSecret, which keeps the
+// digest of its config (the credentials). A fleet's memory then grows with its clusters by what
 // argo-syncer uses.
 //
 // The overlay of argo-syncer's own writes keeps them trimmed the same way (view.wrote).
@@ -458,17 +460,9 @@ func trimForCache(obj any) (any, error) {
 			g.Group, g.Kind = intern(g.Group), intern(g.Kind)
 		}
 	case *corev1.Secret:
-		if len(o.Data) > 0 {
-			data := make(map[string][]byte, len(o.Data))
-			for k, v := range o.Data {
-				if k == "config" {
-					data[cachedConfigDigestKey] = configDigest(v)
-					continue
-				}
-				data[intern(k)] = v
-			}
-			o.Data = data
-		}
+		return cacheSecret(o), nil
+	case *cachedSecret:
+		return o, nil
 	}
 	if o, ok := obj.(metav1.Object); ok {
 		trimMeta(o)
@@ -476,16 +470,33 @@ func trimForCache(obj any) (any, error) {
 	return obj, nil
 }
 
-// cachedConfigDigestKey holds, in a cached cluster Secret, the SHA-256 of the config the Secret
-// holds, in place of the config: its credentials (a token, a CA certificate: kilobytes a
-// cluster) stay out of argo-syncer's memory, and refreshedConfig, the one reader, compares
-// digests.
-const cachedConfigDigestKey = "config.sha256"
-
-func configDigest(config []byte) []byte {
-	sum := sha256.Sum256(config)
-	return sum[:]
+// cachedSecret is what argo-syncer keeps of a cluster Secret, in its cache and in the overlay of
+// its own writes: the metadata it reads, and of the data how Argo CD knows the cluster and a
+// digest of its config. The config's credentials (a token, a CA certificate: kilobytes a
+// cluster) stay out of argo-syncer's memory; refreshedConfig, the one reader, compares digests.
+// argo-syncer never writes a cachedSecret back.
+type cachedSecret struct {
+	// cachedMeta is the part of the metadata argo-syncer reads: a cachedSecret is a
+	// metav1.Object (cachedmeta.go).
+	cachedMeta
+	// Server and ClusterName are data.server and data.name.
+	Server, ClusterName string
+	// ConfigDigest is the SHA-256 of data.config (configDigest); the zero digest when there is
+	// none.
+	ConfigDigest [sha256.Size]byte
 }
+
+// cacheSecret projects sec on what argo-syncer keeps of it.
+func cacheSecret(sec *corev1.Secret) *cachedSecret {
+	c := &cachedSecret{cachedMeta: newCachedMeta(&sec.ObjectMeta), Server: string(sec.Data["server"]),
+		ClusterName: string(sec.Data["name"])}
+	if config, ok := sec.Data["config"]; ok {
+		c.ConfigDigest = configDigest(config)
+	}
+	return c
+}
+
+func configDigest(config []byte) [sha256.Size]byte { return sha256.Sum256(config) }
 
 // cachedApplication is what argo-syncer keeps of an Application, in its cache and in the overlay
 // of its own writes: the metadata (without managed fields), of the spec its project and a digest,
@@ -495,10 +506,9 @@ func configDigest(config []byte) []byte {
 // still is what it rendered, which the digest answers (applicationInSync). argo-syncer never
 // writes a cachedApplication back.
 type cachedApplication struct {
-	// applicationMeta is the part of the metadata argo-syncer reads, with Labels and
-	// Annotations beside it: a cachedApplication is a metav1.Object (appmeta.go).
-	applicationMeta
-	Labels, Annotations metaStrings
+	// cachedMeta is the part of the metadata argo-syncer reads: a cachedApplication is a
+	// metav1.Object (cachedmeta.go).
+	cachedMeta
 	// Project is the spec's AppProject.
 	Project sharedString
 	// SpecDigest is the digest of the spec's JSON (digestSpec).
@@ -526,7 +536,7 @@ type cachedApplicationStatus struct {
 // cacheApplication projects app, which it may change, on what argo-syncer keeps of it.
 func cacheApplication(app *argov1.Application) *cachedApplication {
 	st := app.Status
-	c := &cachedApplication{applicationMeta: newApplicationMeta(&app.ObjectMeta), Project: share(app.Spec.Project), SpecDigest: digestSpec(app.Spec),
+	c := &cachedApplication{cachedMeta: newCachedMeta(&app.ObjectMeta), Project: share(app.Spec.Project), SpecDigest: digestSpec(app.Spec),
 		Status: cachedApplicationStatus{
 			Health:        share(string(st.Health.Status)),
 			HealthMessage: share(st.Health.Message),
@@ -536,7 +546,6 @@ func cacheApplication(app *argov1.Application) *cachedApplication {
 	if op := st.OperationState; op != nil {
 		c.Status.Operation, c.Status.OperationMessage = share(string(op.Phase)), share(op.Message)
 	}
-	c.Labels, c.Annotations = newMetaStrings(app.Labels), newMetaStrings(app.Annotations)
 	if !owned(c) {
 		spec := app.Spec
 		internApplicationSpec(&spec)
@@ -625,34 +634,68 @@ func internValue(k, v string) string {
 	return v
 }
 
-// metaStrings is a label or annotation map of a cached Application, kept as its keys and values
-// interleaved (key, value, key, value ...) in key order. A Go map costs a group of eight slots
-// (about 300 bytes) even for one entry, and more than eight entries need a table of groups; the
-// list costs 32 bytes an entry. An Application's five labels and eight or nine annotations are
-// read by key, a few times for each intent. A metaStrings is never changed in place.
-type metaStrings []string
+// metaStrings is a label or annotation map of a cached Application, kept as its values in key
+// order beside one shared copy of its keys. A Go map costs a group of eight slots (about 300
+// bytes) even for one entry, and more than eight entries need a table of groups. The
+// Applications of a fleet have a handful of key sets (one for each rule's labels and
+// annotations), so a list of keys is shared and each Application keeps 16 bytes an entry, its
+// values' string headers (the values themselves are interned as internStrings does).
+// An Application's five labels and eight or nine annotations are read by key, a few times for
+// each intent. A metaStrings is never changed in place.
+type metaStrings struct {
+	// keys holds the keys in order, each followed by a zero byte, which no label or annotation
+	// key contains; unset when there are no entries.
+	keys   unique.Handle[string]
+	values []string
+}
 
-// newMetaStrings keeps m, its keys and values interned as internStrings does; nil when empty.
+// keyEnd ends each key of a metaStrings' keys.
+const keyEnd = 0
+
+// newMetaStrings keeps m, its values interned as internStrings does; empty when m is.
 func newMetaStrings(m map[string]string) metaStrings {
 	if len(m) == 0 {
-		return nil
+		return metaStrings{}
 	}
 	keys := slices.Sorted(maps.Keys(m))
-	s := make(metaStrings, 0, 2*len(keys))
-	for _, k := range keys {
-		s = append(s, intern(k), internValue(k, m[k]))
+	var joined strings.Builder
+	values := make([]string, len(keys))
+	for i, k := range keys {
+		joined.WriteString(k)
+		joined.WriteByte(keyEnd)
+		values[i] = internValue(k, m[k])
 	}
-	return s
+	return metaStrings{keys: unique.Make(joined.String()), values: values}
+}
+
+// all calls yield with each key and its value in key order until yield returns false.
+func (s metaStrings) all(yield func(k, v string) bool) {
+	if len(s.values) == 0 {
+		return
+	}
+	keys := s.keys.Value()
+	for _, v := range s.values {
+		end := strings.IndexByte(keys, keyEnd)
+		if !yield(keys[:end], v) {
+			return
+		}
+		keys = keys[end+1:]
+	}
 }
 
 // Lookup is the value of key k, and whether there is one.
-func (s metaStrings) Lookup(k string) (string, bool) {
-	n := len(s) / 2
-	i := sort.Search(n, func(i int) bool { return s[2*i] >= k })
-	if i == n || s[2*i] != k {
+func (s metaStrings) Lookup(k string) (value string, found bool) {
+	s.all(func(key, v string) bool {
+		if key < k {
+			return true
+		}
+		value, found = v, key == k
+		return false
+	})
+	if !found {
 		return "", false
 	}
-	return s[2*i+1], true
+	return value, true
 }
 
 // Get is the value of key k, "" when there is none (as a map's).
@@ -662,17 +705,18 @@ func (s metaStrings) Get(k string) string {
 }
 
 // Len is the number of entries.
-func (s metaStrings) Len() int { return len(s) / 2 }
+func (s metaStrings) Len() int { return len(s.values) }
 
 // Map is a map of the entries, the caller's own; nil when there are none.
 func (s metaStrings) Map() map[string]string {
-	if len(s) == 0 {
+	if len(s.values) == 0 {
 		return nil
 	}
-	m := make(map[string]string, len(s)/2)
-	for i := 0; i < len(s); i += 2 {
-		m[s[i]] = s[i+1]
-	}
+	m := make(map[string]string, len(s.values))
+	s.all(func(k, v string) bool {
+		m[k] = v
+		return true
+	})
 	return m
 }
 

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -25,9 +25,10 @@ import (
 
 // TestCacheKeepsWhatArgoSyncerReads checks the informers' trim: an Application with the status
 // Argo CD's controller writes after a sync is cached with its project and its spec's digest, and
-// its whole spec only while it is not Enforcement's (applicationMeta has no place for its managed
+// its whole spec only while it is not Enforcement's (cachedMeta has no place for its managed
 // fields); it reports the health its status holds; one whose status compared another source is
-// cached as not observed.
+// cached as not observed. A cluster Secret is cached with the digest of its config, not the
+// config.
 func TestCacheKeepsWhatArgoSyncerReads(t *testing.T) {
 	source := argov1.ApplicationSource{RepoURL: "https://git.example/agent", Path: "charts/agent", TargetRevision: "HEAD"}
 	dest := argov1.ApplicationDestination{Server: "https://c1.example", Namespace: "monitoring"}
@@ -90,16 +91,26 @@ func TestCacheKeepsWhatArgoSyncerReads(t *testing.T) {
 	}
 
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "cluster-c1", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: FieldManager}}},
-		Data:       map[string][]byte{"server": []byte("https://c1.example"), "name": []byte("c1"), "config": []byte(`{}`)},
+		ObjectMeta: metav1.ObjectMeta{Name: "cluster-c1", Namespace: "argocd", UID: "u-2", ResourceVersion: "7",
+			Labels:        map[string]string{LabelManagedBy: ManagedByValue, LabelSecretType: SecretTypeCluster},
+			Annotations:   map[string]string{AnnotationIdentity: "rancher/src1/c-c1"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: FieldManager}}},
+		Data: map[string][]byte{"server": []byte("https://c1.example"), "name": []byte("c1"), "config": []byte(`{}`)},
 	}
 	obj, _ = trimForCache(secret)
-	s := obj.(*corev1.Secret)
-	if s.ManagedFields != nil || len(s.Data) != 3 || string(s.Data["server"]) != "https://c1.example" || string(s.Data["name"]) != "c1" {
-		t.Errorf("cluster Secret after the trim: managed fields %v, data %q (want none; server, name and the config's digest)", s.ManagedFields, s.Data)
+	s := obj.(*cachedSecret)
+	if s.Name != "cluster-c1" || s.Namespace != "argocd" || s.UID != "u-2" || s.ResourceVersion != "7" || !owned(s) ||
+		s.Annotations.Get(AnnotationIdentity) != "rancher/src1/c-c1" || s.Server != "https://c1.example" || s.ClusterName != "c1" {
+		t.Errorf("cluster Secret after the trim: %+v", s)
 	}
-	if _, kept := s.Data["config"]; kept || !bytes.Equal(s.Data[cachedConfigDigestKey], configDigest([]byte(`{}`))) {
-		t.Errorf("cached cluster Secret keeps config %q, digest %x; want no config and the digest of {}", s.Data["config"], s.Data[cachedConfigDigestKey])
+	if s.ConfigDigest != configDigest([]byte(`{}`)) {
+		t.Errorf("cached cluster Secret's config digest %x, want the digest of {}", s.ConfigDigest)
+	}
+	if again, _ := trimForCache(s); again != s {
+		t.Error("trimming a cached Secret again made another")
+	}
+	if c := cacheSecret(&corev1.Secret{}); c.ConfigDigest != ([sha256.Size]byte{}) || c.Server != "" {
+		t.Errorf("a Secret without data caches %+v", c)
 	}
 }
 
@@ -134,6 +145,9 @@ func TestCacheStoresRepeatedStringsOnce(t *testing.T) {
 	shared("rule annotation", a.Annotations.Get(AnnotationRule), b.Annotations.Get(AnnotationRule))
 	shared("health", a.Status.Health.String(), b.Status.Health.String())
 	shared("operation message", a.Status.OperationMessage.String(), b.Status.OperationMessage.String())
+	if a.Labels.keys != b.Labels.keys || a.Annotations.keys != b.Annotations.keys {
+		t.Error("two Applications of one rule keep two copies of their label or annotation keys")
+	}
 	for k := range a.Labels.Map() {
 		for k2 := range b.Labels.Map() {
 			if k == k2 {
@@ -150,14 +164,14 @@ func TestCacheStoresRepeatedStringsOnce(t *testing.T) {
 // the index values of their latest version, and no longer once deleted or caught up with.
 func TestOverlayListsByIndex(t *testing.T) {
 	byCluster := cache.Indexers{"cluster": func(obj any) ([]string, error) {
-		return []string{obj.(*corev1.Secret).Labels["cluster"]}, nil
+		return []string{obj.(*cachedSecret).Labels.Get("cluster")}, nil
 	}}
 	// Never started: its cache stays empty, so everything listed comes from the overlay.
 	informer := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Secret{}, 0, byCluster)
-	v := newView[*corev1.Secret]("argocd", informer)
-	secret := func(name, cluster, rv string) *corev1.Secret {
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "argocd", UID: types.UID("uid-" + name),
-			ResourceVersion: rv, Labels: map[string]string{"cluster": cluster}}}
+	v := newView[*cachedSecret]("argocd", informer)
+	secret := func(name, cluster, rv string) *cachedSecret {
+		return cacheSecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "argocd", UID: types.UID("uid-" + name),
+			ResourceVersion: rv, Labels: map[string]string{"cluster": cluster}}})
 	}
 	names := func(cluster string) []string {
 		var out []string
@@ -199,11 +213,11 @@ func TestOverlayListsByIndex(t *testing.T) {
 // before argo-syncer recorded it leaves no tombstone; neither would ever be cleared.
 func TestOverlayKeepsOnlyWhatTheCacheLacks(t *testing.T) {
 	informer := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Secret{}, 0, cache.Indexers{})
-	v := newView[*corev1.Secret]("argocd", informer)
-	secret := func(rv string) *corev1.Secret {
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "argocd", UID: "uid-a", ResourceVersion: rv}}
+	v := newView[*cachedSecret]("argocd", informer)
+	secret := func(rv string) *cachedSecret {
+		return cacheSecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "argocd", UID: "uid-a", ResourceVersion: rv}})
 	}
-	cacheHolds := func(s *corev1.Secret) {
+	cacheHolds := func(s *cachedSecret) {
 		t.Helper()
 		if err := informer.GetIndexer().Update(s); err != nil {
 			t.Fatal(err)
@@ -455,7 +469,73 @@ func TestCachedApplicationMetadataReadsAsMaps(t *testing.T) {
 	if cp.GetAnnotations() != nil || app.Annotations.Get(AnnotationCluster) != "prod" {
 		t.Error("SetAnnotations on a copy changed the original, or kept annotations")
 	}
-	if empty := cacheApplication(&argov1.Application{}); empty.Labels != nil || empty.GetLabels() != nil || empty.Labels.Len() != 0 {
+	if empty := cacheApplication(&argov1.Application{}); empty.Labels.values != nil || empty.GetLabels() != nil || empty.Labels.Len() != 0 {
 		t.Errorf("an Application without labels keeps %v", empty.Labels)
 	}
+}
+
+// BenchmarkCachedCluster measures what one cluster costs argo-syncer's informer caches as a
+// whole: its Secret, its AppProject and ten Applications, decoded and trimmed as the informers
+// do and held in stores with the informers' indexers. It reports the live heap per cluster of
+// the objects alone (objects-B/cluster) and with the stores' keys and indexes (live-B/cluster).
+func BenchmarkCachedCluster(b *testing.B) {
+	const clusters, enforcements = 1000, 10
+	var repos []string
+	for e := range enforcements {
+		repos = append(repos, fmt.Sprintf("https://git.example/enforcement-%d", e))
+	}
+	type kind struct {
+		wire      [][]byte
+		newObject func() any
+		indexers  cache.Indexers
+	}
+	apps := kind{newObject: func() any { return &argov1.Application{} }, indexers: applicationIndexers()}
+	projects := kind{newObject: func() any { return &argov1.AppProject{} }, indexers: projectIndexers()}
+	secrets := kind{newObject: func() any { return &corev1.Secret{} }, indexers: secretIndexers()}
+	for c := range clusters {
+		cluster := fmt.Sprintf("cluster-%03d", c)
+		for e := range enforcements {
+			apps.wire = append(apps.wire, serverApplication(b, cluster, fmt.Sprintf("enforcement-%d", e)))
+		}
+		projects.wire = append(projects.wire, serverAppProject(b, c, repos))
+		secrets.wire = append(secrets.wire, serverClusterSecret(b, cluster))
+	}
+	kinds := []kind{apps, projects, secrets}
+	var objectBytes, liveBytes []float64
+	for b.Loop() {
+		before := testenv.LiveHeap()
+		cached := make([][]any, len(kinds))
+		for i, k := range kinds {
+			for _, w := range k.wire {
+				obj := k.newObject()
+				if err := json.Unmarshal(w, obj); err != nil {
+					b.Fatal(err)
+				}
+				trimmed, err := trimForCache(obj)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cached[i] = append(cached[i], trimmed)
+			}
+		}
+		objects := testenv.LiveHeap()
+		stores := make([]cache.Indexer, len(kinds))
+		for i, k := range kinds {
+			stores[i] = cache.NewIndexer(cache.MetaNamespaceKeyFunc, k.indexers)
+			for _, obj := range cached[i] {
+				if err := stores[i].Add(obj); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		cached = nil
+		after := testenv.LiveHeap()
+		objectBytes = append(objectBytes, float64(objects-before)/clusters)
+		liveBytes = append(liveBytes, float64(after-before)/clusters)
+		runtime.KeepAlive(stores)
+	}
+	slices.Sort(objectBytes)
+	slices.Sort(liveBytes)
+	b.ReportMetric(objectBytes[len(objectBytes)/2], "objects-B/cluster")
+	b.ReportMetric(liveBytes[len(liveBytes)/2], "live-B/cluster")
 }
