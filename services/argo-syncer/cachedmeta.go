@@ -63,7 +63,7 @@ var (
 func (*cachedApplication) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 func (a *cachedApplication) DeepCopyObject() runtime.Object {
-	c := &cachedApplication{cachedMeta: a.cachedMeta.deepCopy(), Project: a.Project, SpecDigest: a.SpecDigest, Status: a.Status}
+	c := &cachedApplication{cachedMeta: a.deepCopy(), Project: a.Project, SpecDigest: a.SpecDigest, Status: a.Status}
 	if a.Foreign != nil {
 		c.Foreign = a.Foreign.DeepCopy()
 	}
@@ -74,7 +74,7 @@ func (*cachedSecret) GetObjectKind() schema.ObjectKind { return schema.EmptyObje
 
 func (s *cachedSecret) DeepCopyObject() runtime.Object {
 	c := *s
-	c.cachedMeta = s.cachedMeta.deepCopy()
+	c.cachedMeta = s.deepCopy()
 	return &c
 }
 

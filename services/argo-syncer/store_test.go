@@ -528,7 +528,6 @@ func BenchmarkCachedCluster(b *testing.B) {
 				}
 			}
 		}
-		cached = nil
 		after := testenv.LiveHeap()
 		objectBytes = append(objectBytes, float64(objects-before)/clusters)
 		liveBytes = append(liveBytes, float64(after-before)/clusters)
