@@ -78,26 +78,29 @@ func originalApplication(app *cachedApplication, cluster string) string {
 // originalProject reports why p is not the AppProject the original operator created for the
 // cluster t: "" when it has exactly that shape (see the file comment), else what differs. Argo
 // CD's built-in "default" project is never the original's, even for a cluster named "default".
-func originalProject(p *argov1.AppProject, t events.Target) string {
+func originalProject(p *cachedProject, t events.Target) string {
 	if p.Name == argov1.DefaultAppProjectName {
 		return "it is Argo CD's default project"
 	}
+	if p.Foreign == nil {
+		return "it is Enforcement's"
+	}
 	var why []string
-	if len(p.Labels) > 0 {
-		why = append(why, "labels "+labelList(p.Labels))
+	if p.Labels.Len() > 0 {
+		why = append(why, "labels "+labelList(p.Labels.Map()))
 	}
-	if !slices.Equal(p.Spec.SourceRepos, []string{"*"}) {
-		why = append(why, fmt.Sprintf("sourceRepos %q, want [*]", p.Spec.SourceRepos))
+	if !slices.Equal(p.SourceRepos, []string{"*"}) {
+		why = append(why, fmt.Sprintf("sourceRepos %q, want [*]", p.SourceRepos))
 	}
-	if len(p.Spec.Destinations) == 0 {
+	if len(p.Foreign.Destinations) == 0 {
 		why = append(why, "no destinations")
 	}
-	for _, d := range p.Spec.Destinations {
+	for _, d := range p.Foreign.Destinations {
 		if (d.Server == "" && d.Name == "") || (d.Server != "" && d.Server != t.URL) || (d.Name != "" && d.Name != t.Name) {
 			why = append(why, fmt.Sprintf("destination name %q server %q is not cluster %s", d.Name, d.Server, t.Name))
 		}
 	}
-	s := p.Spec
+	s := p.Foreign
 	if len(s.Roles)+len(s.SyncWindows)+len(s.SignatureKeys)+len(s.SourceNamespaces)+len(s.ClusterResourceWhitelist)+
 		len(s.ClusterResourceBlacklist)+len(s.NamespaceResourceWhitelist)+len(s.NamespaceResourceBlacklist) > 0 {
 		why = append(why, "roles, sync windows, signature keys, source namespaces or resource lists are set")
@@ -142,14 +145,14 @@ func (s *Syncer) adoptApplication(ctx context.Context, app *cachedApplication) e
 }
 
 // adoptProject takes over p, which originalProject accepted for cluster, at the version checked.
-func (s *Syncer) adoptProject(ctx context.Context, p *argov1.AppProject, cluster string) error {
+func (s *Syncer) adoptProject(ctx context.Context, p *cachedProject, cluster string) error {
 	adopted, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, p.Name, types.MergePatchType,
 		adoptionPatch(p.ResourceVersion, time.Now()), metav1.PatchOptions{FieldManager: FieldManager})
 	s.metrics.write("AppProject", "patch", err)
 	if err != nil {
 		return classify(err, "adopt appproject "+p.Name)
 	}
-	s.projects.wrote(adopted)
+	s.projects.wrote(cacheProject(adopted))
 	s.logger.Info("Adopted AppProject", "appproject", p.Name, "cluster", cluster, "from", OriginOriginalOperator)
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // cachedMeta is what argo-syncer keeps of a cached object's metadata when it caches a
-// projection of the object (cachedApplication, cachedSecret): 160 bytes where metav1.ObjectMeta
+// projection of the object (cachedApplication, cachedProject, cachedSecret): 160 bytes where metav1.ObjectMeta
 // takes 232 before its maps, lists and strings. What it drops (the creation time, generation,
 // owner references, managed fields and the rest) no reader of the cache looks at; objects
 // argo-syncer writes are built from the rendered object, never from the cached one.
@@ -57,6 +57,7 @@ func (m *cachedMeta) kept() *cachedMeta { return m }
 
 var (
 	_ metav1.Object = (*cachedApplication)(nil)
+	_ metav1.Object = (*cachedProject)(nil)
 	_ metav1.Object = (*cachedSecret)(nil)
 )
 
@@ -66,6 +67,17 @@ func (a *cachedApplication) DeepCopyObject() runtime.Object {
 	c := &cachedApplication{cachedMeta: a.deepCopy(), Project: a.Project, SpecDigest: a.SpecDigest, Status: a.Status}
 	if a.Foreign != nil {
 		c.Foreign = a.Foreign.DeepCopy()
+	}
+	return c
+}
+
+func (*cachedProject) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+func (p *cachedProject) DeepCopyObject() runtime.Object {
+	// SourceRepos is never changed in place: shared.
+	c := &cachedProject{cachedMeta: p.deepCopy(), SourceRepos: p.SourceRepos, SpecDigest: p.SpecDigest}
+	if p.Foreign != nil {
+		c.Foreign = p.Foreign.DeepCopy()
 	}
 	return c
 }

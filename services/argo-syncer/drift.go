@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -115,44 +116,72 @@ func isEmpty(v any) bool {
 	return false
 }
 
-// An Application's spec is not cached (cachedApplication): argo-syncer keeps its digest. When
-// the digest is that of the rendered spec, the live spec is exactly it, so it holds every rendered
-// field and inSync would say so. When it differs, the spec either drifted or holds more than
-// argo-syncer renders (a field another tool or person set, which is not drift): one GET of the
-// Application tells which, by the same comparison as for the other objects. The answer is
-// remembered while neither spec changes (coveredSpecs), so that a spec with a field of someone
-// else's costs one read, not one on every intent and resync.
+// An Application's or AppProject's spec is not cached (cachedApplication, cachedProject):
+// argo-syncer keeps its digest. When the digest is that of the rendered spec, the live spec is
+// exactly it, so it holds every rendered field and inSync would say so. When it differs, the spec
+// either drifted or holds more than argo-syncer renders (a field another tool or person set,
+// which is not drift): one GET of the object tells which, by the same comparison as for the
+// other objects. The answer is remembered while neither spec changes (coveredSpecs), so that a
+// spec with a field of someone else's costs one read, not one on every intent and resync.
 
 // applicationInSync reports whether the live Application existing (owned, cached) still holds
 // every field of desired.
 func (s *Syncer) applicationInSync(ctx context.Context, existing *cachedApplication, desired *applyObject) (bool, error) {
-	if !holdsStrings(existing.Labels, desired.Metadata.Labels) || !holdsStrings(existing.Annotations, desired.Metadata.Annotations) {
+	return s.cachedInSync(ctx, "Application", &existing.cachedMeta, existing.SpecDigest, &s.covered, desired,
+		func(ctx context.Context) (metav1.Object, any, error) {
+			live, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).Get(ctx, existing.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, nil, err
+			}
+			return live, live.Spec, nil
+		})
+}
+
+// projectInSync reports whether the live AppProject existing (owned, cached) still holds every
+// field of desired.
+func (s *Syncer) projectInSync(ctx context.Context, existing *cachedProject, desired *applyObject) (bool, error) {
+	return s.cachedInSync(ctx, "AppProject", &existing.cachedMeta, existing.SpecDigest, &s.coveredProjects, desired,
+		func(ctx context.Context) (metav1.Object, any, error) {
+			live, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Get(ctx, existing.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, nil, err
+			}
+			return live, live.Spec, nil
+		})
+}
+
+// cachedInSync is applicationInSync and projectInSync: the cached object of the given kind,
+// with metadata m and spec digest digest, against desired; read gets the live object and its
+// spec when the digests differ and covered does not know the answer.
+func (s *Syncer) cachedInSync(ctx context.Context, kind string, m *cachedMeta, digest specDigest, covered *coveredSpecs,
+	desired *applyObject, read func(context.Context) (metav1.Object, any, error)) (bool, error) {
+	if !holdsStrings(m.Labels, desired.Metadata.Labels) || !holdsStrings(m.Annotations, desired.Metadata.Annotations) {
 		return false, nil // the applied hash is among the annotations: a changed rendering ends here
 	}
 	want := digestSpec(desired.Spec)
-	if existing.SpecDigest == want || s.covered.holds(existing.Name, existing.SpecDigest, want) {
+	if digest == want || covered.holds(m.Name, digest, want) {
 		return true, nil
 	}
-	live, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).Get(ctx, existing.Name, metav1.GetOptions{})
-	s.metrics.read("Application", "drift_check", err)
+	live, spec, err := read(ctx)
+	s.metrics.read(kind, "drift_check", err)
 	if apierrors.IsNotFound(err) {
 		return false, nil // gone since the cache saw it: the apply recreates it
 	}
 	if err != nil {
-		return false, classify(err, "read application "+existing.Name)
+		return false, classify(err, "read "+strings.ToLower(kind)+" "+m.Name)
 	}
-	ok := inSync(live.Labels, live.Annotations, live.Spec, desired)
+	ok := inSync(live.GetLabels(), live.GetAnnotations(), spec, desired)
 	if ok {
-		s.covered.remember(existing.Name, digestSpec(live.Spec), want)
+		covered.remember(m.Name, digestSpec(spec), want)
 	}
 	return ok, nil
 }
 
-// coveredSpecs remembers, per Application, a live spec digest that was found to hold every field
+// coveredSpecs remembers, per object of one kind, a live spec digest that was found to hold every field
 // of the rendered spec of another digest.
 type coveredSpecs struct {
 	mu sync.Mutex
-	m  map[string][2]specDigest // Application name → {live, rendered}
+	m  map[string][2]specDigest // object name → {live, rendered}
 }
 
 func (c *coveredSpecs) holds(name string, live, rendered specDigest) bool {
@@ -171,7 +200,7 @@ func (c *coveredSpecs) remember(name string, live, rendered specDigest) {
 	c.m[name] = [2]specDigest{live, rendered}
 }
 
-// forget drops what is remembered of a deleted Application.
+// forget drops what is remembered of a deleted object.
 func (c *coveredSpecs) forget(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

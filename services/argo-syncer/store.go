@@ -426,21 +426,20 @@ func (q *repoQueue) queued(project, identity string) []string {
 	return slices.Collect(maps.Keys(q.want[repoQueueKey{project, identity}]))
 }
 
-// trimForCache drops from an object, before the informer caches it, what argo-syncer never reads:
-// the managed fields (every write is a server-side apply or a merge patch built from the desired
-// state, never an update of a cached copy) and, of an Application, everything but its metadata,
-// its project, its spec's digest and the few facts of Argo CD's status that applicationHealth
-// reads: an Application is cached as a cachedApplication. The resource list, the history, the
-// conditions and the sync result Argo CD keeps in the status grow with the Application's
-// resources and syncs, once per Application in memory; the Application type itself is a
-// kilobyte before any of them. A cluster Secret is cached as a cachedSecret, which keeps the
-// digest of its config (the credentials). A fleet's memory then grows with its clusters by what
-// argo-syncer uses.
+// trimForCache projects an object, before the informer caches it, on what argo-syncer reads of
+// it: an Application on a cachedApplication, an AppProject on a cachedProject and a cluster
+// Secret on a cachedSecret. None keeps the managed fields (every write is a server-side apply or
+// a merge patch built from the desired state, never an update of a cached copy). Of an
+// Application's status only the few facts applicationHealth reads are kept: the resource list,
+// the history, the conditions and the sync result Argo CD keeps there grow with the
+// Application's resources and syncs, and the Application type itself is a kilobyte before any of
+// them. Of a cluster Secret's config (the credentials) only the digest is kept. A fleet's memory
+// then grows with its clusters by what argo-syncer uses (BenchmarkCachedCluster).
 //
-// The overlay of argo-syncer's own writes keeps them trimmed the same way (view.wrote).
+// The overlay of argo-syncer's own writes keeps them in the same form (view.wrote).
 //
 // What it keeps, it stores once: the strings the objects of a fleet repeat (label and annotation
-// keys, rule and cluster names, repositories, spec hashes) are interned.
+// keys and values, rule and cluster names, repositories, spec hashes) are interned.
 func trimForCache(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *argov1.Application:
@@ -448,26 +447,50 @@ func trimForCache(obj any) (any, error) {
 	case *cachedApplication: // already trimmed: the transform may see an object twice
 		return o, nil
 	case *argov1.AppProject:
-		for i, r := range o.Spec.SourceRepos {
-			o.Spec.SourceRepos[i] = intern(r)
-		}
-		for i := range o.Spec.Destinations {
-			d := &o.Spec.Destinations[i]
-			d.Server, d.Name, d.Namespace = intern(d.Server), intern(d.Name), intern(d.Namespace)
-		}
-		for i := range o.Spec.ClusterResourceWhitelist {
-			g := &o.Spec.ClusterResourceWhitelist[i]
-			g.Group, g.Kind = intern(g.Group), intern(g.Kind)
-		}
+		return cacheProject(o), nil
+	case *cachedProject:
+		return o, nil
 	case *corev1.Secret:
 		return cacheSecret(o), nil
 	case *cachedSecret:
 		return o, nil
 	}
-	if o, ok := obj.(metav1.Object); ok {
-		trimMeta(o)
+	return obj, nil // no other kind is cached
+}
+
+// cachedProject is what argo-syncer keeps of an AppProject, in its cache and in the overlay of
+// its own writes: the metadata it reads, the repositories it allows (ensureProject adds to them)
+// and a digest of its spec. Its spec is kept whole only when the project is not Enforcement's
+// (owned): adoption examines such a spec field by field (originalProject). Of its own projects
+// argo-syncer needs to know whether the spec still is what it rendered, which the digest
+// answers (projectInSync). argo-syncer never writes a cachedProject back.
+type cachedProject struct {
+	// cachedMeta is the part of the metadata argo-syncer reads: a cachedProject is a
+	// metav1.Object (cachedmeta.go).
+	cachedMeta
+	// SourceRepos are spec.sourceRepos, interned.
+	SourceRepos []string
+	// SpecDigest is the digest of the spec's JSON (digestSpec).
+	SpecDigest specDigest
+	// Foreign is the spec of a project Enforcement does not own; nil for its own.
+	Foreign *argov1.AppProjectSpec
+}
+
+// cacheProject projects p, which it may change, on what argo-syncer keeps of it.
+func cacheProject(p *argov1.AppProject) *cachedProject {
+	c := &cachedProject{cachedMeta: newCachedMeta(&p.ObjectMeta), SpecDigest: digestSpec(p.Spec)}
+	if len(p.Spec.SourceRepos) > 0 {
+		c.SourceRepos = make([]string, len(p.Spec.SourceRepos))
+		for i, r := range p.Spec.SourceRepos {
+			c.SourceRepos[i] = intern(r)
+		}
 	}
-	return obj, nil
+	if !owned(c) {
+		spec := p.Spec
+		spec.SourceRepos = c.SourceRepos
+		c.Foreign = &spec
+	}
+	return c
 }
 
 // cachedSecret is what argo-syncer keeps of a cluster Secret, in its cache and in the overlay of
@@ -597,36 +620,10 @@ func (s sharedString) String() string {
 // is the object's own.
 const internedValueLimit = 128
 
-// trimMeta drops the object's managed fields, which argo-syncer never reads, and interns its
-// namespace, finalizers and label and annotation keys and short values, except the values no
-// other object shares: the intent that created it and the hash of what was applied. Interning a
-// value only one object holds costs the intern table's entry on top of the string
-// (BenchmarkCachedApplication: 1,334 live bytes an Application with the applied hash interned,
-// 1,280 without). A cachedApplication's metadata is trimmed and interned as it is made
-// (newApplicationMeta, newMetaStrings).
-func trimMeta(o metav1.Object) {
-	o.SetManagedFields(nil)
-	o.SetNamespace(intern(o.GetNamespace()))
-	f := o.GetFinalizers()
-	for i := range f {
-		f[i] = intern(f[i])
-	}
-	o.SetLabels(internStrings(o.GetLabels()))
-	o.SetAnnotations(internStrings(o.GetAnnotations()))
-}
-
-func internStrings(m map[string]string) map[string]string {
-	if len(m) == 0 {
-		return m
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[intern(k)] = internValue(k, v)
-	}
-	return out
-}
-
-// internValue is the value v of key k, interned unless it is long or the object's own.
+// internValue is the value v of key k, interned unless it is long or the object's own: the
+// intent that created the object and the hash of what was applied. Interning a value only one
+// object holds costs the intern table's entry on top of the string (BenchmarkCachedApplication:
+// 1,334 live bytes an Application with the applied hash interned, 1,280 without).
 func internValue(k, v string) string {
 	if len(v) <= internedValueLimit && k != AnnotationCreatedBy && k != AnnotationAppliedHash {
 		return intern(v)
@@ -639,7 +636,7 @@ func internValue(k, v string) string {
 // bytes) even for one entry, and more than eight entries need a table of groups. The
 // Applications of a fleet have a handful of key sets (one for each rule's labels and
 // annotations), so a list of keys is shared and each Application keeps 16 bytes an entry, its
-// values' string headers (the values themselves are interned as internStrings does).
+// values' string headers (the values themselves are interned: internValue).
 // An Application's five labels and eight or nine annotations are read by key, a few times for
 // each intent. A metaStrings is never changed in place.
 type metaStrings struct {
@@ -652,7 +649,7 @@ type metaStrings struct {
 // keyEnd ends each key of a metaStrings' keys.
 const keyEnd = 0
 
-// newMetaStrings keeps m, its values interned as internStrings does; empty when m is.
+// newMetaStrings keeps m, its values interned (internValue); empty when m is.
 func newMetaStrings(m map[string]string) metaStrings {
 	if len(m) == 0 {
 		return metaStrings{}

@@ -28,7 +28,8 @@ import (
 // its whole spec only while it is not Enforcement's (cachedMeta has no place for its managed
 // fields); it reports the health its status holds; one whose status compared another source is
 // cached as not observed. A cluster Secret is cached with the digest of its config, not the
-// config.
+// config; an AppProject with its repositories and its spec's digest, and its whole spec only
+// while it is not Enforcement's.
 func TestCacheKeepsWhatArgoSyncerReads(t *testing.T) {
 	source := argov1.ApplicationSource{RepoURL: "https://git.example/agent", Path: "charts/agent", TargetRevision: "HEAD"}
 	dest := argov1.ApplicationDestination{Server: "https://c1.example", Namespace: "monitoring"}
@@ -111,6 +112,26 @@ func TestCacheKeepsWhatArgoSyncerReads(t *testing.T) {
 	}
 	if c := cacheSecret(&corev1.Secret{}); c.ConfigDigest != ([sha256.Size]byte{}) || c.Server != "" {
 		t.Errorf("a Secret without data caches %+v", c)
+	}
+
+	projectSpec := argov1.AppProjectSpec{SourceRepos: []string{"https://git.example/agent"},
+		Destinations: []argov1.ApplicationDestination{{Server: "https://c1.example", Namespace: "*"}},
+		Roles:        []argov1.ProjectRole{{Name: "viewer"}}}
+	project := &argov1.AppProject{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: "argocd", UID: "u-3",
+		Labels: map[string]string{LabelManagedBy: ManagedByValue}, Annotations: map[string]string{AnnotationCluster: "c1"}},
+		Spec: *projectSpec.DeepCopy()}
+	obj, _ = trimForCache(project)
+	p := obj.(*cachedProject)
+	if p.Name != "c1" || p.UID != "u-3" || !owned(p) || p.Annotations.Get(AnnotationCluster) != "c1" ||
+		!slices.Equal(p.SourceRepos, projectSpec.SourceRepos) || p.SpecDigest != digestSpec(projectSpec) || p.Foreign != nil {
+		t.Errorf("Enforcement's AppProject after the trim: %+v (want its repositories and digest, no spec)", p)
+	}
+	if again, _ := trimForCache(p); again != p {
+		t.Error("trimming a cached AppProject again made another")
+	}
+	project.Labels = nil
+	if c := cacheProject(project); c.Foreign == nil || !reflect.DeepEqual(*c.Foreign, projectSpec) {
+		t.Errorf("an AppProject of someone else's keeps spec %+v, want %+v", c.Foreign, projectSpec)
 	}
 }
 

@@ -95,15 +95,16 @@ type Syncer struct {
 	logger   *slog.Logger
 	metrics  *Metrics
 	apps     *view[*cachedApplication]
-	projects *view[*argov1.AppProject]
+	projects *view[*cachedProject]
 	secrets  *view[*cachedSecret]
 	creds    *credentialCache
 	clusters clusterLocks
 	// repos are the repositories that installs waiting for their cluster's objects want its
 	// AppProject to allow.
 	repos repoQueue
-	// covered: the Applications whose spec holds more than argo-syncer renders (drift.go).
-	covered coveredSpecs
+	// covered and coveredProjects: the Applications and AppProjects whose spec holds more than
+	// argo-syncer renders (drift.go).
+	covered, coveredProjects coveredSpecs
 	// pending holds clusters to unregister once their terminating Applications are gone.
 	pending workqueue.TypedRateLimitingInterface[string]
 	synced  []cache.InformerSynced
@@ -154,8 +155,9 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 		},
 	}, &corev1.Secret{}, 0, secretIndexers())
 	s.apps = newView[*cachedApplication](s.ns, appInformer)
-	s.projects = newView[*argov1.AppProject](s.ns, projectInformer)
+	s.projects = newView[*cachedProject](s.ns, projectInformer)
 	s.secrets = newView[*cachedSecret](s.ns, secretInformer)
+	s.projects.onDelete = func(p *cachedProject) { s.coveredProjects.forget(p.Name) }
 	s.apps.onDelete = func(app *cachedApplication) {
 		s.covered.forget(app.Name)
 		if c := app.Annotations.Get(AnnotationCluster); c != "" && owned(app) {
@@ -163,8 +165,8 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 			return
 		}
 		// A foreign Application that held up an unregistration (see unregister) is gone.
-		if p, ok, _ := s.projects.get(app.Project.String()); ok && owned(p) && p.Annotations[AnnotationUnregister] != "" {
-			s.pending.Add(p.Annotations[AnnotationCluster])
+		if p, ok, _ := s.projects.get(app.Project.String()); ok && owned(p) && p.Annotations.Get(AnnotationUnregister) != "" {
+			s.pending.Add(p.Annotations.Get(AnnotationCluster))
 		}
 	}
 	s.synced = []cache.InformerSynced{appInformer.HasSynced, projectInformer.HasSynced, secretInformer.HasSynced}
@@ -198,11 +200,11 @@ func applicationIndexers() cache.Indexers {
 func projectIndexers() cache.Indexers {
 	return cache.Indexers{
 		indexTenantCluster: func(obj any) ([]string, error) {
-			p, ok := obj.(*argov1.AppProject)
-			if !ok || p.Annotations[AnnotationGrant] == "" {
+			p, ok := obj.(*cachedProject)
+			if !ok || p.Annotations.Get(AnnotationGrant) == "" {
 				return nil, nil
 			}
-			return []string{p.Annotations[AnnotationCluster]}, nil
+			return []string{p.Annotations.Get(AnnotationCluster)}, nil
 		},
 	}
 }
@@ -247,8 +249,8 @@ func (s *Syncer) Run(ctx context.Context, ready chan<- struct{}, leading <-chan 
 		}
 	}
 	for _, obj := range s.projects.informer.GetIndexer().List() {
-		if p, ok := obj.(*argov1.AppProject); ok && owned(p) && p.Annotations[AnnotationUnregister] != "" {
-			s.pending.Add(p.Annotations[AnnotationCluster])
+		if p, ok := obj.(*cachedProject); ok && owned(p) && p.Annotations.Get(AnnotationUnregister) != "" {
+			s.pending.Add(p.Annotations.Get(AnnotationCluster))
 		}
 	}
 	go func() { <-ctx.Done(); s.pending.ShutDown() }()
@@ -654,7 +656,7 @@ func (s *Syncer) nameConflict(rule events.RuleRef, t events.Target, n objectName
 		}
 	}
 	if p, ok, _ := s.projects.get(n.project); ok {
-		if id := p.Annotations[AnnotationIdentity]; !ours(id) {
+		if id := p.Annotations.Get(AnnotationIdentity); !ours(id) {
 			return conflictError("appproject", p.Name, t, id)
 		}
 	}
@@ -759,15 +761,20 @@ func (s *Syncer) ensureProject(ctx context.Context, t events.Target, n objectNam
 	// allows the repositories of the cluster's installs waiting behind this one (repoQueue).
 	repos := append(append([]string{repo}, also...), s.repos.queued(name, t.Identity)...)
 	if exists {
-		repos = append(repos, existing.Spec.SourceRepos...)
+		repos = append(repos, existing.SourceRepos...)
 	}
 	desired := RenderProject(s.ns, n, t.Name, t.URL, repos, s.project)
 	if t.Identity != "" {
 		desired.Metadata.Annotations[AnnotationIdentity] = t.Identity
 	}
 	desired.seal()
-	if exists && owned(existing) && inSync(existing.Labels, existing.Annotations, existing.Spec, desired) {
-		return writes, nil
+	if exists && owned(existing) {
+		switch ok, err := s.projectInSync(ctx, existing, desired); {
+		case err != nil:
+			return writes, err
+		case ok:
+			return writes, nil
+		}
 	}
 	p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.ApplyPatchType, desired.body(),
 		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
@@ -776,7 +783,7 @@ func (s *Syncer) ensureProject(ctx context.Context, t events.Target, n objectNam
 	if err != nil {
 		return writes, classify(err, "apply appproject "+name)
 	}
-	s.projects.wrote(p)
+	s.projects.wrote(cacheProject(p))
 	if !exists {
 		s.logger.Info("Created AppProject", "appproject", name, "cluster", t.Name)
 	}
@@ -789,7 +796,7 @@ func (s *Syncer) ensureProject(ctx context.Context, t events.Target, n objectNam
 // not Enforcement's, or not this grant's on this cluster, is never written over.
 func (s *Syncer) ensureTenantProject(ctx context.Context, t events.Target, name string, g *events.Grant) (int, error) {
 	existing, exists, _ := s.projects.get(name)
-	if exists && (!owned(existing) || existing.Annotations[AnnotationCluster] != t.Name || existing.Annotations[AnnotationGrant] != g.Name) {
+	if exists && (!owned(existing) || existing.Annotations.Get(AnnotationCluster) != t.Name || existing.Annotations.Get(AnnotationGrant) != g.Name) {
 		return 0, &failure{reason: ReasonNotOwned, permanent: true,
 			err: fmt.Errorf("appproject %s exists and is not Enforcement's project of grant %s on cluster %s", name, g.Name, t.Name)}
 	}
@@ -798,8 +805,13 @@ func (s *Syncer) ensureTenantProject(ctx context.Context, t events.Target, name 
 		desired.Metadata.Annotations[AnnotationIdentity] = t.Identity
 	}
 	desired.seal()
-	if exists && inSync(existing.Labels, existing.Annotations, existing.Spec, desired) {
-		return 0, nil
+	if exists {
+		switch ok, err := s.projectInSync(ctx, existing, desired); {
+		case err != nil:
+			return 0, err
+		case ok:
+			return 0, nil
+		}
 	}
 	p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.ApplyPatchType, desired.body(),
 		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
@@ -807,7 +819,7 @@ func (s *Syncer) ensureTenantProject(ctx context.Context, t events.Target, name 
 	if err != nil {
 		return 1, classify(err, "apply appproject "+name)
 	}
-	s.projects.wrote(p)
+	s.projects.wrote(cacheProject(p))
 	if !exists {
 		s.logger.Info("Created AppProject", "appproject", name, "cluster", t.Name, "grant", g.Name)
 	}
@@ -833,29 +845,29 @@ func (s *Syncer) deleteTenantProjects(ctx context.Context, cluster string) (held
 			return held, classify(err, "delete appproject "+p.Name)
 		}
 		s.projects.removed(p.Name, p.UID, false)
-		s.logger.Info("Deleted AppProject", "appproject", p.Name, "cluster", cluster, "grant", p.Annotations[AnnotationGrant])
+		s.logger.Info("Deleted AppProject", "appproject", p.Name, "cluster", cluster, "grant", p.Annotations.Get(AnnotationGrant))
 	}
 	return held, nil
 }
 
 // tenantProjects lists, sorted by name, Enforcement's grant AppProjects of the cluster (from the
 // cache).
-func (s *Syncer) tenantProjects(cluster string) []*argov1.AppProject {
-	var out []*argov1.AppProject
+func (s *Syncer) tenantProjects(cluster string) []*cachedProject {
+	var out []*cachedProject
 	for _, p := range s.projects.list(indexTenantCluster, cluster) {
-		if owned(p) && p.Annotations[AnnotationGrant] != "" {
+		if owned(p) && p.Annotations.Get(AnnotationGrant) != "" {
 			out = append(out, p)
 		}
 	}
-	slices.SortFunc(out, func(a, b *argov1.AppProject) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b *cachedProject) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
 // registrationProjects lists Enforcement's AppProjects of the cluster (from the cache): its own
 // first, when it has one, then its grants' (a cluster with only tenant Applications has no
 // project of its own). A pending unregistration is marked on one of them.
-func (s *Syncer) registrationProjects(cluster string) []*argov1.AppProject {
-	var out []*argov1.AppProject
+func (s *Syncer) registrationProjects(cluster string) []*cachedProject {
+	var out []*cachedProject
 	if p, ok, _ := s.projects.get(s.names(cluster, "").project); ok && owned(p) {
 		out = append(out, p)
 	}
@@ -864,8 +876,8 @@ func (s *Syncer) registrationProjects(cluster string) []*argov1.AppProject {
 
 // unregisterPending reports whether one of projects carries AnnotationUnregister: the
 // unregistration of their cluster waits for Applications to go.
-func unregisterPending(projects []*argov1.AppProject) bool {
-	return slices.ContainsFunc(projects, func(p *argov1.AppProject) bool { return p.Annotations[AnnotationUnregister] != "" })
+func unregisterPending(projects []*cachedProject) bool {
+	return slices.ContainsFunc(projects, func(p *cachedProject) bool { return p.Annotations.Get(AnnotationUnregister) != "" })
 }
 
 // clearUnregisterPending removes AnnotationUnregister from the cluster's AppProjects that carry
@@ -875,7 +887,7 @@ func (s *Syncer) clearUnregisterPending(ctx context.Context, cluster string) (in
 	writes := 0
 	patch := []byte(`{"metadata":{"annotations":{"` + AnnotationUnregister + `":null}}}`)
 	for _, project := range s.registrationProjects(cluster) {
-		if project.Annotations[AnnotationUnregister] == "" {
+		if project.Annotations.Get(AnnotationUnregister) == "" {
 			continue
 		}
 		p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, project.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
@@ -887,7 +899,7 @@ func (s *Syncer) clearUnregisterPending(ctx context.Context, cluster string) (in
 		if err != nil {
 			return writes, classify(err, "clear unregistration of appproject "+project.Name)
 		}
-		s.projects.wrote(p)
+		s.projects.wrote(cacheProject(p))
 	}
 	return writes, nil
 }
@@ -1111,7 +1123,7 @@ func (s *Syncer) deleteRegistration(ctx context.Context, cluster string) (bool, 
 
 // markUnregisterPending marks project, one of the cluster's (registrationProjects), so that the
 // unregistration finishes once its terminating Applications are gone (finishUnregister).
-func (s *Syncer) markUnregisterPending(ctx context.Context, cluster string, project *argov1.AppProject, terminating int) error {
+func (s *Syncer) markUnregisterPending(ctx context.Context, cluster string, project *cachedProject, terminating int) error {
 	name := project.Name
 	patch := []byte(`{"metadata":{"annotations":{"` + AnnotationUnregister + `":"pending"}}}`)
 	p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
@@ -1120,7 +1132,7 @@ func (s *Syncer) markUnregisterPending(ctx context.Context, cluster string, proj
 		return classify(err, "mark appproject "+name)
 	}
 	if err == nil {
-		s.projects.wrote(p)
+		s.projects.wrote(cacheProject(p))
 	}
 	s.logger.Info("Waiting for Applications to be deleted before unregistering cluster", "cluster", cluster, "terminating", terminating)
 	return nil
@@ -1142,11 +1154,11 @@ func (s *Syncer) foreignApplications(project string) []string {
 // keepProject leaves the cluster's AppProject (its own or a grant's) and cluster Secret in place
 // because foreign Applications use the project, and marks the project so that the unregistration finishes once
 // they are gone (the informer's delete events bring the cluster back to finishUnregister).
-func (s *Syncer) keepProject(ctx context.Context, cluster string, project *argov1.AppProject, foreign []string) error {
+func (s *Syncer) keepProject(ctx context.Context, cluster string, project *cachedProject, foreign []string) error {
 	s.metrics.unregistrationHeld()
 	s.logger.Warn("Kept AppProject used by Applications Enforcement does not manage; cluster stays registered",
 		"appproject", project.Name, "cluster", cluster, "applications", foreign)
-	if project.Annotations[AnnotationUnregister] != "" {
+	if project.Annotations.Get(AnnotationUnregister) != "" {
 		return nil
 	}
 	patch := []byte(`{"metadata":{"annotations":{"` + AnnotationUnregister + `":"pending"}}}`)
@@ -1156,7 +1168,7 @@ func (s *Syncer) keepProject(ctx context.Context, cluster string, project *argov
 		return classify(err, "mark appproject "+project.Name)
 	}
 	if err == nil {
-		s.projects.wrote(p)
+		s.projects.wrote(cacheProject(p))
 	}
 	return nil
 }

@@ -305,6 +305,68 @@ func TestFieldOfSomeoneElseIsNotDrift(t *testing.T) {
 	}
 }
 
+// TestProjectFieldOfSomeoneElseIsNotDrift: as for Applications, argo-syncer caches a digest of
+// its AppProjects' specs. A field another tool adds (a role) costs one read and no write; a field
+// argo-syncer renders changed by hand (the destinations) is read and applied back, the other
+// tool's field kept, and later intents send nothing.
+func TestProjectFieldOfSomeoneElseIsNotDrift(t *testing.T) {
+	h := newHarness(t)
+	h.syncer.metrics = NewMetrics(prometheus.NewRegistry())
+	a := h.installIntent("baseline", "c1", "agent")
+	h.handle(a)
+	ctx := context.Background()
+	projects := h.argo.ArgoprojV1alpha1().AppProjects(h.ns)
+	rendered := h.project("c1").Spec.Destinations
+	edit := func(patch string) {
+		t.Helper()
+		p, err := projects.Patch(ctx, "c1", types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "team-tool"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := digestSpec(p.Spec)
+		h.cacheSees("the edit", func(s *Syncer) bool { p, _, _ := s.projects.get("c1"); return p != nil && p.SpecDigest == d })
+	}
+	requests := func(mark int) map[string]int {
+		byKind := map[string]int{}
+		for _, r := range nonWatch(h.log.since(mark)) {
+			byKind[r.Method+" "+resourceOf(r)]++
+		}
+		return byKind
+	}
+
+	edit(`{"spec":{"roles":[{"name":"viewer","policies":["p, proj:c1:viewer, applications, get, c1/*, allow"]}]}}`)
+	mark := h.log.mark()
+	h.handle(a)
+	h.handle(a)
+	if got, want := requests(mark), map[string]int{"GET appprojects": 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("two intents after another tool's field: requests %v, want %v", got, want)
+	}
+	if n := testutil.ToFloat64(h.syncer.metrics.reads.WithLabelValues("AppProject", "drift_check", "ok")); n != 1 {
+		t.Errorf("AppProject drift checks counted: %v, want 1", n)
+	}
+
+	edit(`{"spec":{"destinations":[{"server":"https://elsewhere.example","namespace":"*"}]}}`)
+	mark = h.log.mark()
+	h.handle(a)
+	if got, want := requests(mark), map[string]int{"GET appprojects": 1, "PATCH appprojects": 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("an intent after a hand edit: requests %v, want %v", got, want)
+	}
+	p := h.project("c1")
+	if !reflect.DeepEqual(p.Spec.Destinations, rendered) || len(p.Spec.Roles) != 1 {
+		t.Errorf("after the repair: destinations %+v (want %+v), roles %+v (want the other tool's kept)", p.Spec.Destinations, rendered, p.Spec.Roles)
+	}
+	h.cacheSees("the repair", func(s *Syncer) bool {
+		c, _, _ := s.projects.get("c1")
+		return c != nil && c.SpecDigest == digestSpec(p.Spec)
+	})
+	mark = h.log.mark()
+	h.handle(a)
+	h.handle(a)
+	if got := requests(mark); len(got) != 0 {
+		t.Fatalf("two intents after the repair: requests %v, want none", got)
+	}
+}
+
 // TestSharedClusterUninstallOrder installs two rules on one cluster and uninstalls them one by
 // one: the cluster Secret and AppProject stay until the last Application is gone, and then go
 // in the order Application, AppProject, Secret.
