@@ -196,6 +196,15 @@ func nonWatch(reqs []request) []request {
 	return out
 }
 
+// byKind counts requests by method and resource ("PATCH applications"), watches left out.
+func byKind(reqs []request) map[string]int {
+	counts := map[string]int{}
+	for _, r := range nonWatch(reqs) {
+		counts[r.Method+" "+resourceOf(r)]++
+	}
+	return counts
+}
+
 // TestUpdateKeepsArgoCDFields changes an enforcement's rendering: the Application is updated,
 // while the status, operation and finalizer Argo CD wrote stay.
 func TestUpdateKeepsArgoCDFields(t *testing.T) {
@@ -262,19 +271,12 @@ func TestFieldOfSomeoneElseIsNotDrift(t *testing.T) {
 	driftChecks := func() float64 {
 		return testutil.ToFloat64(h.syncer.metrics.reads.WithLabelValues("Application", "drift_check", "ok"))
 	}
-	requests := func(mark int) map[string]int {
-		byKind := map[string]int{}
-		for _, r := range nonWatch(h.log.since(mark)) {
-			byKind[r.Method+" "+resourceOf(r)]++
-		}
-		return byKind
-	}
 
 	edit(`{"spec":{"revisionHistoryLimit":3,"ignoreDifferences":[{"kind":"Deployment","jsonPointers":["/spec/replicas"]}]}}`)
 	mark := h.log.mark()
 	h.handle(a)
 	h.handle(a)
-	if got, want := requests(mark), map[string]int{"GET applications": 1}; !reflect.DeepEqual(got, want) {
+	if got, want := byKind(h.log.since(mark)), map[string]int{"GET applications": 1}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("two intents after another tool's field: requests %v, want %v", got, want)
 	}
 	if n := driftChecks(); n != 1 {
@@ -284,7 +286,7 @@ func TestFieldOfSomeoneElseIsNotDrift(t *testing.T) {
 	edit(`{"spec":{"source":{"path":"by-hand"}}}`)
 	mark = h.log.mark()
 	h.handle(a)
-	if got, want := requests(mark), map[string]int{"GET applications": 1, "PATCH applications": 1}; !reflect.DeepEqual(got, want) {
+	if got, want := byKind(h.log.since(mark)), map[string]int{"GET applications": 1, "PATCH applications": 1}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("an intent after a hand edit: requests %v, want %v", got, want)
 	}
 	app := h.app("c1-agent")
@@ -300,7 +302,7 @@ func TestFieldOfSomeoneElseIsNotDrift(t *testing.T) {
 	h.handle(a)
 	h.handle(a)
 	// The repaired spec is the one read after the other tool's edit, which is remembered.
-	if got := requests(mark); len(got) != 0 {
+	if got := byKind(h.log.since(mark)); len(got) != 0 {
 		t.Fatalf("two intents after the repair: requests %v, want none", got)
 	}
 }
@@ -326,19 +328,12 @@ func TestProjectFieldOfSomeoneElseIsNotDrift(t *testing.T) {
 		d := digestSpec(p.Spec)
 		h.cacheSees("the edit", func(s *Syncer) bool { p, _, _ := s.projects.get("c1"); return p != nil && p.SpecDigest == d })
 	}
-	requests := func(mark int) map[string]int {
-		byKind := map[string]int{}
-		for _, r := range nonWatch(h.log.since(mark)) {
-			byKind[r.Method+" "+resourceOf(r)]++
-		}
-		return byKind
-	}
 
 	edit(`{"spec":{"roles":[{"name":"viewer","policies":["p, proj:c1:viewer, applications, get, c1/*, allow"]}]}}`)
 	mark := h.log.mark()
 	h.handle(a)
 	h.handle(a)
-	if got, want := requests(mark), map[string]int{"GET appprojects": 1}; !reflect.DeepEqual(got, want) {
+	if got, want := byKind(h.log.since(mark)), map[string]int{"GET appprojects": 1}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("two intents after another tool's field: requests %v, want %v", got, want)
 	}
 	if n := testutil.ToFloat64(h.syncer.metrics.reads.WithLabelValues("AppProject", "drift_check", "ok")); n != 1 {
@@ -348,7 +343,7 @@ func TestProjectFieldOfSomeoneElseIsNotDrift(t *testing.T) {
 	edit(`{"spec":{"destinations":[{"server":"https://elsewhere.example","namespace":"*"}]}}`)
 	mark = h.log.mark()
 	h.handle(a)
-	if got, want := requests(mark), map[string]int{"GET appprojects": 1, "PATCH appprojects": 1}; !reflect.DeepEqual(got, want) {
+	if got, want := byKind(h.log.since(mark)), map[string]int{"GET appprojects": 1, "PATCH appprojects": 1}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("an intent after a hand edit: requests %v, want %v", got, want)
 	}
 	p := h.project("c1")
@@ -362,7 +357,7 @@ func TestProjectFieldOfSomeoneElseIsNotDrift(t *testing.T) {
 	mark = h.log.mark()
 	h.handle(a)
 	h.handle(a)
-	if got := requests(mark); len(got) != 0 {
+	if got := byKind(h.log.since(mark)); len(got) != 0 {
 		t.Fatalf("two intents after the repair: requests %v, want none", got)
 	}
 }
@@ -625,15 +620,12 @@ func TestRequestsPerBatch(t *testing.T) {
 		h.outcome(succeeded(in.ID()))
 	}
 	reqs := nonWatch(h.log.since(mark))
-	byKind := map[string]int{}
-	for _, r := range reqs {
-		byKind[r.Method+" "+resourceOf(r)]++
-	}
+	counts := byKind(reqs)
 	want := map[string]int{"POST secrets": n, "PATCH appprojects": n, "PATCH applications": n, "GET secrets": 1}
-	if !reflect.DeepEqual(byKind, want) {
-		t.Fatalf("requests for %d new clusters: %v, want %v", n, byKind, want)
+	if !reflect.DeepEqual(counts, want) {
+		t.Fatalf("requests for %d new clusters: %v, want %v", n, counts, want)
 	}
-	t.Logf("%d install intents for %d clusters: %d API requests (%v)", n, n, len(reqs), byKind)
+	t.Logf("%d install intents for %d clusters: %d API requests (%v)", n, n, len(reqs), counts)
 
 	// The same batch again, stored anew in the stream (a replay, or a publisher retrying after
 	// the duplicate window): every intent is handled and acknowledged without a request.
@@ -675,13 +667,10 @@ func TestRequestsPerBatch(t *testing.T) {
 	for _, in := range ins[n:] {
 		h.outcome(succeeded(in.ID()))
 	}
-	byKind = map[string]int{}
-	for _, r := range nonWatch(h.log.since(mark)) {
-		byKind[r.Method+" "+resourceOf(r)]++
-	}
+	counts = byKind(h.log.since(mark))
 	want = map[string]int{"PATCH appprojects": n, "PATCH applications": n}
-	if !reflect.DeepEqual(byKind, want) {
-		t.Fatalf("requests for a second rule: %v, want %v", byKind, want)
+	if !reflect.DeepEqual(counts, want) {
+		t.Fatalf("requests for a second rule: %v, want %v", counts, want)
 	}
 	for i := range n {
 		p := h.project("batch-" + itoa(i))
