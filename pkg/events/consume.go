@@ -54,8 +54,8 @@ type ConsumerOptions struct {
 	Backoff func(attempt int) time.Duration
 	// HandlerTimeout bounds one handler call; 2 minutes by default.
 	HandlerTimeout time.Duration
-	// Concurrency bounds how many handlers run at once (across keys); 16 by default. Waiting
-	// for a retry, or in Idle, does not count.
+	// Concurrency bounds how many handlers run at once (across keys), and how many busy keys
+	// have a worker; 16 by default. Waiting for a retry, or in Idle, does not count.
 	Concurrency int
 	// Logger receives retries and dead letters; slog.Default() by default.
 	Logger *slog.Logger
@@ -109,7 +109,11 @@ func ExponentialBackoff(base, limit time.Duration) func(int) time.Duration {
 //
 // Concurrency: at most ConsumerOptions.Concurrency handlers run at once. A message waiting for
 // its retry holds no slot, nor does a handler while it waits through Idle, so slow or failing
-// keys cannot starve the others for longer than one handler call.
+// keys cannot starve the others for longer than one handler call. A key gets a worker (a
+// goroutine) only while fewer than Concurrency workers are busy, that is neither waiting for a
+// retry nor in Idle; the other busy keys wait in the order they became busy (ready), their
+// messages kept alive by the consumer, so that a burst of keys (up to the consumer's
+// MaxAckPending) does not start a goroutine and a stack for each.
 type Consumer struct {
 	opts       ConsumerOptions
 	js         jetstream.JetStream
@@ -122,14 +126,21 @@ type Consumer struct {
 	// abort cancels handlerCtx (Abort).
 	abort context.CancelFunc
 
-	mu       sync.Mutex
-	queues   map[string]*keyQueue // messages not finished yet, per ordering key
-	spare    []*keyQueue          // emptied queues, for the next keys that become busy
-	parked   []*worker            // workers waiting for a key, the last parked last
-	stopping bool
-	stopCh   chan struct{}
-	sem      chan struct{}
-	wg       sync.WaitGroup
+	mu     sync.Mutex
+	queues map[string]*keyQueue // messages not finished yet, per ordering key
+	spare  []*keyQueue          // emptied queues, for the next keys that become busy
+	parked []*worker            // workers waiting for a key, the last parked last
+	// busy counts the workers that run a key and are not waiting (for a retry, or in Idle).
+	busy int
+	// ready holds, from readyHead on, the busy keys waiting for a worker, in the order they
+	// became busy; readyKeep keeps their messages alive meanwhile.
+	ready     []*keyQueue
+	readyHead int
+	readyKeep readyKeeper
+	stopping  bool
+	stopCh    chan struct{}
+	sem       chan struct{}
+	wg        sync.WaitGroup
 }
 
 // Consume binds the durable consumer opts.Name and starts handling its messages. The consumer
@@ -203,17 +214,98 @@ func (c *Consumer) enqueue(msg *delivery) {
 	}
 	q.msgs = append(q.msgs, msg)
 	if !q.running && !c.stopping && c.handlerCtx.Err() == nil {
-		q.running = true
-		c.wg.Add(1)
-		if n := len(c.parked); n > 0 {
-			w := c.parked[n-1]
-			c.parked[n-1] = nil
-			c.parked = c.parked[:n-1]
-			w.keys <- q // never blocks: a parked worker's channel is empty
+		q.running = true // a worker runs the key, or it is ready for one
+		if c.busy < c.opts.Concurrency {
+			c.startLocked(q)
 		} else {
-			w := &worker{c: c, keys: make(chan *keyQueue, 1), keep: keeper{period: c.ackWait / 6, queueMu: &c.mu}}
-			go w.run(q)
+			c.ready = append(c.ready, q)
+			c.readyKeep.arm(c)
 		}
+	}
+}
+
+// startLocked gives the busy key q a worker: the one parked last, or a new one. c.mu is held.
+func (c *Consumer) startLocked(q *keyQueue) {
+	c.busy++
+	c.wg.Add(1)
+	if n := len(c.parked); n > 0 {
+		w := c.parked[n-1]
+		c.parked[n-1] = nil
+		c.parked = c.parked[:n-1]
+		w.keys <- q // never blocks: a parked worker's channel is empty
+		return
+	}
+	w := &worker{c: c, keys: make(chan *keyQueue, 1), keep: keeper{period: c.ackWait / 6, queueMu: &c.mu}}
+	go w.run(q)
+}
+
+// nextReadyLocked takes the key that has been ready longest, nil when none is or the consumer
+// stops. c.mu is held.
+func (c *Consumer) nextReadyLocked() *keyQueue {
+	if c.readyHead == len(c.ready) || c.stopping || c.handlerCtx.Err() != nil {
+		return nil
+	}
+	q := c.ready[c.readyHead]
+	c.ready[c.readyHead] = nil
+	c.readyHead++
+	if c.readyHead == len(c.ready) {
+		c.ready, c.readyHead = c.ready[:0], 0
+	}
+	return q
+}
+
+// waitBegins and waitEnds bracket a worker's wait for a retry or in Idle: while it waits, the
+// key ready longest gets a worker.
+func (c *Consumer) waitBegins() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.busy--
+	if q := c.nextReadyLocked(); q != nil {
+		c.startLocked(q)
+	}
+}
+
+func (c *Consumer) waitEnds() {
+	c.mu.Lock()
+	c.busy++
+	c.mu.Unlock()
+}
+
+// readyKeeper keeps the messages of the ready keys alive (InProgress) every third of AckWait
+// while there are any: no worker does it for them yet. c.mu guards it.
+type readyKeeper struct {
+	timer *time.Timer
+	armed bool
+}
+
+// arm starts the reports, if they are not running. c.mu is held.
+func (k *readyKeeper) arm(c *Consumer) {
+	if k.armed || c.ackWait <= 0 {
+		return
+	}
+	k.armed = true
+	if k.timer == nil {
+		k.timer = time.AfterFunc(c.ackWait/3, c.keepReadyAlive)
+	} else {
+		k.timer.Reset(c.ackWait / 3)
+	}
+}
+
+func (c *Consumer) keepReadyAlive() {
+	c.mu.Lock()
+	var msgs []*delivery
+	for _, q := range c.ready[c.readyHead:] {
+		msgs = append(msgs, q.msgs[q.head:]...)
+	}
+	if len(msgs) == 0 || c.stopping {
+		c.readyKeep.armed = false
+		c.mu.Unlock()
+		return
+	}
+	c.readyKeep.timer.Reset(c.ackWait / 3)
+	c.mu.Unlock()
+	for _, m := range msgs {
+		_ = m.InProgress()
 	}
 }
 
@@ -264,7 +356,12 @@ type worker struct {
 func (w *worker) run(q *keyQueue) {
 	c := w.c
 	for {
-		if !c.runKey(w, q) {
+		next, park := c.runKey(w, q)
+		if next != nil {
+			q = next
+			continue
+		}
+		if !park {
 			return
 		}
 		select {
@@ -284,8 +381,9 @@ func (w *worker) run(q *keyQueue) {
 
 // runKey handles the messages of one key, one at a time, until its queue is empty or the
 // consumer stops; at a stop, unfinished messages stay queued, in order, for Stop to hand back.
-// It reports whether the worker was parked, to wait for another key.
-func (c *Consumer) runKey(w *worker, q *keyQueue) (park bool) {
+// It returns the key ready longest, for the worker to run next, or else reports whether the
+// worker was parked, to wait for another key.
+func (c *Consumer) runKey(w *worker, q *keyQueue) (next *keyQueue, park bool) {
 	defer c.wg.Done()
 	for {
 		c.mu.Lock()
@@ -297,12 +395,18 @@ func (c *Consumer) runKey(w *worker, q *keyQueue) (park bool) {
 					c.spare = append(c.spare, q)
 				}
 			}
+			if next = c.nextReadyLocked(); next != nil {
+				c.wg.Add(1) // busy stays as it is: this worker runs next
+				c.mu.Unlock()
+				return next, false
+			}
+			c.busy--
 			park = !c.stopping && len(c.parked) < maxParked
 			if park {
 				c.parked = append(c.parked, w)
 			}
 			c.mu.Unlock()
-			return park
+			return nil, park
 		}
 		msg := q.msgs[q.head]
 		c.mu.Unlock()
@@ -335,7 +439,7 @@ func (c *Consumer) process(w *worker, msg *delivery) bool {
 		start := time.Now()
 		// A slot is held only while the handler runs: a message waiting for its retry (below)
 		// holds none, and a handler gives its slot back while it waits itself (Idle).
-		ctx := &handlerContext{parent: c.handlerCtx, slot: slot{sem: c.sem}}
+		ctx := &handlerContext{parent: c.handlerCtx, slot: slot{sem: c.sem, consumer: c}}
 		ctx.slot.take()
 		ctx.deadline = time.Now().Add(c.opts.HandlerTimeout) // the timeout starts with the slot
 		err = c.call(ctx, ev, meta)
@@ -371,11 +475,14 @@ func (c *Consumer) process(w *worker, msg *delivery) bool {
 		c.opts.Metrics.outcome(meta.Type, "retried")
 		c.opts.Logger.Warn("Retrying event", "consumer", c.opts.Name, "type", meta.Type, "id", meta.ID,
 			"attempt", attempt, "wait", wait.String(), "error", err)
+		c.waitBegins()
 		select {
 		case <-time.After(wait):
 		case <-c.stopCh:
+			c.waitEnds()
 			return false
 		}
+		c.waitEnds()
 	}
 }
 
@@ -567,6 +674,10 @@ func (c *Consumer) Stop(ctx context.Context) error {
 			c.handBack(m)
 		}
 		delete(c.queues, key)
+	}
+	c.ready, c.readyHead = nil, 0
+	if c.readyKeep.timer != nil {
+		c.readyKeep.timer.Stop()
 	}
 	return nil
 }

@@ -106,9 +106,11 @@ func (h *handlerContext) end(now time.Time) {
 
 // slot is one of the Concurrency places a handler runs in, as held by one handler call.
 type slot struct {
-	sem  chan struct{}
-	held bool
-	done bool // the call returned: the slot is not taken again
+	sem chan struct{}
+	// consumer, if set, is told when the handler waits in Idle (Consumer.waitBegins).
+	consumer *Consumer
+	held     bool
+	done     bool // the call returned: the slot is not taken again
 }
 
 func (s *slot) take() {
@@ -148,6 +150,14 @@ func Idle(ctx context.Context, wait func()) {
 		return
 	}
 	s.give()
-	defer s.take()
+	if s.consumer != nil {
+		s.consumer.waitBegins()
+	}
+	defer func() {
+		if s.consumer != nil {
+			s.consumer.waitEnds()
+		}
+		s.take()
+	}()
 	wait()
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -246,6 +248,57 @@ func TestConsumeKeepsQueuedMessagesAlive(t *testing.T) {
 		t.Fatalf("handled %v, want %v", got, want)
 	}
 	r.noneAgain(t)
+}
+
+// A burst of busy keys gets no more workers than Concurrency: the other keys wait, in the order
+// they became busy, without a goroutine. Their messages are kept alive while they wait for
+// several AckWaits, and each is then handled once.
+func TestConsumeStartsAWorkerOnlyForAFreeSlot(t *testing.T) {
+	const concurrency, keys = 2, 40
+	_, js := connect(t, startNATS(t, ""), TopologyOptions{AckWait: keepAliveAckWait})
+	release := make(chan struct{})
+	r := newRecorder(func(_ *ClusterAppeared, m Meta) error {
+		if m.NumDelivered == 1 {
+			<-release
+		}
+		return nil
+	})
+	c := consume(t, js, r.handle, ConsumerOptions{Concurrency: concurrency})
+	var evs []Event
+	for i := range keys {
+		evs = append(evs, appeared(fmt.Sprintf("k%02d", i), 1))
+	}
+	publish(t, NewPublisher(js, "/test"), evs...)
+	ready := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.ready) - c.readyHead
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for ready() < keys-concurrency && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := ready(); n != keys-concurrency {
+		t.Fatalf("%d keys wait for a worker, want %d", n, keys-concurrency)
+	}
+	if n := workerGoroutines(); n != concurrency {
+		t.Fatalf("%d worker goroutines for %d busy keys, want %d (Concurrency)", n, keys, concurrency)
+	}
+	time.Sleep(3 * keepAliveAckWait) // the waiting keys' messages would be redelivered by now
+	close(release)
+	got := r.waitFor(t, keys)
+	for _, s := range got {
+		if !strings.HasSuffix(s, "#1") {
+			t.Fatalf("handled %v; want each message once, on its first delivery", got)
+		}
+	}
+	r.noneAgain(t)
+}
+
+// workerGoroutines counts the goroutines running a consumer worker.
+func workerGoroutines() int {
+	buf := make([]byte, 1<<22)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "events.(*worker).run(")
 }
 
 // keepAliveAckWait is the AckWait of the keep-alive tests: short, so that a message not kept
