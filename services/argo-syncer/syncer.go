@@ -274,7 +274,8 @@ func (s *Syncer) Run(ctx context.Context, ready chan<- struct{}, leading <-chan 
 func owned(o metav1.Object) bool { return labelOf(o, LabelManagedBy) == ManagedByValue }
 
 // labelOf and annotationOf are an object's label or annotation k: of a cached projection
-// (cachedApplication, cachedSecret) read from the list it keeps, without building a map.
+// (cachedApplication, cachedProject, cachedSecret) read from the list it keeps, without building
+// a map.
 func labelOf(o metav1.Object, k string) string {
 	if m, ok := o.(interface{ kept() *cachedMeta }); ok {
 		return m.kept().Labels.Get(k)
