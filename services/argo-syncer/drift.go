@@ -36,7 +36,7 @@ func subsetStrings(want, have map[string]string) bool {
 	return true
 }
 
-// holdsStrings is subsetStrings for a cached Application's labels or annotations.
+// holdsStrings is subsetStrings for a cached projection's labels or annotations.
 func holdsStrings(have metaStrings, want map[string]string) bool {
 	for k, v := range want {
 		if have.Get(k) != v {

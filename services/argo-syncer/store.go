@@ -476,7 +476,7 @@ type cachedProject struct {
 	Foreign *argov1.AppProjectSpec
 }
 
-// cacheProject projects p, which it may change, on what argo-syncer keeps of it.
+// cacheProject projects p on what argo-syncer keeps of it; a foreign spec shares p's lists.
 func cacheProject(p *argov1.AppProject) *cachedProject {
 	c := &cachedProject{cachedMeta: newCachedMeta(&p.ObjectMeta), SpecDigest: digestSpec(p.Spec)}
 	if len(p.Spec.SourceRepos) > 0 {
@@ -631,8 +631,8 @@ func internValue(k, v string) string {
 	return v
 }
 
-// metaStrings is a label or annotation map of a cached Application, kept as its values in key
-// order beside one shared copy of its keys. A Go map costs a group of eight slots (about 300
+// metaStrings is a label or annotation map of a cached projection (cachedMeta), kept as its
+// values in key order beside one shared copy of its keys. A Go map costs a group of eight slots (about 300
 // bytes) even for one entry, and more than eight entries need a table of groups. The
 // Applications of a fleet have a handful of key sets (one for each rule's labels and
 // annotations), so a list of keys is shared and each Application keeps 16 bytes an entry, its

@@ -363,23 +363,29 @@ func reportCachedBytes(b *testing.B, wire [][]byte, newObject func() any) {
 	var perObject []float64
 	for b.Loop() {
 		before := testenv.LiveHeap()
-		cached := make([]any, 0, len(wire))
-		for _, w := range wire {
-			obj := newObject()
-			if err := json.Unmarshal(w, obj); err != nil {
-				b.Fatal(err)
-			}
-			trimmed, err := trimForCache(obj)
-			if err != nil {
-				b.Fatal(err)
-			}
-			cached = append(cached, trimmed)
-		}
+		cached := decodeCached(b, wire, newObject)
 		perObject = append(perObject, float64(testenv.LiveHeap()-before)/float64(len(cached)))
 		runtime.KeepAlive(cached)
 	}
 	slices.Sort(perObject)
 	b.ReportMetric(perObject[len(perObject)/2], "live-B/object")
+}
+
+// decodeCached decodes each object of wire into a new one and trims it as the informer does.
+func decodeCached(b *testing.B, wire [][]byte, newObject func() any) []any {
+	cached := make([]any, 0, len(wire))
+	for _, w := range wire {
+		obj := newObject()
+		if err := json.Unmarshal(w, obj); err != nil {
+			b.Fatal(err)
+		}
+		trimmed, err := trimForCache(obj)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cached = append(cached, trimmed)
+	}
+	return cached
 }
 
 // serverClusterSecret is the JSON the API server returns for the cluster Secret argo-syncer
@@ -527,17 +533,7 @@ func BenchmarkCachedCluster(b *testing.B) {
 		before := testenv.LiveHeap()
 		cached := make([][]any, len(kinds))
 		for i, k := range kinds {
-			for _, w := range k.wire {
-				obj := k.newObject()
-				if err := json.Unmarshal(w, obj); err != nil {
-					b.Fatal(err)
-				}
-				trimmed, err := trimForCache(obj)
-				if err != nil {
-					b.Fatal(err)
-				}
-				cached[i] = append(cached[i], trimmed)
-			}
+			cached[i] = decodeCached(b, k.wire, k.newObject)
 		}
 		objects := testenv.LiveHeap()
 		stores := make([]cache.Indexer, len(kinds))
