@@ -227,7 +227,7 @@ func BenchmarkClusterAppeared(b *testing.B) {
 	perClusterHealthy := float64(testenv.LiveHeap()-before) / clusters
 	for _, pairs := range e.pairs {
 		for _, p := range pairs {
-			if h := p.Enforcements[0].Health; h == nil || h.Health != "Healthy" {
+			if h := p.Enforcements[0].Health; h == nil || h.Status().Health != "Healthy" {
 				b.Fatalf("pair %s/%s: health %+v after Argo CD reported it healthy", p.Rule.Value().Name, p.Cluster.Value().Name, h)
 			}
 		}

@@ -36,6 +36,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -72,7 +73,7 @@ type engine struct {
 	rules         map[string]*ruleState            // by namespace/name
 	rulesBySource map[string]map[string]*ruleState // source id -> rules
 	pairs         map[string]map[string]*pairState // rule -> cluster id -> pair
-	pairByName    map[ruleClusterName][]string     // sorted cluster ids of the rule's pairs by cluster name (pairsNamed)
+	pairByName    map[string][]namedCluster        // cluster name -> the cluster ids pairs hold it for, sorted (pairsNamed)
 	degraded      map[string]*degradation          // by source id
 	held          map[string]*heldRemovals         // by rule: selection removals a rule edit held
 	listed        map[string]*listing              // by source id: its last complete listing (handover.go)
@@ -90,7 +91,7 @@ func newEngine(log *slog.Logger, st store, pub intentPublisher, r *Renderer, m *
 		rules:         map[string]*ruleState{},
 		rulesBySource: map[string]map[string]*ruleState{},
 		pairs:         map[string]map[string]*pairState{},
-		pairByName:    map[ruleClusterName][]string{},
+		pairByName:    map[string][]namedCluster{},
 		degraded:      map[string]*degradation{},
 		held:          map[string]*heldRemovals{},
 		listed:        map[string]*listing{},
@@ -171,13 +172,14 @@ func (e *engine) removeCluster(cid string) {
 // name) next to its current source's, or two clusters of one name (another identity each).
 func (e *engine) setPair(rule, cid string, p *pairState) {
 	old := e.pairs[rule][cid]
-	var name string
+	var name, oldName string
 	if p != nil {
 		name = p.Cluster.Value().Name
 	}
 	if old != nil {
-		if oldName := old.Cluster.Value().Name; p == nil || oldName != name {
-			e.unindexName(rule, oldName, cid)
+		oldName = old.Cluster.Value().Name
+		if p == nil || oldName != name {
+			e.unindexName(oldName, cid)
 		}
 	}
 	if p == nil {
@@ -193,35 +195,64 @@ func (e *engine) setPair(rule, cid string, p *pairState) {
 		e.pairs[rule] = map[string]*pairState{}
 	}
 	e.pairs[rule][cid] = p
-	k := ruleClusterName{rule, name}
-	ids := e.pairByName[k]
-	if i, found := slices.BinarySearch(ids, cid); !found {
-		e.pairByName[k] = slices.Insert(ids, i, cid)
+	if old == nil || oldName != name {
+		e.indexName(name, cid)
 	}
 }
 
-// ruleClusterName keys the by-name index: a rule and a cluster name.
-type ruleClusterName struct{ rule, name string }
+// namedCluster is an entry of the by-name index: a cluster id that pairs hold under the name,
+// and how many rules' pairs do. The index is by name alone, not by rule and name: a fleet keeps
+// one entry a cluster, where an entry a pair cost each cluster ten at ten rules (about 80 bytes
+// each). A name nearly always has one cluster id (two are the rare clash, or a handover), so
+// the ids are a sorted slice, not a set.
+type namedCluster struct {
+	cid   string
+	pairs int
+}
 
-// unindexName takes cluster id cid out of the by-name index entry of the rule's cluster name.
-// An entry nearly always holds one id (two clusters of one name are the rare clash), so it is a
-// sorted slice, not a set: a fleet keeps one entry per pair.
-func (e *engine) unindexName(rule, name, cid string) {
-	k := ruleClusterName{rule, name}
-	ids := e.pairByName[k]
-	if i, found := slices.BinarySearch(ids, cid); found {
-		ids = slices.Delete(ids, i, i+1)
+// indexName counts one more pair that holds cluster id cid under the name.
+func (e *engine) indexName(name, cid string) {
+	ids := e.pairByName[name]
+	i, found := slices.BinarySearchFunc(ids, cid, compareNamedCluster)
+	if found {
+		ids[i].pairs++
+		return
 	}
-	if len(ids) == 0 {
-		delete(e.pairByName, k)
+	e.pairByName[name] = slices.Insert(ids, i, namedCluster{cid: cid, pairs: 1})
+}
+
+// unindexName counts one pair fewer that holds cluster id cid under the name, and forgets the
+// id when none is left.
+func (e *engine) unindexName(name, cid string) {
+	ids := e.pairByName[name]
+	i, found := slices.BinarySearchFunc(ids, cid, compareNamedCluster)
+	if !found {
+		return
+	}
+	if ids[i].pairs--; ids[i].pairs > 0 {
+		return
+	}
+	if ids = slices.Delete(ids, i, i+1); len(ids) == 0 {
+		delete(e.pairByName, name)
 	} else {
-		e.pairByName[k] = ids
+		e.pairByName[name] = ids
 	}
 }
 
-// pairsNamed returns, sorted, the cluster ids of the rule's pairs whose cluster has the name.
+func compareNamedCluster(n namedCluster, cid string) int { return strings.Compare(n.cid, cid) }
+
+// pairsNamed returns, sorted, the cluster ids of the rule's pairs whose cluster has the name:
+// those of the name's index entry for which the rule holds a pair under that name (another
+// rule's pair may hold the cluster id under the name while this rule's holds it under another,
+// or holds none).
 func (e *engine) pairsNamed(rule, name string) []string {
-	return slices.Clone(e.pairByName[ruleClusterName{rule, name}])
+	var cids []string
+	for _, n := range e.pairByName[name] {
+		if p := e.pairs[rule][n.cid]; p != nil && p.Cluster.Value().Name == name {
+			cids = append(cids, n.cid)
+		}
+	}
+	return cids
 }
 
 // indexRule records a rule, replacing the one of the same key, in rules and in its source's index.

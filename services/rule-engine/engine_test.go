@@ -136,3 +136,48 @@ func TestOldRendersArePurged(t *testing.T) {
 		return nil
 	})
 }
+
+// TestPairsNamedAcrossRules checks the by-name index outcomes and handovers find pairs by: it is
+// kept a cluster name for all rules, and answers for one rule only its own pairs of that name,
+// through renames, clashes and removals.
+func TestPairsNamedAcrossRules(t *testing.T) {
+	e := testEngine(newMemStore(), &countingPublisher{}, newMetrics(nil))
+	pair := func(name string) *pairState { return &pairState{Cluster: shareTarget(events.Target{Name: name})} }
+	check := func(step, rule, name string, want ...string) {
+		t.Helper()
+		if got := e.pairsNamed(rule, name); !slices.Equal(got, want) {
+			t.Errorf("%s: pairs of rule %s named %q = %v, want %v", step, rule, name, got, want)
+		}
+	}
+	for i := range 3 {
+		e.setPair(fmt.Sprintf("ns/r%d", i), "c1", pair("a"))
+	}
+	e.setPair("ns/r0", "c2", pair("a")) // a clash: another cluster of the same name, for one rule
+	check("three rules, one clash", "ns/r0", "a", "c1", "c2")
+	check("three rules, one clash", "ns/r1", "a", "c1")
+	check("three rules, one clash", "ns/r9", "a")
+	if n := len(e.pairByName); n != 1 {
+		t.Errorf("%d index entries for one cluster name, want 1", n)
+	}
+
+	e.setPair("ns/r1", "c1", pair("b")) // r1's pair of c1 now names the cluster b
+	check("renamed for r1", "ns/r1", "a")
+	check("renamed for r1", "ns/r1", "b", "c1")
+	check("renamed for r1", "ns/r2", "a", "c1")
+	check("renamed for r1", "ns/r2", "b") // c1 is listed under b, but r2's pair of it names a
+
+	e.setPair("ns/r1", "c1", pair("b")) // the same pair again counts once
+	e.setPair("ns/r1", "c1", nil)
+	check("r1's pair gone", "ns/r1", "b")
+	if _, ok := e.pairByName["b"]; ok {
+		t.Error("the name b is still indexed with no pair left under it")
+	}
+	for _, rule := range []string{"ns/r0", "ns/r2"} {
+		e.setPair(rule, "c1", nil)
+	}
+	check("c1's pairs gone", "ns/r0", "a", "c2")
+	e.setPair("ns/r0", "c2", nil)
+	if len(e.pairByName) != 0 || len(e.pairs) != 0 {
+		t.Errorf("all pairs gone, yet the index keeps %v and the pairs %v", e.pairByName, e.pairs)
+	}
+}

@@ -265,7 +265,7 @@ func (r *ruleState) rendered(cid, renderKey string, cv *clusterVars, ch *change)
 // the render can.
 func (r *ruleState) renderKey(cv *clusterVars) string {
 	if !r.compiled.templated {
-		return r.renderPrefix + "static"
+		return r.staticKey
 	}
 	return r.renderPrefix + cv.varsHash()
 }

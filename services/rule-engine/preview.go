@@ -453,7 +453,7 @@ func (p *previousSpecs) render(ctx context.Context, key string) (map[string]even
 // of its render key, or the live rule's render when the key is the live generation's static one
 // (renders without templates are not cached). found is false when neither has it.
 func (e *engine) previousRender(ctx context.Context, renderKey string, live *ruleState) ([]events.Enforcement, bool, error) {
-	if live != nil && live.staticErr == nil && !live.compiled.templated && renderKey == live.renderPrefix+"static" {
+	if live != nil && live.staticErr == nil && !live.compiled.templated && renderKey == live.staticKey {
 		return live.static, true, nil
 	}
 	enfs, ok, err := e.store.getRender(ctx, renderKey)

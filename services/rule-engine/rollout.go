@@ -23,6 +23,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -385,16 +386,21 @@ func (e *engine) pairHealth(r *ruleState, cid string) int {
 // healthy reports whether Argo CD reports the enforcement's Application Healthy and Synced, for
 // the spec it was last sent.
 func (st *enfState) healthy() bool {
-	return st.Health != nil && st.Health.SpecHash == st.SpecHash && st.Health.Observed &&
-		st.Health.Health == events.HealthHealthy && st.Health.Sync == events.SyncSynced
+	if st.Health == nil || st.Health.SpecHash != st.SpecHash {
+		return false
+	}
+	s := st.Health.Status()
+	return s.Observed && s.Health == events.HealthHealthy && s.Sync == events.SyncSynced
 }
 
 // failedHealth reports whether Argo CD reports the enforcement's Application Degraded, or its
 // last sync failed, for the spec it was last sent.
 func (st *enfState) failedHealth() bool {
-	h := st.Health
-	return h != nil && h.SpecHash == st.SpecHash && h.Observed &&
-		(h.Health == events.HealthDegraded || h.Operation == events.OperationFailed || h.Operation == events.OperationError)
+	if st.Health == nil || st.Health.SpecHash != st.SpecHash {
+		return false
+	}
+	s := st.Health.Status()
+	return s.Observed && (s.Health == events.HealthDegraded || s.Operation == events.OperationFailed || s.Operation == events.OperationError)
 }
 
 // generationFor is the compiled rule a cluster's pair is evaluated with: r itself, unless r is
@@ -637,9 +643,10 @@ func (e *engine) failedIn(r *ruleState, p *rolloutPlan) *rolloutHalt {
 			if !es.failedHealth() {
 				continue
 			}
-			msg := strings.TrimSuffix("sync "+es.Health.Operation+": "+es.Health.Message, ": ")
-			if es.Health.Health == events.HealthDegraded {
-				msg = strings.TrimSuffix("Degraded: "+es.Health.Message, ": ")
+			s := es.Health.Status()
+			msg := strings.TrimSuffix("sync "+s.Operation+": "+s.Message, ": ")
+			if s.Health == events.HealthDegraded {
+				msg = strings.TrimSuffix("Degraded: "+s.Message, ": ")
 			}
 			h := &rolloutHalt{Application: es.Health.Application, Cluster: pr.Cluster.Value().Name, Enforcement: es.Name, Message: msg}
 			if out == nil || h.Cluster+"/"+h.Enforcement < out.Cluster+"/"+out.Enforcement {
@@ -732,12 +739,10 @@ func (e *engine) applyHealth(ctx context.Context, ev *events.ApplicationHealth) 
 			(ev.Rule.UID != "" && uid != "" && ev.Rule.UID != uid) {
 			continue
 		}
-		h := &appHealth{Application: ev.Application, SpecHash: ev.SpecHash, Observed: ev.Observed, Health: ev.Health,
-			Sync: ev.Sync, Operation: ev.Operation, Message: ev.Message}
+		h := newAppHealth(ev, es)
 		if es.Health != nil && *es.Health == *h {
 			continue
 		}
-		h.share(es)
 		next := p.clone()
 		next.Enforcements.get(ev.Enforcement).Health = h
 		updates = append(updates, pairUpdate{rule: key, cid: cid, next: next})
@@ -757,36 +762,70 @@ func (e *engine) applyHealth(ctx context.Context, ev *events.ApplicationHealth) 
 	return nil
 }
 
-// appHealth is the last health Argo CD reported for an enforcement's Application.
+// appHealth is the last health Argo CD reported for an enforcement's Application: the
+// Application and the spec hash it reports on, which are the pair's own, and the status proper,
+// which nearly every Application of a fleet has the same of ("Healthy", "Synced", "Succeeded"
+// and the message of a successful sync), kept once for all (shared). Every installed
+// Application reports its health, so a copy of the status each would cost each pair of a fleet
+// 64 bytes. Stored as appHealthRecord.
 type appHealth struct {
-	Application string `json:"application"`
-	SpecHash    string `json:"specHash"`
-	// Observed: Argo CD compared the Application's current spec (its status is not the
-	// previous spec's).
-	Observed  bool   `json:"observed,omitempty"`
-	Health    string `json:"health,omitempty"`
-	Sync      string `json:"sync,omitempty"`
-	Operation string `json:"operation,omitempty"`
-	Message   string `json:"message,omitempty"`
+	Application string
+	SpecHash    string
+	status      shared[healthStatus]
 }
 
-// share makes the report hold the strings that many reports repeat once: the status words and
-// short messages are interned, and a spec hash equal to the enforcement state's is its string.
-// Every installed Application reports its health, so without it each pair of a fleet would keep
-// its own copy of "Healthy", "Synced", "Succeeded" and of its spec hash.
-func (h *appHealth) share(st *enfState) {
-	h.Health, h.Sync, h.Operation = intern(h.Health), intern(h.Sync), intern(h.Operation)
-	if len(h.Message) <= internedMessageLimit {
-		h.Message = intern(h.Message)
-	}
+// healthStatus is what Argo CD reports of an Application, but for its name and spec hash.
+type healthStatus struct {
+	// Observed: Argo CD compared the Application's current spec (its status is not the
+	// previous spec's).
+	Observed                         bool
+	Health, Sync, Operation, Message string
+}
+
+// newAppHealth is the report of ev for the enforcement state st.
+func newAppHealth(ev *events.ApplicationHealth, st *enfState) *appHealth {
+	h := &appHealth{Application: ev.Application, SpecHash: ev.SpecHash, status: share(healthStatus{Observed: ev.Observed,
+		Health: ev.Health, Sync: ev.Sync, Operation: ev.Operation, Message: ev.Message})}
+	h.shareSpecHash(st)
+	return h
+}
+
+// shareSpecHash makes a spec hash equal to the state's, as it is in most reports, that string.
+func (h *appHealth) shareSpecHash(st *enfState) {
 	if h.SpecHash == st.SpecHash {
 		h.SpecHash = st.SpecHash
 	}
 }
 
-// internedMessageLimit is the longest health message interned: the short ones ("successfully
-// synced (all tasks run)") repeat across a fleet, a long one names the Application's resources.
-const internedMessageLimit = 64
+// Status is the reported status.
+func (h *appHealth) Status() healthStatus { return h.status.Value() }
+
+// appHealthRecord is how an Application's health is stored in its pair's record.
+type appHealthRecord struct {
+	Application string `json:"application"`
+	SpecHash    string `json:"specHash"`
+	Observed    bool   `json:"observed,omitempty"`
+	Health      string `json:"health,omitempty"`
+	Sync        string `json:"sync,omitempty"`
+	Operation   string `json:"operation,omitempty"`
+	Message     string `json:"message,omitempty"`
+}
+
+func (h *appHealth) MarshalJSON() ([]byte, error) {
+	s := h.Status()
+	return json.Marshal(appHealthRecord{Application: h.Application, SpecHash: h.SpecHash, Observed: s.Observed,
+		Health: s.Health, Sync: s.Sync, Operation: s.Operation, Message: s.Message})
+}
+
+func (h *appHealth) UnmarshalJSON(b []byte) error {
+	var r appHealthRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return err
+	}
+	*h = appHealth{Application: r.Application, SpecHash: r.SpecHash, status: share(healthStatus{Observed: r.Observed,
+		Health: r.Health, Sync: r.Sync, Operation: r.Operation, Message: r.Message})}
+	return nil
+}
 
 // rolloutStatus is the status of a rule's rollout, computed from the state; nil without one.
 func (e *engine) rolloutStatus(r *ruleState) *v1beta1.RolloutStatus {

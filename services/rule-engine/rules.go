@@ -26,8 +26,9 @@ type ruleState struct {
 	compiled       *compiledRule
 	triggers       *events.Triggers
 	deletionPolicy string
-	// renderPrefix is "<uid>.<generation>.", the rule part of render cache keys.
-	renderPrefix string
+	// renderPrefix is "<uid>.<generation>.", the rule part of render cache keys; staticKey is
+	// the render key of a rule without templates, the same string for all its pairs.
+	renderPrefix, staticKey string
 	// static is the render of a rule without templates (the same for every cluster).
 	static    []events.Enforcement
 	staticErr error
@@ -74,6 +75,7 @@ func ruleFromSpec(cr *v1beta1.ClusterRule, secretNamespace string) *ruleState {
 		r.deletionPolicy = events.DeletionOrphan
 	}
 	r.renderPrefix = string(cr.UID) + "." + strconv.FormatInt(cr.Generation, 10) + "."
+	r.staticKey = r.renderPrefix + "static"
 	r.sel, r.invalid = compileSelection(cr.Spec.Source, secretNamespace)
 	if r.invalid == nil && len(cr.Spec.Enforcements) == 0 {
 		r.invalid = errors.New("spec.enforcements: at least one enforcement is required")

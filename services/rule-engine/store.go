@@ -184,9 +184,6 @@ func (s *shared[T]) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// intern returns the one shared copy of s.
-func intern(s string) string { return unique.Make(s).Value() }
-
 // sharedTarget is a pair's target shared: the events.Target of its intents without the
 // registration hints (which the intents take from the cluster's record, withRegistration) and
 // so comparable.
@@ -448,7 +445,7 @@ func (s *enfStates) UnmarshalJSON(b []byte) error {
 		st.SpecHash = hashOf(st.IntentID, st.SpecHash)
 		st.recordOutcome(st.LastOutcome)
 		if st.Health != nil {
-			st.Health.share(st)
+			st.Health.shareSpecHash(st)
 		}
 		out = append(out, st)
 	}

@@ -364,3 +364,43 @@ func writtenAgain(t *testing.T, v any, stored string) (got, want map[string]any,
 	}
 	return got, want, b
 }
+
+// An Application's health keeps its stored form, while in memory the reports of the same status
+// share one copy of it and a spec hash equal to the state's is the state's string.
+func TestHealthKeepsItsStoredFormWithASharedStatus(t *testing.T) {
+	stored := `{"a":{"specHash":"h1","intentId":"i1","installed":true,"health":{"application":"c-a","specHash":"h1","observed":true,` +
+		`"health":"Healthy","sync":"Synced","operation":"Succeeded","message":"successfully synced (all tasks run)"}},` +
+		`"b":{"specHash":"h2","intentId":"i2","installed":true,"health":{"application":"c-b","specHash":"h2","observed":true,` +
+		`"health":"Healthy","sync":"Synced","operation":"Succeeded","message":"successfully synced (all tasks run)"}},` +
+		`"c":{"specHash":"h3","intentId":"i3","installed":true,"health":{"application":"c-c","specHash":"h0",` +
+		`"health":"Degraded","sync":"OutOfSync","operation":"Failed","message":"one or more objects failed to apply"}}}`
+	var s enfStates
+	if err := json.Unmarshal([]byte(stored), &s); err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := s.get("a"), s.get("b"), s.get("c")
+	want := healthStatus{Observed: true, Health: "Healthy", Sync: "Synced", Operation: "Succeeded", Message: "successfully synced (all tasks run)"}
+	if a.Health.Status() != want || a.Health.Application != "c-a" || !a.healthy() || a.failedHealth() {
+		t.Errorf("read back %+v %+v: healthy %v, failed %v", a.Health, a.Health.Status(), a.healthy(), a.failedHealth())
+	}
+	if a.Health.status != b.Health.status {
+		t.Error("two reports of the same status do not share it")
+	}
+	if c.Health.status == a.Health.status || c.healthy() || c.failedHealth() {
+		t.Errorf("a report of another spec: status %+v, healthy %v, failed %v (it concerns spec h0, the state is h3)",
+			c.Health.Status(), c.healthy(), c.failedHealth())
+	}
+	if unsafe.StringData(a.Health.SpecHash) != unsafe.StringData(a.SpecHash) {
+		t.Error("the report's spec hash is not the state's string")
+	}
+	if got, want, b := writtenAgain(t, s, stored); !reflect.DeepEqual(got, want) {
+		t.Errorf("stored again as\n%s\nwant\n%s", b, stored)
+	}
+
+	// A report made from an event is the same as one read back.
+	ev := &events.ApplicationHealth{Application: "c-b", SpecHash: "h2", Observed: true, Health: "Healthy", Sync: "Synced",
+		Operation: "Succeeded", Message: "successfully synced (all tasks run)"}
+	if h := newAppHealth(ev, b); *h != *b.Health {
+		t.Errorf("from the event %+v, read back %+v", h, b.Health)
+	}
+}
