@@ -64,7 +64,7 @@ var (
 func (*cachedApplication) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 func (a *cachedApplication) DeepCopyObject() runtime.Object {
-	c := &cachedApplication{cachedMeta: a.deepCopy(), Project: a.Project, SpecDigest: a.SpecDigest, Status: a.Status}
+	c := &cachedApplication{cachedMeta: a.deepCopy(), Project: a.Project, SpecDigest: a.SpecDigest, status: a.status}
 	if a.Foreign != nil {
 		c.Foreign = a.Foreign.DeepCopy()
 	}

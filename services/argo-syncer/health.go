@@ -125,7 +125,7 @@ func applicationHealth(app *cachedApplication) (*events.ApplicationHealth, bool)
 	if !ok || ns == "" || name == "" || a.Get(AnnotationCluster) == "" || a.Get(AnnotationEnforcement) == "" {
 		return nil, false
 	}
-	st := app.Status
+	st := app.Status()
 	ev := &events.ApplicationHealth{
 		Rule:            events.RuleRef{Namespace: ns, Name: name, UID: a.Get(AnnotationRuleUID)},
 		Cluster:         a.Get(AnnotationCluster),
@@ -135,13 +135,13 @@ func applicationHealth(app *cachedApplication) (*events.ApplicationHealth, bool)
 		SpecHash:        a.Get(AnnotationSpecHash),
 		Observed:        st.Observed,
 		ResourceVersion: app.ResourceVersion,
-		Health:          st.Health.String(),
-		Sync:            st.Sync.String(),
-		Message:         st.HealthMessage.String(),
-		Operation:       st.Operation.String(),
+		Health:          st.Health,
+		Sync:            st.Sync,
+		Message:         st.HealthMessage,
+		Operation:       st.Operation,
 	}
-	if synccommon.OperationPhase(ev.Operation).Failed() && st.OperationMessage != (sharedString{}) {
-		ev.Message = st.OperationMessage.String()
+	if synccommon.OperationPhase(ev.Operation).Failed() && st.OperationMessage != "" {
+		ev.Message = st.OperationMessage
 	}
 	return ev, true
 }

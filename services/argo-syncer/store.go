@@ -538,37 +538,39 @@ type cachedApplication struct {
 	SpecDigest specDigest
 	// Foreign is the spec of an Application Enforcement does not own; nil for its own.
 	Foreign *argov1.ApplicationSpec
-	Status  cachedApplicationStatus
+	// status is what argo-syncer reads of Argo CD's status (Status), one shared copy for all
+	// the Applications that report the same: nearly all of a healthy fleet report Healthy,
+	// Synced and the same message of the same operation.
+	status unique.Handle[cachedApplicationStatus]
 }
 
-// cachedApplicationStatus is the part of an Application's status argo-syncer reads. Its words
-// and messages repeat across the fleet: each is one shared copy.
+// cachedApplicationStatus is the part of an Application's status argo-syncer reads.
 type cachedApplicationStatus struct {
-	Health        sharedString // health.HealthStatusCode
-	HealthMessage sharedString
-	Sync          sharedString // argov1.SyncStatusCode
+	Health        string // health.HealthStatusCode
+	HealthMessage string
+	Sync          string // argov1.SyncStatusCode
 	// Operation and OperationMessage are the phase (synccommon.OperationPhase) and message of
 	// Argo CD's last operation, empty when there was none.
-	Operation        sharedString
-	OperationMessage sharedString
+	Operation        string
+	OperationMessage string
 	// Observed: the source (or sources) and destination Argo CD last compared are the spec's
 	// (observed).
 	Observed bool
 }
 
+// Status is what argo-syncer reads of the Application's status.
+func (c *cachedApplication) Status() cachedApplicationStatus { return c.status.Value() }
+
 // cacheApplication projects app, which it may change, on what argo-syncer keeps of it.
 func cacheApplication(app *argov1.Application) *cachedApplication {
 	st := app.Status
-	c := &cachedApplication{cachedMeta: newCachedMeta(&app.ObjectMeta), Project: share(app.Spec.Project), SpecDigest: digestSpec(app.Spec),
-		Status: cachedApplicationStatus{
-			Health:        share(string(st.Health.Status)),
-			HealthMessage: share(st.Health.Message),
-			Sync:          share(string(st.Sync.Status)),
-			Observed:      observed(app),
-		}}
+	status := cachedApplicationStatus{Health: string(st.Health.Status), HealthMessage: st.Health.Message,
+		Sync: string(st.Sync.Status), Observed: observed(app)}
 	if op := st.OperationState; op != nil {
-		c.Status.Operation, c.Status.OperationMessage = share(string(op.Phase)), share(op.Message)
+		status.Operation, status.OperationMessage = string(op.Phase), op.Message
 	}
+	c := &cachedApplication{cachedMeta: newCachedMeta(&app.ObjectMeta), Project: share(app.Spec.Project), SpecDigest: digestSpec(app.Spec),
+		status: unique.Make(status)}
 	if !owned(c) {
 		spec := app.Spec
 		internApplicationSpec(&spec)
