@@ -778,8 +778,11 @@ type appHealth struct {
 type healthStatus struct {
 	// Observed: Argo CD compared the Application's current spec (its status is not the
 	// previous spec's).
-	Observed                         bool
-	Health, Sync, Operation, Message string
+	Observed  bool   `json:"observed,omitempty"`
+	Health    string `json:"health,omitempty"`
+	Sync      string `json:"sync,omitempty"`
+	Operation string `json:"operation,omitempty"`
+	Message   string `json:"message,omitempty"`
 }
 
 // newAppHealth is the report of ev for the enforcement state st.
@@ -800,21 +803,16 @@ func (h *appHealth) shareSpecHash(st *enfState) {
 // Status is the reported status.
 func (h *appHealth) Status() healthStatus { return h.status.Value() }
 
-// appHealthRecord is how an Application's health is stored in its pair's record.
+// appHealthRecord is how an Application's health is stored in its pair's record: the status's
+// fields beside the name and spec hash.
 type appHealthRecord struct {
 	Application string `json:"application"`
 	SpecHash    string `json:"specHash"`
-	Observed    bool   `json:"observed,omitempty"`
-	Health      string `json:"health,omitempty"`
-	Sync        string `json:"sync,omitempty"`
-	Operation   string `json:"operation,omitempty"`
-	Message     string `json:"message,omitempty"`
+	healthStatus
 }
 
 func (h *appHealth) MarshalJSON() ([]byte, error) {
-	s := h.Status()
-	return json.Marshal(appHealthRecord{Application: h.Application, SpecHash: h.SpecHash, Observed: s.Observed,
-		Health: s.Health, Sync: s.Sync, Operation: s.Operation, Message: s.Message})
+	return json.Marshal(appHealthRecord{Application: h.Application, SpecHash: h.SpecHash, healthStatus: h.Status()})
 }
 
 func (h *appHealth) UnmarshalJSON(b []byte) error {
@@ -822,8 +820,7 @@ func (h *appHealth) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return err
 	}
-	*h = appHealth{Application: r.Application, SpecHash: r.SpecHash, status: share(healthStatus{Observed: r.Observed,
-		Health: r.Health, Sync: r.Sync, Operation: r.Operation, Message: r.Message})}
+	*h = appHealth{Application: r.Application, SpecHash: r.SpecHash, status: share(r.healthStatus)}
 	return nil
 }
 
