@@ -23,7 +23,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -811,17 +810,20 @@ type appHealthRecord struct {
 	healthStatus
 }
 
-func (h *appHealth) MarshalJSON() ([]byte, error) {
-	return json.Marshal(appHealthRecord{Application: h.Application, SpecHash: h.SpecHash, healthStatus: h.Status()})
+// record is the report's stored form; nil for none.
+func (h *appHealth) record() *appHealthRecord {
+	if h == nil {
+		return nil
+	}
+	return &appHealthRecord{Application: h.Application, SpecHash: h.SpecHash, healthStatus: h.Status()}
 }
 
-func (h *appHealth) UnmarshalJSON(b []byte) error {
-	var r appHealthRecord
-	if err := json.Unmarshal(b, &r); err != nil {
-		return err
+// appHealth is the report a stored record holds; nil for none.
+func (r *appHealthRecord) appHealth() *appHealth {
+	if r == nil {
+		return nil
 	}
-	*h = appHealth{Application: r.Application, SpecHash: r.SpecHash, status: share(r.healthStatus)}
-	return nil
+	return &appHealth{Application: r.Application, SpecHash: r.SpecHash, status: share(r.healthStatus)}
 }
 
 // rolloutStatus is the status of a rule's rollout, computed from the state; nil without one.

@@ -404,3 +404,78 @@ func TestHealthKeepsItsStoredFormWithASharedStatus(t *testing.T) {
 		t.Errorf("from the event %+v, read back %+v", h, b.Health)
 	}
 }
+
+// A pair's stored record is written in one pass from plain values (pairRecord); it must stay
+// the form records were written in before, which these were (each field set in turn), and read
+// back to the same pair.
+func TestPairRecordKeepsItsStoredForm(t *testing.T) {
+	stored := []string{
+		// an installed enforcement, Argo CD reports it healthy
+		`{"rule":{"namespace":"enforcement","name":"pipeline-3","uid":"uid-003","generation":1},"cluster":{"name":"cluster-00042","key":"c-00042","url":"https://rancher.example/k8s/clusters/c-00042","source":{"kind":"rancher","id":"9c2fe8081654e22d","secretNamespace":"enforcement","secretName":"rancher"},"identity":"rancher:https://rancher.example/c-00042","revision":43},"renderKey":"1","deletionPolicy":"Delete","enforcements":{"agent-3":{"specHash":"0123456789abcdef","intentId":"install:enforcement:pipeline-3:1:cluster-00042:43:agent-3:0123456789abcdef","installed":true,"lastOutcome":"install-succeeded:install:enforcement:pipeline-3:1:cluster-00042:43:agent-3:0123456789abcdef","health":{"application":"cluster-00042-agent-3","specHash":"0123456789abcdef","observed":true,"health":"Healthy","sync":"Synced","operation":"Succeeded","message":"successfully synced (all tasks run)"}}}}`,
+		// two enforcements, one failing and held by triggers, the pair handed over, under a grant, running an older generation
+		`{"rule":{"namespace":"enforcement","name":"pipeline-3","uid":"uid-003","generation":1},"cluster":{"name":"cluster-00042","key":"c-00042","url":"https://rancher.example/k8s/clusters/c-00042","source":{"kind":"rancher","id":"9c2fe8081654e22d","secretNamespace":"enforcement","secretName":"rancher"},"identity":"rancher:https://rancher.example/c-00042","revision":43},"renderKey":"1","enforcements":{"agent-3":{"specHash":"0123456789abcdef","intentId":"install:enforcement:pipeline-3:1:cluster-00042:43:agent-3:0123456789abcdef","installed":true,"failure":{"reason":"ApplyFailed","message":"the API server said \"no\" \u003ctwice\u003e","count":2},"triggerBlocked":"webhook https://hooks.example/x answered 500","afterInstallFailed":"after \u0026 before","lastOutcome":"install-succeeded:install:enforcement:pipeline-3:1:cluster-00042:43:agent-3:0123456789abcdef"},"agent-extra":{"specHash":"fedcba9876543210","intentId":"install:enforcement:pipeline-3:2:cluster-00042:43:agent-extra:fedcba9876543210"}},"handedOverTo":"c-77","grant":"grant-fingerprint","specGeneration":1}`,
+		// no enforcements (nil)
+		`{"rule":{"namespace":"enforcement","name":"pipeline-3","uid":"uid-003","generation":1},"cluster":{"name":"cluster-00042","key":"c-00042","url":"https://rancher.example/k8s/clusters/c-00042","source":{"kind":"rancher","id":"9c2fe8081654e22d","secretNamespace":"enforcement","secretName":"rancher"},"identity":"rancher:https://rancher.example/c-00042","revision":43},"renderKey":"1","deletionPolicy":"Delete","enforcements":null}`,
+		// no enforcements (empty)
+		`{"rule":{"namespace":"enforcement","name":"pipeline-3","uid":"uid-003","generation":1},"cluster":{"name":"cluster-00042","key":"c-00042","url":"https://rancher.example/k8s/clusters/c-00042","source":{"kind":"rancher","id":"9c2fe8081654e22d","secretNamespace":"enforcement","secretName":"rancher"},"identity":"rancher:https://rancher.example/c-00042","revision":43},"renderKey":"1","deletionPolicy":"Delete","enforcements":{}}`,
+		// a health report of another spec, degraded
+		`{"rule":{"namespace":"enforcement","name":"pipeline-3","uid":"uid-003","generation":1},"cluster":{"name":"cluster-00042","key":"c-00042","url":"https://rancher.example/k8s/clusters/c-00042","source":{"kind":"rancher","id":"9c2fe8081654e22d","secretNamespace":"enforcement","secretName":"rancher"},"identity":"rancher:https://rancher.example/c-00042","revision":43},"renderKey":"1","deletionPolicy":"Delete","enforcements":{"agent-3":{"specHash":"0123456789abcdef","intentId":"install:enforcement:pipeline-3:1:cluster-00042:43:agent-3:0123456789abcdef","installed":true,"lastOutcome":"install-succeeded:install:enforcement:pipeline-3:1:cluster-00042:43:agent-3:0123456789abcdef","health":{"application":"cluster-00042-agent-3","specHash":"0000000000000000","health":"Degraded","message":"pod \u2028 crash"}}}}`,
+	}
+	for i, p := range recordPairs() {
+		b, err := json.Marshal(p.record())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != stored[i] {
+			t.Errorf("pair %d written as\n%s\nwant\n%s", i, b, stored[i])
+		}
+		if whole, err := json.Marshal(p); err != nil || string(whole) != stored[i] {
+			t.Errorf("pair %d marshalled whole as\n%s (%v)\nwant\n%s", i, whole, err, stored[i])
+		}
+		var back pairState
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatalf("pair %d: %v", i, err)
+		}
+		if again, err := json.Marshal(back.record()); err != nil || string(again) != stored[i] {
+			t.Errorf("pair %d read back and written again as\n%s (%v)\nwant\n%s", i, again, err, stored[i])
+		}
+	}
+}
+
+// benchPair is a pair of the pipeline benchmark's fleet once its install succeeded and Argo CD
+// reported the Application healthy.
+func benchPair() *pairState {
+	target := events.Target{Name: "cluster-00042", Key: "c-00042", URL: "https://rancher.example/k8s/clusters/c-00042",
+		Source: rancherSource(), Identity: "rancher:https://rancher.example/c-00042", Revision: 43}
+	intentID := "install:enforcement:pipeline-3:1:cluster-00042:43:agent-3:0123456789abcdef"
+	st := &enfState{Name: "agent-3", SpecHash: "0123456789abcdef", IntentID: intentID, Installed: true}
+	st.recordOutcome("install-succeeded:" + intentID)
+	st.Health = &appHealth{Application: "cluster-00042-agent-3", SpecHash: st.SpecHash,
+		status: share(healthStatus{Observed: true, Health: "Healthy", Sync: "Synced", Operation: "Succeeded", Message: "successfully synced (all tasks run)"})}
+	return &pairState{Rule: share(events.RuleRef{Namespace: "enforcement", Name: "pipeline-3", UID: "uid-003", Generation: 1}),
+		Cluster: shareTarget(target), RenderKey: "1", DeletionPolicy: "Delete", Enforcements: enfStates{st}}
+}
+
+// recordPairs are pairs with every field of the stored record set in turn.
+func recordPairs() []*pairState {
+	plain := benchPair()
+	troubled := benchPair()
+	st := troubled.Enforcements[0].cloneState()
+	st.Health = nil
+	st.changeTrouble(func(t *enfTrouble) {
+		t.Failure = failure{Reason: "ApplyFailed", Message: "the API server said \"no\" <twice>", Count: 2}
+		t.TriggerBlocked, t.AfterInstallFailed = "webhook https://hooks.example/x answered 500", "after & before"
+	})
+	second := &enfState{Name: "agent-extra", SpecHash: "fedcba9876543210", IntentID: "install:enforcement:pipeline-3:2:cluster-00042:43:agent-extra:fedcba9876543210"}
+	troubled.Enforcements = enfStates{st, second}
+	troubled.HandedOverTo, troubled.Grant, troubled.SpecGeneration, troubled.DeletionPolicy = "c-77", "grant-fingerprint", 1, ""
+	empty := benchPair()
+	empty.Enforcements = nil
+	none := benchPair()
+	none.Enforcements = enfStates{}
+	unhealthy := benchPair()
+	u := unhealthy.Enforcements[0].cloneState()
+	u.Health = &appHealth{Application: "cluster-00042-agent-3", SpecHash: "0000000000000000", status: share(healthStatus{Health: "Degraded", Message: "pod \u2028 crash"})}
+	unhealthy.Enforcements = enfStates{u}
+	return []*pairState{plain, troubled, empty, none, unhealthy}
+}

@@ -96,8 +96,10 @@ func pipelineEnforcement(i int) string {
 // PIPELINE_ENV (space-separated NAME=value) runs the services with a tuning on top of their
 // defaults, printed with the figures. PIPELINE_PROFILES (a directory) saves each service's heap
 // profile there at the end of the run, after a collection (<service>-<N>x<R>-heap.pprof; read
-// it with go tool pprof -sample_index=inuse_space). It prints the figures and their ratios to
-// the floor; it asserts no timing.
+// it with go tool pprof -sample_index=inuse_space), and its CPU profiles of the create, one a
+// cpuProfileWindow from the clusters' appearance until the window in which the last Application
+// was created ends (<service>-<N>x<R>-create-cpu-<k>.pprof; go tool pprof merges the windows
+// given together). It prints the figures and their ratios to the floor; it asserts no timing.
 func BenchmarkPipeline(b *testing.B) {
 	n := envCount(b, "PIPELINE_CLUSTERS", 1000)
 	rules := envCount(b, "PIPELINE_RULES", 1)
@@ -169,8 +171,13 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 		fleet = append(fleet, gke(fmt.Sprintf("c-%05d", i), fmt.Sprintf("bench-%05d", i), "active", nil))
 	}
 	cpuBefore, writesBefore, requestsBefore := s.cpuTimes(), argoSyncerWrites(b, s), apiRequests(b, s)
+	var cpuProfiles *cpuProfiler
+	if profiles != "" {
+		cpuProfiles = s.profileCPU(profiles, fmt.Sprintf("%dx%d-create", n, rules))
+	}
 	s.rancher.SetClusters(fleet...)
 	waitFor(b, time.Hour, fmt.Sprintf("%d Applications", rules*n), func() bool { return apps.count("1") == rules*n })
+	cpuProfileFiles := cpuProfiles.stop()
 	cpuCreate, writesCreate, requestsCreate := s.cpuTimes(), argoSyncerWrites(b, s), apiRequests(b, s)
 	b.Logf("API server requests during the create: %s", countsSpent(requestsBefore, requestsCreate, 12))
 	create := apps.last("1").Sub(appeared.first())
@@ -215,11 +222,8 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 			idleLive[name]/1024, live/1024, float64(live-idleLive[name])/float64(n+newClusters)))
 	}
 	if profiles != "" {
-		for _, name := range hubServices {
-			path := filepath.Join(profiles, fmt.Sprintf("%s-%dx%d-heap.pprof", name, n, rules))
-			s.saveHeapProfile(name, path)
-			memory = append(memory, "    heap profile after a collection: "+path)
-		}
+		memory = append(memory, s.saveHeapProfiles(profiles, fmt.Sprintf("%dx%d", n, rules))...)
+		memory = append(memory, "    CPU profiles of the create, in windows of "+cpuProfileWindow.String()+": "+strings.Join(cpuProfileFiles, " "))
 	}
 	settings := "shipped defaults but SCAN_INTERVAL=1s"
 	if tuning != "" {
@@ -438,6 +442,18 @@ func (s *system) liveHeapKB(name string) int {
 	}
 	s.t.Fatalf("heap of %s: the profile has no HeapAlloc line", name)
 	return 0
+}
+
+// saveHeapProfiles saves each hub service's heap profile after a collection in dir, as
+// <service>-<label>-heap.pprof, and returns a line naming each file.
+func (s *system) saveHeapProfiles(dir, label string) []string {
+	var lines []string
+	for _, name := range hubServices {
+		path := filepath.Join(dir, fmt.Sprintf("%s-%s-heap.pprof", name, label))
+		s.saveHeapProfile(name, path)
+		lines = append(lines, "    heap profile after a collection: "+path)
+	}
+	return lines
 }
 
 // saveHeapProfile saves the heap profile of a service started with system.profiles to path,
@@ -852,4 +868,82 @@ func (f *floor) updateAll() time.Duration {
 		_, err := f.dyn.Resource(gvrApplication).Namespace(f.ns).Update(ctx, u, metav1.UpdateOptions{})
 		return err
 	})
+}
+
+// cpuProfileWindow is the length of each CPU profile the pipeline benchmark takes during the
+// create: the profile endpoint profiles for a time set in advance, and the create's is not known.
+const cpuProfileWindow = 10 * time.Second
+
+// cpuProfiler takes CPU profiles of every hub service started with system.profiles, one window
+// after the other, until stopped.
+type cpuProfiler struct {
+	done  chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	files []string
+}
+
+// profileCPU starts profiling each hub service's CPU, saving window k of service name as
+// <dir>/<name>-<label>-cpu-<k>.pprof.
+func (s *system) profileCPU(dir, label string) *cpuProfiler {
+	p := &cpuProfiler{done: make(chan struct{})}
+	for _, name := range hubServices {
+		s.mu.Lock()
+		addr := s.procs[name].pprof
+		s.mu.Unlock()
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for k := 0; ; k++ {
+				select {
+				case <-p.done:
+					return
+				default:
+				}
+				body, err := getBody(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(cpuProfileWindow.Seconds())))
+				if err != nil {
+					s.t.Errorf("CPU profile of %s: %v", name, err)
+					return
+				}
+				path := filepath.Join(dir, fmt.Sprintf("%s-%s-cpu-%d.pprof", name, label, k))
+				if err := os.WriteFile(path, body, 0o644); err != nil {
+					s.t.Errorf("CPU profile of %s: %v", name, err)
+					return
+				}
+				p.mu.Lock()
+				p.files = append(p.files, path)
+				p.mu.Unlock()
+			}
+		}()
+	}
+	return p
+}
+
+// stop waits for the windows under way to end and returns the files saved, sorted; nil for a
+// nil profiler.
+func (p *cpuProfiler) stop() []string {
+	if p == nil {
+		return nil
+	}
+	close(p.done)
+	p.wg.Wait()
+	slices.Sort(p.files)
+	return p.files
+}
+
+// getBody returns the body of a successful GET of url.
+func getBody(url string) ([]byte, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
 }
