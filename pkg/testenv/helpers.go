@@ -2,7 +2,11 @@ package testenv
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,23 +18,50 @@ import (
 // FreeAddr returns a 127.0.0.1 address whose port was free a moment ago, for a service's
 // METRICS_ADDR or HEALTH_ADDR. It never returns an address twice in one test process: a test
 // that picks several addresses before it starts anything would otherwise be given a port again
-// once its probe closed. Another process may still take the port before it is bound; tests
-// that start a server on it fail loudly then, they do not hang.
+// once its probe closed. The port is drawn below the kernel's ephemeral range
+// (freePortRange): a port the kernel handed out for a listener on port 0 is one it also hands
+// out as the local port of an outgoing connection, and the many connections a test makes (to
+// its API server, to NATS) took such a port between the probe and the service's listen now
+// and then. Another process may still take the port before it is bound; tests that start a
+// server on it fail loudly then, they do not hang.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("find a free port: %v", err)
+	low, high := freePortRange()
+	for range 1000 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(low+rand.IntN(high-low)))
+		if _, given := freeAddrsGiven.Load(addr); given {
+			continue
 		}
-		addr := ln.Addr().String()
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue // taken
+		}
 		ln.Close()
 		if _, given := freeAddrsGiven.LoadOrStore(addr, true); !given {
 			return addr
 		}
 	}
-	t.Fatal("find a free port: 100 tries gave only ports handed out already")
+	t.Fatalf("find a free port: 1,000 tries in [%d, %d) found none free and not handed out already", low, high)
 	return ""
+}
+
+// freePortRange is where FreeAddr draws its ports: [10000, the first ephemeral port), from
+// /proc/sys/net/ipv4/ip_local_port_range (Linux's default range begins at 32768, used when
+// the file cannot be read), or [10000, 30000) when the ephemeral range begins too low to leave
+// room below it.
+func freePortRange() (low, high int) {
+	low, high = 10000, 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if fields := strings.Fields(string(b)); len(fields) == 2 {
+			if first, err := strconv.Atoi(fields[0]); err == nil {
+				high = first
+			}
+		}
+	}
+	if high-low < 5000 {
+		high = 30000
+	}
+	return low, high
 }
 
 // freeAddrsGiven holds every address FreeAddr returned in this process.

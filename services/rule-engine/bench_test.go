@@ -180,7 +180,7 @@ func BenchmarkClusterAppeared(b *testing.B) {
 	for _, pairs := range e.pairs {
 		for _, p := range pairs {
 			for _, st := range p.Enforcements {
-				succeeded = append(succeeded, &events.InstallSucceeded{IntentID: st.IntentID, Rule: p.Rule.Value(), Cluster: p.Cluster.Value().Name,
+				succeeded = append(succeeded, &events.InstallSucceeded{IntentID: st.intentID(), Rule: p.Rule.Value(), Cluster: p.Cluster.Value().Name,
 					Enforcement: st.Name, Application: p.Cluster.Value().Name + "-" + st.Name, Created: true, SpecHash: st.SpecHash})
 			}
 		}
@@ -193,8 +193,8 @@ func BenchmarkClusterAppeared(b *testing.B) {
 	perClusterInstalled := float64(testenv.LiveHeap()-before) / clusters
 	for _, pairs := range e.pairs {
 		for _, p := range pairs {
-			if st := p.Enforcements[0]; !st.Installed || st.LastOutcome == "" {
-				b.Fatalf("pair %s/%s: installed %v, last outcome %q after its install succeeded", p.Rule.Value().Name, p.Cluster.Value().Name, st.Installed, st.LastOutcome)
+			if st := p.Enforcements[0]; !st.Installed || st.lastOutcomeID() == "" {
+				b.Fatalf("pair %s/%s: installed %v, last outcome %q after its install succeeded", p.Rule.Value().Name, p.Cluster.Value().Name, st.Installed, st.lastOutcomeID())
 			}
 		}
 	}

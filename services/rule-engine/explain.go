@@ -168,7 +168,7 @@ func (e *engine) verdict(lr liveRule, cid string, rs *renders) events.RuleVerdic
 // (none once handed over to another cluster of its name).
 func (e *engine) installedBy(rule, cid string) []string {
 	p := e.pairs[rule][cid]
-	if p == nil || p.HandedOverTo != "" {
+	if p == nil || p.handedOverTo() != "" {
 		return nil
 	}
 	return p.Enforcements.names()

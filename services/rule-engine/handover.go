@@ -135,7 +135,7 @@ func (e *engine) predecessor(r *ruleState, cid string, rec *clusterRecord) (stri
 		if pcid == cid || !foreignPair(r, p) {
 			continue
 		}
-		if to := p.HandedOverTo; to != "" && to != cid && e.pairs[r.key][to] != nil {
+		if to := p.handedOverTo(); to != "" && to != cid && e.pairs[r.key][to] != nil {
 			continue
 		}
 		rank := 0
@@ -145,7 +145,7 @@ func (e *engine) predecessor(r *ruleState, cid string, rec *clusterRecord) (stri
 		if p.installed() {
 			rank += 2
 		}
-		if p.HandedOverTo == "" {
+		if p.handedOverTo() == "" {
 			rank++
 		}
 		if rank > bestRank { // ids are sorted: the lowest wins a tie
@@ -176,7 +176,7 @@ func (p *pairState) installed() bool {
 func (e *engine) confirmTakeover(ctx context.Context, rule, cid, cluster, name string) error {
 	for _, pcid := range e.pairsNamed(rule, cluster) {
 		p := e.pairs[rule][pcid]
-		if pcid == cid || p.HandedOverTo != cid || p.Enforcements.get(name) == nil {
+		if pcid == cid || p.handedOverTo() != cid || p.Enforcements.get(name) == nil {
 			continue
 		}
 		next := p.clone()
@@ -202,7 +202,7 @@ func (e *engine) confirmTakeover(ctx context.Context, rule, cid, cluster, name s
 func (e *engine) livePairs(rule string) int {
 	n := 0
 	for _, p := range e.pairs[rule] {
-		if p.HandedOverTo == "" {
+		if p.handedOverTo() == "" {
 			n++
 		}
 	}

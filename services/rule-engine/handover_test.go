@@ -188,7 +188,7 @@ func TestHandoverAndRemovedEnforcementInOneEdit(t *testing.T) {
 	newID, oldID := clusterID(ref2.ID, "a"), clusterID(ref1.ID, "a")
 	pairs := e.pairs["ns/fleet"]
 	if p, old := pairs[newID], pairs[oldID]; len(pairs) != 2 || p == nil || len(p.Enforcements) != 1 || p.Cluster.Value().Identity != "static:enforcement/cm2/a" ||
-		old == nil || old.HandedOverTo != newID || len(old.Enforcements) != 1 || old.Enforcements.get("guestbook") == nil {
+		old == nil || old.handedOverTo() != newID || len(old.Enforcements) != 1 || old.Enforcements.get("guestbook") == nil {
 		t.Errorf("pairs after the edit: %+v; want the cm2 cluster's with guestbook, and cm1's with guestbook handed over to it", pairs)
 	}
 	if got := e.pairsNamed("ns/fleet", "a"); !slices.Equal(got, []string{newID, oldID}) && !slices.Equal(got, []string{oldID, newID}) {

@@ -150,7 +150,7 @@ func (e *engine) foldOutcome(ctx context.Context, id string, o enfOutcome) error
 		return nil
 	}
 	st := p.Enforcements.get(o.name)
-	if st.LastOutcome == id {
+	if st.isLastOutcome(id) {
 		return nil // a redelivery already counted
 	}
 	// Copy on write: memory changes only after the record is stored.
@@ -179,12 +179,12 @@ func (e *engine) foldOutcome(ctx context.Context, id string, o enfOutcome) error
 func (e *engine) outcomePair(rule string, o enfOutcome) (string, *pairState) {
 	cids := e.pairsNamed(rule, o.cluster)
 	for _, cid := range cids {
-		if st := e.pairs[rule][cid].Enforcements.get(o.name); st != nil && st.IntentID == o.intentID {
+		if st := e.pairs[rule][cid].Enforcements.get(o.name); st != nil && st.isIntent(o.intentID) {
 			return cid, e.pairs[rule][cid]
 		}
 	}
 	slices.SortStableFunc(cids, func(a, b string) int {
-		return compareBools(e.pairs[rule][a].HandedOverTo != "", e.pairs[rule][b].HandedOverTo != "")
+		return compareBools(e.pairs[rule][a].handedOverTo() != "", e.pairs[rule][b].handedOverTo() != "")
 	})
 	for _, cid := range cids {
 		if st := e.pairs[rule][cid].Enforcements.get(o.name); st != nil && o.fold(st.cloneState()) {
@@ -208,7 +208,7 @@ func compareBools(a, b bool) int {
 // foldInstallSucceeded: the Application is installed, which clears a failure and a trigger
 // block. It concerns the current intent, or one with the same spec.
 func (st *enfState) foldInstallSucceeded(o *events.InstallSucceeded) bool {
-	if st.SpecHash != o.SpecHash && st.IntentID != o.IntentID {
+	if st.SpecHash != o.SpecHash && !st.isIntent(o.IntentID) {
 		return false
 	}
 	st.Installed = true
@@ -218,7 +218,7 @@ func (st *enfState) foldInstallSucceeded(o *events.InstallSucceeded) bool {
 
 // foldInstallFailed records the failure of the current intent, counting failures in a row.
 func (st *enfState) foldInstallFailed(o *events.InstallFailed) bool {
-	if st.IntentID != o.IntentID {
+	if !st.isIntent(o.IntentID) {
 		return false
 	}
 	count := int32(1)
@@ -237,7 +237,7 @@ func (st *enfState) foldInstallFailed(o *events.InstallFailed) bool {
 // An afterInstall one comes after the Application was created: it is reported, but the install
 // is not blocked.
 func (st *enfState) foldTriggerFailed(o *events.TriggerFailed) bool {
-	if st.IntentID != o.IntentID || o.FailurePolicy != "Fail" {
+	if !st.isIntent(o.IntentID) || o.FailurePolicy != "Fail" {
 		return false
 	}
 	msg := fmt.Sprintf("%s trigger: %s", o.Phase, truncate(o.Message, 256))
@@ -254,7 +254,7 @@ func (st *enfState) foldTriggerFailed(o *events.TriggerFailed) bool {
 // foldTriggerDelivered clears what a failure of the same phase of the current intent left: the
 // afterInstall failure or the trigger block.
 func (st *enfState) foldTriggerDelivered(o *events.TriggerDelivered) bool {
-	if st.IntentID != o.IntentID {
+	if !st.isIntent(o.IntentID) {
 		return false
 	}
 	if o.Phase == events.PhaseAfterInstall {

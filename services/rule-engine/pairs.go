@@ -7,6 +7,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 )
@@ -141,7 +142,7 @@ func (e *engine) takeOver(r *ruleState, cid string, rec *clusterRecord, pcid str
 // with the takeover), marked HandedOverTo cid; nil when none is left.
 func handedOver(pred, next *pairState, cid string) *pairState {
 	kept := pred.clone()
-	kept.HandedOverTo = cid
+	kept.handOverTo(cid)
 	kept.Enforcements = slices.DeleteFunc(kept.Enforcements, func(st *enfState) bool { return next.Enforcements.get(st.Name) == nil })
 	if len(kept.Enforcements) == 0 {
 		return nil
@@ -222,7 +223,7 @@ func uninstallUnselected(r *ruleState, rule, cid string, rec *clusterRecord, old
 // engine.evaluate). A template error touches only this pair: it keeps what it has.
 func (e *engine) evalSelected(r *ruleState, rule, cid string, rec *clusterRecord, old *pairState, ch *change, cv *clusterVars) {
 	renderKey := r.renderKey(cv)
-	if old != nil && old.RenderKey == renderKey && old.Grant == r.grantFingerprint() {
+	if old != nil && old.RenderKey == renderKey && old.grant() == r.grantFingerprint() {
 		if t := old.Cluster.Value(); t.URL == rec.Cluster.URL && t.Source == credentialsRef(r.sel.source, rec.Cluster.Source) {
 			return // nothing changed since the last render, nor the credentials' Secret, nor the grant
 		}
@@ -314,8 +315,8 @@ func (r *ruleState) diffPairs(rec *clusterRecord, old *pairState, renderKey stri
 	target.Source = credentialsRef(r.sel.source, rec.Cluster.Source)
 	resend := handover || (old != nil && old.Cluster.Value().Source != target.Source)
 	// The record is the new cluster's own; only the intents replace.
-	next := &pairState{Rule: share(r.ref), Cluster: shareTarget(target), RenderKey: renderKey, DeletionPolicy: r.deletionPolicy,
-		Enforcements: make(enfStates, 0, len(enfs)), Grant: r.grantFingerprint(), SpecGeneration: r.specGeneration}
+	next := &pairState{Rule: share(r.ref), Cluster: shareTarget(target), RenderKey: renderKey, Enforcements: make(enfStates, 0, len(enfs)),
+		terms: share(pairTerms{deletionPolicy: r.deletionPolicy, grant: r.grantFingerprint(), specGeneration: r.specGeneration})}
 	target.Replaces = replaces
 	var intents []events.Event
 	for i := range enfs {
@@ -331,7 +332,9 @@ func (r *ruleState) diffPairs(rec *clusterRecord, old *pairState, renderKey stri
 			Triggers: r.triggers, DeletionPolicy: r.deletionPolicy, Grant: r.grantEvent()}
 		intents = append(intents, intent)
 		id := intent.ID()
-		next.Enforcements.put(&enfState{Name: en.Name, SpecHash: hashOf(id, hash), IntentID: id})
+		st := &enfState{Name: en.Name, SpecHash: strings.Clone(hash)}
+		st.setIntent(id)
+		next.Enforcements.put(st)
 	}
 	if old != nil {
 		intents = append(intents, uninstalls(r.ref, target, removedFrom(old, next), events.UninstallEnforcementRemoved, r.deletionPolicy)...)

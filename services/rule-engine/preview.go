@@ -472,7 +472,7 @@ func (e *engine) unchanged(rule string, changes []events.PreviewChange) int {
 	}
 	n := 0
 	for _, p := range e.pairs[rule] {
-		if p.HandedOverTo != "" {
+		if p.handedOverTo() != "" {
 			continue
 		}
 		for _, st := range p.Enforcements {

@@ -883,7 +883,7 @@ func (e *engine) rolloutStatus(r *ruleState) *v1beta1.RolloutStatus {
 	}
 	byGen := map[int64][]string{}
 	for _, p := range e.pairs[r.key] {
-		if p.HandedOverTo == "" {
+		if p.handedOverTo() == "" {
 			byGen[p.specGeneration()] = append(byGen[p.specGeneration()], p.Cluster.Value().Name)
 		}
 	}
@@ -976,7 +976,7 @@ func (e *engine) stepNames(r *ruleState, st *rolloutState) map[string]string {
 // generationOn is the generation whose spec the rule runs on the cluster of that name (0: none).
 func (e *engine) generationOn(rule, name string) int64 {
 	for _, cid := range e.pairsNamed(rule, name) {
-		if p := e.pairs[rule][cid]; p.HandedOverTo == "" {
+		if p := e.pairs[rule][cid]; p.handedOverTo() == "" {
 			return p.specGeneration()
 		}
 	}

@@ -267,7 +267,7 @@ func (e *engine) ruleDeletion(key string, ref events.RuleRef, deletionPolicy str
 		uids[installedRule.UID] = true
 		rr, policy := ref, deletionPolicy
 		if rr.Name == "" {
-			rr, policy = installedRule, p.DeletionPolicy
+			rr, policy = installedRule, p.deletionPolicy()
 		}
 		target := installed
 		if rec := e.clusters[cid]; rec != nil {

@@ -104,7 +104,7 @@ type enfTally struct {
 func tallyEnforcements(pairs map[string]*pairState) enfTally {
 	var t enfTally
 	for _, p := range pairs {
-		if p.HandedOverTo != "" {
+		if p.handedOverTo() != "" {
 			continue // the successor's pair reports these Applications
 		}
 		for _, es := range p.Enforcements {

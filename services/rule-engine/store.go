@@ -135,26 +135,51 @@ func (r *clusterRecord) newerThan(revision, seq uint64) bool {
 // Its rule reference and its target are the same for many pairs (every pair of a rule
 // generation; every pair of a cluster revision and credentials reference), so a pair holds each
 // as a shared value, a handle on one copy: 16 bytes a pair instead of 224, about 1.6 KB a cluster
-// at ten rules (BenchmarkClusterAppeared).
+// at ten rules (BenchmarkClusterAppeared). So it does its terms (pairTerms). It is stored as a
+// pairRecord.
 type pairState struct {
-	Rule    shared[events.RuleRef] `json:"rule"`
-	Cluster sharedTarget           `json:"cluster"`
+	Rule    shared[events.RuleRef]
+	Cluster sharedTarget
 	// RenderKey is the (generation, variables) the enforcements were last rendered for; the
 	// same key means nothing to render and nothing to send.
-	RenderKey      string    `json:"renderKey"`
-	DeletionPolicy string    `json:"deletionPolicy,omitempty"`
-	Enforcements   enfStates `json:"enforcements"`
-	// HandedOverTo is set on a pair of the rule's old source that a cluster of its new source
-	// (this cluster id) took over (handover.go): the record keeps the enforcements argo-syncer
-	// has not confirmed for the new cluster yet, so a refused takeover orphans nothing.
-	HandedOverTo string `json:"handedOverTo,omitempty"`
-	// Grant is the fingerprint of the ClusterRuleGrant the pair was installed under (tenancy.go);
-	// empty for a rule of OPERATOR_NAMESPACE. A changed grant sends the pair's installs again.
-	Grant string `json:"grant,omitempty"`
-	// SpecGeneration is the rule generation whose spec the pair runs when it is not
+	RenderKey    string
+	Enforcements enfStates
+	terms        shared[pairTerms]
+}
+
+// pairTerms are the terms of a pair beside its rule and target, the same for every pair of a
+// rule but for the few handed over: one shared copy, 8 bytes a pair where the fields took 56.
+type pairTerms struct {
+	// deletionPolicy is the rule's deletion policy the pair was installed under.
+	deletionPolicy string
+	// grant is the fingerprint of the ClusterRuleGrant the pair was installed under
+	// (tenancy.go); empty for a rule of OPERATOR_NAMESPACE. A changed grant sends the pair's
+	// installs again.
+	grant string
+	// specGeneration is the rule generation whose spec the pair runs when it is not
 	// Rule.Generation: a staged rollout's stable generation, decided (and sent) by the rule at
 	// Rule.Generation for a cluster the rollout has not reached (rollout.go).
-	SpecGeneration int64 `json:"specGeneration,omitempty"`
+	specGeneration int64
+	// handedOverTo is set on a pair of the rule's old source that a cluster of its new source
+	// (this cluster id) took over (handover.go): the record keeps the enforcements argo-syncer
+	// has not confirmed for the new cluster yet, so a refused takeover orphans nothing.
+	handedOverTo string
+}
+
+// deletionPolicy is the rule's deletion policy the pair was installed under.
+func (p *pairState) deletionPolicy() string { return p.terms.Value().deletionPolicy }
+
+// grant is the fingerprint of the grant the pair was installed under (pairTerms.grant).
+func (p *pairState) grant() string { return p.terms.Value().grant }
+
+// handedOverTo is the cluster id that took the pair over (pairTerms.handedOverTo); "" when none.
+func (p *pairState) handedOverTo() string { return p.terms.Value().handedOverTo }
+
+// handOverTo marks the pair as taken over by cluster cid.
+func (p *pairState) handOverTo(cid string) {
+	t := p.terms.Value()
+	t.handedOverTo = cid
+	p.terms = share(t)
 }
 
 // shared is a value many pairs hold the same of, kept once: a pair holds a handle on it (package
@@ -223,8 +248,8 @@ func (t *sharedTarget) UnmarshalJSON(b []byte) error {
 
 // specGeneration is the rule generation whose spec the pair runs.
 func (p *pairState) specGeneration() int64 {
-	if p.SpecGeneration != 0 {
-		return p.SpecGeneration
+	if g := p.terms.Value().specGeneration; g != 0 {
+		return g
 	}
 	return p.Rule.Value().Generation
 }
@@ -232,12 +257,18 @@ func (p *pairState) specGeneration() int64 {
 // enfState is one installed enforcement (by rendered name) of a pair.
 type enfState struct {
 	// Name is the enforcement's rendered name, the key it is stored under.
-	Name      string
-	SpecHash  string
-	IntentID  string
+	Name     string
+	SpecHash string
+	// intent is the id of the install intent the state was last sent as (intentID, isIntent).
+	intent    intentID
 	Installed bool
-	// lastOutcome is the id of the last outcome event applied, so a redelivery counts once.
-	LastOutcome string
+	// outcomeSucceeded says that the last outcome applied (lastOutcome) is the current intent's
+	// install succeeded event, as it nearly always is: its id is then "install-succeeded:" and
+	// the intent id, not a string of its own.
+	outcomeSucceeded bool
+	// lastOutcome is the id of the last outcome event applied, so a redelivery counts once
+	// (lastOutcomeID); "" when outcomeSucceeded says it.
+	lastOutcome string
 	// Health is what Argo CD last reported for the Application (application.health), for the
 	// spec hash it names; staged rollouts wait for it (rollout.go).
 	Health *appHealth
@@ -319,9 +350,13 @@ type enfStateRecord struct {
 
 // record is the state's stored form.
 func (st *enfState) record() *enfStateRecord {
-	return &enfStateRecord{SpecHash: st.SpecHash, IntentID: st.IntentID, Installed: st.Installed,
+	r := &enfStateRecord{SpecHash: st.SpecHash, IntentID: st.intentID(), Installed: st.Installed,
 		Failure: st.lastFailure(), TriggerBlocked: st.triggerBlocked(), AfterInstallFailed: st.afterInstallFailed(),
-		LastOutcome: st.LastOutcome, Health: st.Health.record()}
+		LastOutcome: st.lastOutcome, Health: st.Health.record()}
+	if st.outcomeSucceeded {
+		r.LastOutcome = succeededPrefix + r.IntentID
+	}
+	return r
 }
 
 func (st *enfState) MarshalJSON() ([]byte, error) { return json.Marshal(st.record()) }
@@ -331,7 +366,15 @@ func (st *enfState) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return err
 	}
-	*st = enfState{Name: st.Name, SpecHash: r.SpecHash, IntentID: r.IntentID, Installed: r.Installed, LastOutcome: r.LastOutcome, Health: r.Health.appHealth()}
+	*st = *r.state(st.Name)
+	return nil
+}
+
+// state is the state the record holds, of the enforcement of that name.
+func (r *enfStateRecord) state(name string) *enfState {
+	st := &enfState{Name: name, SpecHash: r.SpecHash, Installed: r.Installed, Health: r.Health.appHealth()}
+	st.setIntent(r.IntentID)
+	st.recordOutcome(r.LastOutcome)
 	st.changeTrouble(func(t *enfTrouble) {
 		if r.Failure != nil {
 			t.Failure = *r.Failure
@@ -339,7 +382,10 @@ func (st *enfState) UnmarshalJSON(b []byte) error {
 		}
 		t.TriggerBlocked, t.AfterInstallFailed = r.TriggerBlocked, r.AfterInstallFailed
 	})
-	return nil
+	if st.Health != nil {
+		st.Health.shareSpecHash(st)
+	}
+	return st
 }
 
 // pairRecord is how a pair is stored: plain values, encoded in one pass. Encoded through the
@@ -358,11 +404,26 @@ type pairRecord struct {
 
 // record is the pair's stored form.
 func (p *pairState) record() *pairRecord {
-	return &pairRecord{Rule: p.Rule.Value(), Cluster: p.Cluster.Value(), RenderKey: p.RenderKey, DeletionPolicy: p.DeletionPolicy,
-		Enforcements: p.Enforcements.records(), HandedOverTo: p.HandedOverTo, Grant: p.Grant, SpecGeneration: p.SpecGeneration}
+	t := p.terms.Value()
+	return &pairRecord{Rule: p.Rule.Value(), Cluster: p.Cluster.Value(), RenderKey: p.RenderKey, DeletionPolicy: t.deletionPolicy,
+		Enforcements: p.Enforcements.records(), HandedOverTo: t.handedOverTo, Grant: t.grant, SpecGeneration: t.specGeneration}
 }
 
 func (p *pairState) MarshalJSON() ([]byte, error) { return json.Marshal(p.record()) }
+
+func (p *pairState) UnmarshalJSON(b []byte) error {
+	var r pairRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return err
+	}
+	states, err := statesOf(r.Enforcements)
+	if err != nil {
+		return err
+	}
+	*p = pairState{Rule: share(r.Rule), Cluster: shareTarget(r.Cluster), RenderKey: r.RenderKey, Enforcements: states,
+		terms: share(pairTerms{deletionPolicy: r.DeletionPolicy, grant: r.Grant, specGeneration: r.SpecGeneration, handedOverTo: r.HandedOverTo})}
+	return nil
+}
 
 func (p *pairState) clone() *pairState {
 	c := *p
@@ -373,28 +434,111 @@ func (p *pairState) clone() *pairState {
 	return &c
 }
 
-// hashOf returns hash as the last token of intentID when it is that (an install intent's id ends
-// with its spec hash), sharing the id's bytes: one string fewer a pair's enforcement.
-func hashOf(intentID, hash string) string {
-	if strings.HasSuffix(intentID, ":"+hash) {
-		return intentID[len(intentID)-len(hash):]
-	}
-	return hash
+// intentID is an install intent's id kept in two shared parts. The id is
+// "install:<rule namespace>:<rule name>:<generation>:<cluster>:<revision>:<enforcement>:<spec
+// hash>" (events.InstallIntent.ID, each token escaped): its rule part, up to the generation, is
+// the same for every intent of a rule generation, its cluster part, up to the revision, for
+// every intent to a cluster at one revision, and the rest is the state's own name and spec hash.
+// An id as a string of its own took 96 bytes a pair. An id of another form (none is made, but
+// a stored record is read as it is) is kept whole in rule, with cluster zero; the zero intentID
+// is the empty id.
+type intentID struct {
+	rule, cluster unique.Handle[string]
 }
 
-// recordOutcome sets the id of the last outcome applied. An install outcome's id holds the id of
-// the intent it answers, as a rule the state's current one: the intent id, and the spec hash it
-// ends with, are then kept as part of the outcome id's bytes, one string fewer an enforcement
-// (as hashOf saves one). An outcome of another intent leaves them as they are.
-func (st *enfState) recordOutcome(id string) {
-	st.LastOutcome = id
-	if st.IntentID == "" {
+// setIntent keeps id as the state's intent id, in parts when it is the install intent id of
+// the state's name and spec hash (set SpecHash first).
+func (st *enfState) setIntent(id string) {
+	st.intent = intentID{}
+	if id == "" {
 		return
 	}
-	if i := strings.Index(id, st.IntentID); i >= 0 {
-		st.IntentID = id[i : i+len(st.IntentID)]
-		st.SpecHash = hashOf(st.IntentID, st.SpecHash)
+	rule, cluster, tail, ok := splitIntentID(id)
+	if !ok || tail != events.EscapeToken(st.Name)+":"+events.EscapeToken(st.SpecHash) {
+		st.intent.rule = unique.Make(id)
+		return
 	}
+	st.intent = intentID{rule: unique.Make(rule), cluster: unique.Make(cluster)}
+}
+
+// splitIntentID cuts an install intent's id after its fourth and its sixth colon: the rule
+// part, the cluster part and the rest (escaped tokens hold no colon).
+func splitIntentID(id string) (rule, cluster, tail string, ok bool) {
+	cut := func(s string, colons int) int {
+		at := 0
+		for range colons {
+			i := strings.IndexByte(s[at:], ':')
+			if i < 0 {
+				return -1
+			}
+			at += i + 1
+		}
+		return at
+	}
+	r := cut(id, 4)
+	if r < 0 || !strings.HasPrefix(id, "install:") {
+		return "", "", "", false
+	}
+	c := cut(id[r:], 2)
+	if c < 0 {
+		return "", "", "", false
+	}
+	return id[:r], id[r : r+c], id[r+c:], true
+}
+
+// intentID is the id of the install intent the state was last sent as; "" for none.
+func (st *enfState) intentID() string {
+	switch {
+	case st.intent.rule == (unique.Handle[string]{}):
+		return ""
+	case st.intent.cluster == (unique.Handle[string]{}):
+		return st.intent.rule.Value()
+	}
+	return st.intent.rule.Value() + st.intent.cluster.Value() + events.EscapeToken(st.Name) + ":" + events.EscapeToken(st.SpecHash)
+}
+
+// isIntent reports whether id is the state's intent id, without making the id.
+func (st *enfState) isIntent(id string) bool {
+	switch {
+	case st.intent.rule == (unique.Handle[string]{}):
+		return id == ""
+	case st.intent.cluster == (unique.Handle[string]{}):
+		return id == st.intent.rule.Value()
+	}
+	rule, cluster, tail, ok := splitIntentID(id)
+	return ok && rule == st.intent.rule.Value() && cluster == st.intent.cluster.Value() &&
+		tail == events.EscapeToken(st.Name)+":"+events.EscapeToken(st.SpecHash)
+}
+
+// succeededPrefix begins the id of an install succeeded event (events.InstallSucceeded.ID) of
+// an intent that was not restored.
+const succeededPrefix = "install-succeeded:"
+
+// recordOutcome sets the id of the last outcome applied: as a flag when it is the current
+// intent's install succeeded, else as it came.
+func (st *enfState) recordOutcome(id string) {
+	st.outcomeSucceeded = id != "" && strings.HasPrefix(id, succeededPrefix) && st.intent != intentID{} &&
+		st.isIntent(id[len(succeededPrefix):])
+	st.lastOutcome = id
+	if st.outcomeSucceeded {
+		st.lastOutcome = ""
+	}
+}
+
+// lastOutcomeID is the id of the last outcome applied; "" for none.
+func (st *enfState) lastOutcomeID() string {
+	if st.outcomeSucceeded {
+		return succeededPrefix + st.intentID()
+	}
+	return st.lastOutcome
+}
+
+// isLastOutcome reports whether id is that of the last outcome applied (a redelivery).
+func (st *enfState) isLastOutcome(id string) bool {
+	if st.outcomeSucceeded {
+		return strings.HasPrefix(id, succeededPrefix) && st.isIntent(id[len(succeededPrefix):])
+	}
+	return id == st.lastOutcome
 }
 
 // enfStates are a pair's enforcements, sorted by name. A pair has one or a few, and there is a
@@ -455,30 +599,32 @@ func (s enfStates) records() map[string]*enfStateRecord {
 func (s enfStates) MarshalJSON() ([]byte, error) { return json.Marshal(s.records()) }
 
 func (s *enfStates) UnmarshalJSON(b []byte) error {
-	var m map[string]*enfState
+	var m map[string]*enfStateRecord
 	if err := json.Unmarshal(b, &m); err != nil {
 		return err
 	}
+	states, err := statesOf(m)
+	if err != nil {
+		return err
+	}
+	*s = states
+	return nil
+}
+
+// statesOf is the states stored records hold, by name; nil for none.
+func statesOf(m map[string]*enfStateRecord) (enfStates, error) {
 	if m == nil {
-		*s = nil
-		return nil
+		return nil, nil
 	}
 	out := make(enfStates, 0, len(m))
 	for _, name := range slices.Sorted(maps.Keys(m)) {
-		st := m[name]
-		if st == nil {
-			return fmt.Errorf("enforcement %q has no state", name)
+		r := m[name]
+		if r == nil {
+			return nil, fmt.Errorf("enforcement %q has no state", name)
 		}
-		st.Name = name
-		st.SpecHash = hashOf(st.IntentID, st.SpecHash)
-		st.recordOutcome(st.LastOutcome)
-		if st.Health != nil {
-			st.Health.shareSpecHash(st)
-		}
-		out = append(out, st)
+		out = append(out, r.state(name))
 	}
-	*s = out
-	return nil
+	return out, nil
 }
 
 // cloneState is a deep copy of the enforcement's state.

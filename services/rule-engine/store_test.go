@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unique"
 	"unsafe"
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
@@ -172,29 +173,47 @@ func TestPairRecordFormat(t *testing.T) {
 	if a := p.Enforcements.get("alpha"); a == nil || a.lastFailure() == nil || a.lastFailure().Count != 2 || p.Enforcements.get("zeta") == nil || !p.Enforcements.get("zeta").Installed {
 		t.Fatalf("states %+v", p.Enforcements)
 	}
-	// The hash is the intent id's tail, and the intent id part of the last outcome's id, not
-	// strings of their own.
+	// The intent id is kept in its shared parts, and the last outcome, the intent's install
+	// succeeded, as a flag: neither is a string of the state's own.
 	z := p.Enforcements.get("zeta")
-	if unsafe.StringData(z.SpecHash) != unsafe.StringData(z.IntentID[len(z.IntentID)-2:]) {
-		t.Error("the spec hash does not share the intent id's bytes")
+	if z.intent.cluster == (unique.Handle[string]{}) || z.intent.rule.Value() != "install:ns:r:2:" || z.intent.cluster.Value() != "a:3:" ||
+		z.intentID() != "install:ns:r:2:a:3:zeta:h2" || !z.isIntent("install:ns:r:2:a:3:zeta:h2") || z.isIntent("install:ns:r:2:a:3:zeta:h1") {
+		t.Errorf("zeta's intent %+v, read as %q", z.intent, z.intentID())
 	}
-	if prefix := len("install-succeeded:"); unsafe.StringData(z.IntentID) != unsafe.StringData(z.LastOutcome[prefix:]) {
-		t.Error("the intent id does not share the last outcome's bytes")
+	if !z.outcomeSucceeded || z.lastOutcome != "" || z.lastOutcomeID() != "install-succeeded:install:ns:r:2:a:3:zeta:h2" ||
+		!z.isLastOutcome("install-succeeded:install:ns:r:2:a:3:zeta:h2") || z.isLastOutcome("install-succeeded:install:ns:r:1:a:3:zeta:h2") {
+		t.Errorf("zeta's last outcome: flag %v, string %q, read as %q", z.outcomeSucceeded, z.lastOutcome, z.lastOutcomeID())
 	}
-	// An outcome recorded in memory is shared the same way; one of another intent is kept as
-	// it came and leaves the intent id alone.
 	a := p.Enforcements.get("alpha")
-	a.recordOutcome("install-failed:" + strings.Clone(a.IntentID) + ":Denied")
-	if a.IntentID != "install:ns:r:2:a:3:alpha:h1" || a.SpecHash != "h1" || unsafe.StringData(a.IntentID) != unsafe.StringData(a.LastOutcome[len("install-failed:"):]) {
-		t.Errorf("after recording its failure: intent %q (shared: %v), hash %q", a.IntentID,
-			unsafe.StringData(a.IntentID) == unsafe.StringData(a.LastOutcome[len("install-failed:"):]), a.SpecHash)
+	if a.intent.rule != z.intent.rule || a.intent.cluster != z.intent.cluster {
+		t.Error("two intents of one rule generation and cluster revision do not share their parts")
 	}
-	was := a.IntentID
+	// Another outcome is kept as it came, and leaves the intent alone.
+	a.recordOutcome("install-failed:install:ns:r:2:a:3:alpha:h1:Denied")
+	if a.intentID() != "install:ns:r:2:a:3:alpha:h1" || a.SpecHash != "h1" || a.outcomeSucceeded || a.lastOutcomeID() != "install-failed:install:ns:r:2:a:3:alpha:h1:Denied" {
+		t.Errorf("after recording its failure: intent %q, hash %q, last outcome %q", a.intentID(), a.SpecHash, a.lastOutcomeID())
+	}
 	a.recordOutcome("install-succeeded:install:ns:r:1:a:3:alpha:h0")
-	if a.IntentID != was || unsafe.StringData(a.IntentID) != unsafe.StringData(was) || a.LastOutcome != "install-succeeded:install:ns:r:1:a:3:alpha:h0" {
-		t.Errorf("an outcome of another intent changed the state: intent %q, last outcome %q", a.IntentID, a.LastOutcome)
+	if a.intentID() != "install:ns:r:2:a:3:alpha:h1" || a.outcomeSucceeded || a.lastOutcomeID() != "install-succeeded:install:ns:r:1:a:3:alpha:h0" {
+		t.Errorf("an outcome of another intent: intent %q, last outcome %q", a.intentID(), a.lastOutcomeID())
 	}
-	a.LastOutcome = ""
+	// An id of another form, or of another name or hash, is kept whole.
+	for _, id := range []string{"install:ns:r:2:a:3:beta:h1", "install:ns:r:2:a:3:alpha:h9", "custom-id", "install:ns:r"} {
+		odd := &enfState{Name: "alpha", SpecHash: "h1"}
+		odd.setIntent(id)
+		if odd.intent.cluster != (unique.Handle[string]{}) || odd.intentID() != id || !odd.isIntent(id) || odd.isIntent("install:ns:r:2:a:3:alpha:h1") {
+			t.Errorf("id %q kept as %+v, read as %q", id, odd.intent, odd.intentID())
+		}
+	}
+	// Names and hashes that need escaping.
+	esc := &enfState{Name: "a.b:c", SpecHash: "h/1"}
+	escID := (&events.InstallIntent{Rule: events.RuleRef{Namespace: "n.s", Name: "r:1", Generation: 4}, Cluster: events.Target{Name: "x y", Revision: 9},
+		Enforcement: events.Enforcement{Name: "a.b:c"}, SpecHash: "h/1"}).ID()
+	esc.setIntent(escID)
+	if esc.intent.cluster == (unique.Handle[string]{}) || esc.intentID() != escID || !esc.isIntent(escID) {
+		t.Errorf("escaped id %q kept as %+v, read as %q", escID, esc.intent, esc.intentID())
+	}
+	a.recordOutcome("")
 	written, err := json.Marshal(&p)
 	if err != nil {
 		t.Fatal(err)
@@ -448,12 +467,13 @@ func benchPair() *pairState {
 	target := events.Target{Name: "cluster-00042", Key: "c-00042", URL: "https://rancher.example/k8s/clusters/c-00042",
 		Source: rancherSource(), Identity: "rancher:https://rancher.example/c-00042", Revision: 43}
 	intentID := "install:enforcement:pipeline-3:1:cluster-00042:43:agent-3:0123456789abcdef"
-	st := &enfState{Name: "agent-3", SpecHash: "0123456789abcdef", IntentID: intentID, Installed: true}
+	st := &enfState{Name: "agent-3", SpecHash: "0123456789abcdef", Installed: true}
+	st.setIntent(intentID)
 	st.recordOutcome("install-succeeded:" + intentID)
 	st.Health = &appHealth{Application: "cluster-00042-agent-3", SpecHash: st.SpecHash,
 		status: share(healthStatus{Observed: true, Health: "Healthy", Sync: "Synced", Operation: "Succeeded", Message: "successfully synced (all tasks run)"})}
 	return &pairState{Rule: share(events.RuleRef{Namespace: "enforcement", Name: "pipeline-3", UID: "uid-003", Generation: 1}),
-		Cluster: shareTarget(target), RenderKey: "1", DeletionPolicy: "Delete", Enforcements: enfStates{st}}
+		Cluster: shareTarget(target), RenderKey: "1", Enforcements: enfStates{st}, terms: share(pairTerms{deletionPolicy: "Delete"})}
 }
 
 // recordPairs are pairs with every field of the stored record set in turn.
@@ -466,9 +486,10 @@ func recordPairs() []*pairState {
 		t.Failure = failure{Reason: "ApplyFailed", Message: "the API server said \"no\" <twice>", Count: 2}
 		t.TriggerBlocked, t.AfterInstallFailed = "webhook https://hooks.example/x answered 500", "after & before"
 	})
-	second := &enfState{Name: "agent-extra", SpecHash: "fedcba9876543210", IntentID: "install:enforcement:pipeline-3:2:cluster-00042:43:agent-extra:fedcba9876543210"}
+	second := &enfState{Name: "agent-extra", SpecHash: "fedcba9876543210"}
+	second.setIntent("install:enforcement:pipeline-3:2:cluster-00042:43:agent-extra:fedcba9876543210")
 	troubled.Enforcements = enfStates{st, second}
-	troubled.HandedOverTo, troubled.Grant, troubled.SpecGeneration, troubled.DeletionPolicy = "c-77", "grant-fingerprint", 1, ""
+	troubled.terms = share(pairTerms{handedOverTo: "c-77", grant: "grant-fingerprint", specGeneration: 1})
 	empty := benchPair()
 	empty.Enforcements = nil
 	none := benchPair()
