@@ -48,8 +48,8 @@ func FreeAddr(t testing.TB) string {
 // freePortRange is where FreeAddr draws its ports: [10000, the first ephemeral port), from
 // /proc/sys/net/ipv4/ip_local_port_range (Linux's default range begins at 32768, used when
 // the file cannot be read), or [10000, 30000) when the ephemeral range begins too low to leave
-// room below it.
-func freePortRange() (low, high int) {
+// room below it. Read once.
+var freePortRange = sync.OnceValues(func() (low, high int) {
 	low, high = 10000, 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if fields := strings.Fields(string(b)); len(fields) == 2 {
@@ -62,7 +62,7 @@ func freePortRange() (low, high int) {
 		high = 30000
 	}
 	return low, high
-}
+})
 
 // freeAddrsGiven holds every address FreeAddr returned in this process.
 var freeAddrsGiven sync.Map

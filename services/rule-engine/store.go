@@ -183,8 +183,8 @@ func (p *pairState) handOverTo(cid string) {
 }
 
 // shared is a value many pairs hold the same of, kept once: a pair holds a handle on it (package
-// unique), and the value goes once no handle is left. The zero shared holds T's zero value. It
-// reads and writes as T's JSON, the stored records' form.
+// unique), and the value goes once no handle is left. The zero shared holds T's zero value.
+// Records hold the value itself (pairRecord).
 type shared[T comparable] struct{ h unique.Handle[T] }
 
 func share[T comparable](v T) shared[T] { return shared[T]{unique.Make(v)} }
@@ -196,17 +196,6 @@ func (s shared[T]) Value() T {
 		return zero
 	}
 	return s.h.Value()
-}
-
-func (s shared[T]) MarshalJSON() ([]byte, error) { return json.Marshal(s.Value()) }
-
-func (s *shared[T]) UnmarshalJSON(b []byte) error {
-	var v T
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
-	}
-	*s = share(v)
-	return nil
 }
 
 // sharedTarget is a pair's target shared: the events.Target of its intents without the
@@ -233,17 +222,6 @@ func (t sharedTarget) Value() events.Target {
 	v := t.s.Value()
 	return events.Target{Name: v.name, Key: v.key, URL: v.url, Source: v.source, Identity: v.identity,
 		Replaces: v.replaces, Revision: v.revision, Gone: v.gone}
-}
-
-func (t sharedTarget) MarshalJSON() ([]byte, error) { return json.Marshal(t.Value()) }
-
-func (t *sharedTarget) UnmarshalJSON(b []byte) error {
-	var v events.Target
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
-	}
-	*t = shareTarget(v)
-	return nil
 }
 
 // specGeneration is the rule generation whose spec the pair runs.
@@ -350,24 +328,10 @@ type enfStateRecord struct {
 
 // record is the state's stored form.
 func (st *enfState) record() *enfStateRecord {
-	r := &enfStateRecord{SpecHash: st.SpecHash, IntentID: st.intentID(), Installed: st.Installed,
+	id := st.intentID()
+	return &enfStateRecord{SpecHash: st.SpecHash, IntentID: id, Installed: st.Installed,
 		Failure: st.lastFailure(), TriggerBlocked: st.triggerBlocked(), AfterInstallFailed: st.afterInstallFailed(),
-		LastOutcome: st.lastOutcome, Health: st.Health.record()}
-	if st.outcomeSucceeded {
-		r.LastOutcome = succeededPrefix + r.IntentID
-	}
-	return r
-}
-
-func (st *enfState) MarshalJSON() ([]byte, error) { return json.Marshal(st.record()) }
-
-func (st *enfState) UnmarshalJSON(b []byte) error {
-	var r enfStateRecord
-	if err := json.Unmarshal(b, &r); err != nil {
-		return err
-	}
-	*st = *r.state(st.Name)
-	return nil
+		LastOutcome: st.lastOutcomeOf(id), Health: st.Health.record()}
 }
 
 // state is the state the record holds, of the enforcement of that name.
@@ -517,7 +481,7 @@ const succeededPrefix = "install-succeeded:"
 // recordOutcome sets the id of the last outcome applied: as a flag when it is the current
 // intent's install succeeded, else as it came.
 func (st *enfState) recordOutcome(id string) {
-	st.outcomeSucceeded = id != "" && strings.HasPrefix(id, succeededPrefix) && st.intent != intentID{} &&
+	st.outcomeSucceeded = strings.HasPrefix(id, succeededPrefix) && st.intent != intentID{} &&
 		st.isIntent(id[len(succeededPrefix):])
 	st.lastOutcome = id
 	if st.outcomeSucceeded {
@@ -526,9 +490,12 @@ func (st *enfState) recordOutcome(id string) {
 }
 
 // lastOutcomeID is the id of the last outcome applied; "" for none.
-func (st *enfState) lastOutcomeID() string {
+func (st *enfState) lastOutcomeID() string { return st.lastOutcomeOf(st.intentID()) }
+
+// lastOutcomeOf is lastOutcomeID given the state's intent id, already made.
+func (st *enfState) lastOutcomeOf(intentID string) string {
 	if st.outcomeSucceeded {
-		return succeededPrefix + st.intentID()
+		return succeededPrefix + intentID
 	}
 	return st.lastOutcome
 }

@@ -470,15 +470,7 @@ func (s *system) heapProfile(name, query string) []byte {
 	s.mu.Lock()
 	p := s.procs[name]
 	s.mu.Unlock()
-	resp, err := http.Get("http://" + p.pprof + "/debug/pprof/heap?" + query)
-	if err != nil {
-		s.t.Fatalf("heap profile of %s: %v", name, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		s.t.Fatalf("heap profile of %s: %s", name, resp.Status)
-	}
-	body, err := io.ReadAll(resp.Body)
+	body, err := getBody("http://" + p.pprof + "/debug/pprof/heap?" + query)
 	if err != nil {
 		s.t.Fatalf("heap profile of %s: %v", name, err)
 	}
