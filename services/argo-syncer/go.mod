@@ -9,6 +9,7 @@ require (
 	github.com/enforcement-io/enforcement/pkg/service v0.0.0
 	github.com/enforcement-io/enforcement/pkg/testenv v0.0.0-00010101000000-000000000000
 	github.com/evanphx/json-patch v5.9.0+incompatible
+	github.com/go-json-experiment/json v1.27.2
 	github.com/go-logr/logr v1.4.2
 	github.com/google/uuid v1.6.0
 	github.com/nats-io/nats.go v1.55.0
@@ -58,7 +59,6 @@ require (
 	github.com/go-git/go-billy/v5 v5.6.2 // indirect
 	github.com/go-git/go-git/v5 v5.13.2 // indirect
 	github.com/go-jose/go-jose/v4 v4.0.2 // indirect
-	github.com/go-json-experiment/json v1.27.2 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-openapi/jsonpointer v0.21.0 // indirect
 	github.com/go-openapi/jsonreference v0.21.0 // indirect

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	coretyped "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -97,6 +98,9 @@ type Syncer struct {
 	apps     *view[*cachedApplication]
 	projects *view[*cachedProject]
 	secrets  *view[*cachedSecret]
+	// appsREST is the REST client of Argo CD's API group, through which Applications are read
+	// straight into their projection (appdecode.go); nil in API mode.
+	appsREST rest.Interface
 	creds    *credentialCache
 	clusters clusterLocks
 	// repos are the repositories that installs waiting for their cluster's objects want its
@@ -137,7 +141,14 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 		pending: workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](
 			100*time.Millisecond, 30*time.Second)),
 	}
-	appInformer := argoinformers.NewApplicationInformer(argo, s.ns, 0, applicationIndexers())
+	var appInformer cache.SharedIndexInformer
+	if s.apiMode {
+		appInformer = argoinformers.NewApplicationInformer(argo, s.ns, 0, applicationIndexers())
+	} else {
+		s.appsREST = argo.ArgoprojV1alpha1().RESTClient()
+		appInformer = cache.NewSharedIndexInformer(applicationListWatch{client: s.appsREST, ns: s.ns}, &cachedApplication{}, 0,
+			applicationIndexers())
+	}
 	projectInformer := argoinformers.NewAppProjectInformer(argo, s.ns, 0, projectIndexers())
 	if s.clusterSecrets == nil {
 		s.clusterSecrets = kube.CoreV1().Secrets(s.ns)
@@ -466,15 +477,22 @@ func mayWrite(existing *cachedApplication, in *events.InstallIntent) error {
 }
 
 func (s *Syncer) applyApplication(ctx context.Context, o *applyObject) (app *cachedApplication, generation int64, err error) {
-	applied, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).Patch(ctx, o.Metadata.Name, types.ApplyPatchType, o.body(),
-		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+	if s.appsREST != nil {
+		app, generation, err = applyApplicationProjected(ctx, s.appsREST, s.ns, o.Metadata.Name, o.body())
+	} else {
+		var applied *argov1.Application
+		applied, err = s.argo.ArgoprojV1alpha1().Applications(s.ns).Patch(ctx, o.Metadata.Name, types.ApplyPatchType, o.body(),
+			metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+		if err == nil {
+			app, generation = cacheApplication(applied), applied.Generation
+		}
+	}
 	s.metrics.write("Application", "apply", err)
 	if err != nil {
 		return nil, 0, classify(err, "apply application "+o.Metadata.Name)
 	}
-	app = cacheApplication(applied)
 	s.apps.wrote(app)
-	return app, applied.Generation, nil
+	return app, generation, nil
 }
 
 // ensureCluster keeps the cluster registered in Argo CD. Enforcement's cluster Secret, when
