@@ -647,7 +647,8 @@ func (e *engine) failedIn(r *ruleState, p *rolloutPlan) *rolloutHalt {
 			if s.Health == events.HealthDegraded {
 				msg = strings.TrimSuffix("Degraded: "+s.Message, ": ")
 			}
-			h := &rolloutHalt{Application: es.Health.Application, Cluster: pr.Cluster.Value().Name, Enforcement: es.Name, Message: msg}
+			cluster := pr.Cluster.Value().Name
+			h := &rolloutHalt{Application: es.Health.application(cluster, es.Name), Cluster: cluster, Enforcement: es.Name, Message: msg}
 			if out == nil || h.Cluster+"/"+h.Enforcement < out.Cluster+"/"+out.Enforcement {
 				out = h
 			}
@@ -738,8 +739,8 @@ func (e *engine) applyHealth(ctx context.Context, ev *events.ApplicationHealth) 
 			(ev.Rule.UID != "" && uid != "" && ev.Rule.UID != uid) {
 			continue
 		}
-		h := newAppHealth(ev, es)
-		if es.Health != nil && *es.Health == *h {
+		h := newAppHealth(ev, p.Cluster.Value().Name, es)
+		if es.Health != nil && es.Health.equal(h) {
 			continue
 		}
 		next := p.clone()
@@ -761,16 +762,19 @@ func (e *engine) applyHealth(ctx context.Context, ev *events.ApplicationHealth) 
 	return nil
 }
 
-// appHealth is the last health Argo CD reported for an enforcement's Application: the
-// Application and the spec hash it reports on, which are the pair's own, and the status proper,
-// which nearly every Application of a fleet has the same of ("Healthy", "Synced", "Succeeded"
-// and the message of a successful sync), kept once for all (shared). Every installed
-// Application reports its health, so a copy of the status each would cost each pair of a fleet
-// 64 bytes. Stored as appHealthRecord.
+// appHealth is the last health Argo CD reported for an enforcement's Application: the spec hash
+// it reports on, which is the pair's own, and the status proper, which nearly every Application
+// of a fleet has the same of ("Healthy", "Synced", "Succeeded" and the message of a successful
+// sync), kept once for all (shared). Every installed Application reports its health, so a copy
+// of the status each would cost each pair of a fleet 64 bytes. The Application's name is the
+// pair's (events.ApplicationName of its cluster and enforcement) but for an Application named
+// otherwise (an earlier version's name), so it is made when needed, not kept: 48 bytes a pair.
+// Stored as appHealthRecord.
 type appHealth struct {
-	Application string
-	SpecHash    string
-	status      shared[healthStatus]
+	SpecHash string
+	status   shared[healthStatus]
+	// otherName is the Application's name when it is not the pair's; nil nearly always.
+	otherName *string
 }
 
 // healthStatus is what Argo CD reports of an Application, but for its name and spec hash.
@@ -784,23 +788,44 @@ type healthStatus struct {
 	Message   string `json:"message,omitempty"`
 }
 
-// newAppHealth is the report of ev for the enforcement state st.
-func newAppHealth(ev *events.ApplicationHealth, st *enfState) *appHealth {
-	h := &appHealth{Application: ev.Application, SpecHash: ev.SpecHash, status: share(healthStatus{Observed: ev.Observed,
-		Health: ev.Health, Sync: ev.Sync, Operation: ev.Operation, Message: ev.Message})}
-	h.shareSpecHash(st)
-	return h
+// newAppHealth is the report of ev for the enforcement state st of a pair of the cluster named
+// cluster.
+func newAppHealth(ev *events.ApplicationHealth, cluster string, st *enfState) *appHealth {
+	return newAppHealthOf(ev.Application, cluster, st, ev.SpecHash, healthStatus{Observed: ev.Observed,
+		Health: ev.Health, Sync: ev.Sync, Operation: ev.Operation, Message: ev.Message})
 }
 
-// shareSpecHash makes a spec hash equal to the state's, as it is in most reports, that string.
-func (h *appHealth) shareSpecHash(st *enfState) {
-	if h.SpecHash == st.SpecHash {
+// newAppHealthOf is the report on the Application named application, of the enforcement state
+// st of a pair of the cluster named cluster; a spec hash equal to the state's, as it is in most
+// reports, is that string.
+func newAppHealthOf(application, cluster string, st *enfState, specHash string, status healthStatus) *appHealth {
+	h := &appHealth{SpecHash: specHash, status: share(status)}
+	if specHash == st.SpecHash {
 		h.SpecHash = st.SpecHash
 	}
+	if application != events.ApplicationName(cluster, st.Name) {
+		h.otherName = &application
+	}
+	return h
 }
 
 // Status is the reported status.
 func (h *appHealth) Status() healthStatus { return h.status.Value() }
+
+// application is the name of the Application reported on, of the enforcement enforcement of a
+// pair of the cluster named cluster.
+func (h *appHealth) application(cluster, enforcement string) string {
+	if h.otherName != nil {
+		return *h.otherName
+	}
+	return events.ApplicationName(cluster, enforcement)
+}
+
+// equal reports whether h and o report the same.
+func (h *appHealth) equal(o *appHealth) bool {
+	return h.SpecHash == o.SpecHash && h.status == o.status &&
+		(h.otherName == nil) == (o.otherName == nil) && (h.otherName == nil || *h.otherName == *o.otherName)
+}
 
 // appHealthRecord is how an Application's health is stored in its pair's record: the status's
 // fields beside the name and spec hash.
@@ -810,20 +835,22 @@ type appHealthRecord struct {
 	healthStatus
 }
 
-// record is the report's stored form; nil for none.
-func (h *appHealth) record() *appHealthRecord {
+// record is the report's stored form, for the enforcement enforcement of a pair of the cluster
+// named cluster; nil for none.
+func (h *appHealth) record(cluster, enforcement string) *appHealthRecord {
 	if h == nil {
 		return nil
 	}
-	return &appHealthRecord{Application: h.Application, SpecHash: h.SpecHash, healthStatus: h.Status()}
+	return &appHealthRecord{Application: h.application(cluster, enforcement), SpecHash: h.SpecHash, healthStatus: h.Status()}
 }
 
-// appHealth is the report a stored record holds; nil for none.
-func (r *appHealthRecord) appHealth() *appHealth {
+// appHealth is the report a stored record holds for the enforcement state st of a pair of the
+// cluster named cluster; nil for none.
+func (r *appHealthRecord) appHealth(cluster string, st *enfState) *appHealth {
 	if r == nil {
 		return nil
 	}
-	return &appHealth{Application: r.Application, SpecHash: r.SpecHash, status: share(r.healthStatus)}
+	return newAppHealthOf(r.Application, cluster, st, r.SpecHash, r.healthStatus)
 }
 
 // rolloutStatus is the status of a rule's rollout, computed from the state; nil without one.

@@ -326,17 +326,19 @@ type enfStateRecord struct {
 	Health             *appHealthRecord `json:"health,omitempty"`
 }
 
-// record is the state's stored form.
-func (st *enfState) record() *enfStateRecord {
+// record is the state's stored form, in a pair of the cluster named cluster.
+func (st *enfState) record(cluster string) *enfStateRecord {
 	id := st.intentID()
 	return &enfStateRecord{SpecHash: st.SpecHash, IntentID: id, Installed: st.Installed,
 		Failure: st.lastFailure(), TriggerBlocked: st.triggerBlocked(), AfterInstallFailed: st.afterInstallFailed(),
-		LastOutcome: st.lastOutcomeOf(id), Health: st.Health.record()}
+		LastOutcome: st.lastOutcomeOf(id), Health: st.Health.record(cluster, st.Name)}
 }
 
-// state is the state the record holds, of the enforcement of that name.
-func (r *enfStateRecord) state(name string) *enfState {
-	st := &enfState{Name: name, SpecHash: r.SpecHash, Installed: r.Installed, Health: r.Health.appHealth()}
+// state is the state the record holds, of the enforcement of that name in a pair of the cluster
+// named cluster.
+func (r *enfStateRecord) state(name, cluster string) *enfState {
+	st := &enfState{Name: name, SpecHash: r.SpecHash, Installed: r.Installed}
+	st.Health = r.Health.appHealth(cluster, st)
 	st.setIntent(r.IntentID)
 	st.recordOutcome(r.LastOutcome)
 	st.changeTrouble(func(t *enfTrouble) {
@@ -346,9 +348,6 @@ func (r *enfStateRecord) state(name string) *enfState {
 		}
 		t.TriggerBlocked, t.AfterInstallFailed = r.TriggerBlocked, r.AfterInstallFailed
 	})
-	if st.Health != nil {
-		st.Health.shareSpecHash(st)
-	}
 	return st
 }
 
@@ -370,7 +369,7 @@ type pairRecord struct {
 func (p *pairState) record() *pairRecord {
 	t := p.terms.Value()
 	return &pairRecord{Rule: p.Rule.Value(), Cluster: p.Cluster.Value(), RenderKey: p.RenderKey, DeletionPolicy: t.deletionPolicy,
-		Enforcements: p.Enforcements.records(), HandedOverTo: t.handedOverTo, Grant: t.grant, SpecGeneration: t.specGeneration}
+		Enforcements: p.Enforcements.records(p.Cluster.Value().Name), HandedOverTo: t.handedOverTo, Grant: t.grant, SpecGeneration: t.specGeneration}
 }
 
 func (p *pairState) MarshalJSON() ([]byte, error) { return json.Marshal(p.record()) }
@@ -380,7 +379,7 @@ func (p *pairState) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return err
 	}
-	states, err := statesOf(r.Enforcements)
+	states, err := statesOf(r.Enforcements, r.Cluster.Name)
 	if err != nil {
 		return err
 	}
@@ -552,34 +551,19 @@ func (s enfStates) names() []string {
 }
 
 // records are the states' stored form, by name; nil for none.
-func (s enfStates) records() map[string]*enfStateRecord {
+func (s enfStates) records(cluster string) map[string]*enfStateRecord {
 	if s == nil {
 		return nil
 	}
 	m := make(map[string]*enfStateRecord, len(s))
 	for _, st := range s {
-		m[st.Name] = st.record()
+		m[st.Name] = st.record(cluster)
 	}
 	return m
 }
 
-func (s enfStates) MarshalJSON() ([]byte, error) { return json.Marshal(s.records()) }
-
-func (s *enfStates) UnmarshalJSON(b []byte) error {
-	var m map[string]*enfStateRecord
-	if err := json.Unmarshal(b, &m); err != nil {
-		return err
-	}
-	states, err := statesOf(m)
-	if err != nil {
-		return err
-	}
-	*s = states
-	return nil
-}
-
 // statesOf is the states stored records hold, by name; nil for none.
-func statesOf(m map[string]*enfStateRecord) (enfStates, error) {
+func statesOf(m map[string]*enfStateRecord, cluster string) (enfStates, error) {
 	if m == nil {
 		return nil, nil
 	}
@@ -589,7 +573,7 @@ func statesOf(m map[string]*enfStateRecord) (enfStates, error) {
 		if r == nil {
 			return nil, fmt.Errorf("enforcement %q has no state", name)
 		}
-		out = append(out, r.state(name))
+		out = append(out, r.state(name, cluster))
 	}
 	return out, nil
 }

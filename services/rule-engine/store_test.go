@@ -331,14 +331,14 @@ func TestPairRecordKeepsItsFormWithSharedValues(t *testing.T) {
 // are any; the stored record keeps the form it had when they were fields of the state, and what
 // a fold clears leaves no trouble behind.
 func TestEnforcementTroubleKeepsItsStoredForm(t *testing.T) {
-	stored := `{"g":{"specHash":"h","intentId":"i","failure":{"reason":"APIError","message":"boom","count":2},` +
+	stored := storedPair(`{"g":{"specHash":"h","intentId":"i","failure":{"reason":"APIError","message":"boom","count":2},` +
 		`"triggerBlocked":"beforeInstall trigger: HTTP 500","afterInstallFailed":"afterInstall trigger: HTTP 502"},` +
-		`"ok":{"specHash":"h2","intentId":"i2","installed":true}}`
-	var s enfStates
-	if err := json.Unmarshal([]byte(stored), &s); err != nil {
+		`"ok":{"specHash":"h2","intentId":"i2","installed":true}}`)
+	var p pairState
+	if err := json.Unmarshal([]byte(stored), &p); err != nil {
 		t.Fatal(err)
 	}
-	g, ok := s.get("g"), s.get("ok")
+	g, ok := p.Enforcements.get("g"), p.Enforcements.get("ok")
 	if f := g.lastFailure(); f == nil || *f != (failure{Reason: "APIError", Message: "boom", Count: 2}) ||
 		g.triggerBlocked() != "beforeInstall trigger: HTTP 500" || g.afterInstallFailed() != "afterInstall trigger: HTTP 502" {
 		t.Errorf("read back failure %+v, blocked %q, after-install %q", f, g.triggerBlocked(), g.afterInstallFailed())
@@ -346,7 +346,7 @@ func TestEnforcementTroubleKeepsItsStoredForm(t *testing.T) {
 	if ok.trouble != nil || ok.lastFailure() != nil {
 		t.Errorf("an enforcement without trouble keeps %+v", ok.trouble)
 	}
-	if got, want, b := writtenAgain(t, s, stored); !reflect.DeepEqual(got, want) {
+	if got, want, b := writtenAgain(t, &p, stored); !reflect.DeepEqual(got, want) {
 		t.Errorf("stored again as\n%s\nwant\n%s", b, stored)
 	}
 
@@ -367,6 +367,14 @@ func TestEnforcementTroubleKeepsItsStoredForm(t *testing.T) {
 	}
 }
 
+// storedPair is the stored record of a pair of rule n/r and cluster "c" with the enforcements'
+// records given as JSON.
+func storedPair(enforcements string) string {
+	return `{"rule":{"namespace":"n","name":"r","uid":"u","generation":1},` +
+		`"cluster":{"name":"c","key":"c-1","url":"https://c.example","source":{"kind":"rancher","id":"r1"},"revision":1},` +
+		`"renderKey":"1","enforcements":` + enforcements + `}`
+}
+
 // writtenAgain encodes v, which was read from the stored JSON, and returns both as JSON objects
 // to compare, with v's encoding.
 func writtenAgain(t *testing.T, v any, stored string) (got, want map[string]any, b []byte) {
@@ -385,22 +393,31 @@ func writtenAgain(t *testing.T, v any, stored string) (got, want map[string]any,
 }
 
 // An Application's health keeps its stored form, while in memory the reports of the same status
-// share one copy of it and a spec hash equal to the state's is the state's string.
+// share one copy of it, a spec hash equal to the state's is the state's string, and the
+// Application's name is not kept when it is the pair's own (cluster "c", enforcement "a": "c-a").
 func TestHealthKeepsItsStoredFormWithASharedStatus(t *testing.T) {
-	stored := `{"a":{"specHash":"h1","intentId":"i1","installed":true,"health":{"application":"c-a","specHash":"h1","observed":true,` +
+	enforcements := `{"a":{"specHash":"h1","intentId":"i1","installed":true,"health":{"application":"c-a","specHash":"h1","observed":true,` +
 		`"health":"Healthy","sync":"Synced","operation":"Succeeded","message":"successfully synced (all tasks run)"}},` +
 		`"b":{"specHash":"h2","intentId":"i2","installed":true,"health":{"application":"c-b","specHash":"h2","observed":true,` +
 		`"health":"Healthy","sync":"Synced","operation":"Succeeded","message":"successfully synced (all tasks run)"}},` +
-		`"c":{"specHash":"h3","intentId":"i3","installed":true,"health":{"application":"c-c","specHash":"h0",` +
+		`"c":{"specHash":"h3","intentId":"i3","installed":true,"health":{"application":"c-c-of-an-earlier-version","specHash":"h0",` +
 		`"health":"Degraded","sync":"OutOfSync","operation":"Failed","message":"one or more objects failed to apply"}}}`
-	var s enfStates
-	if err := json.Unmarshal([]byte(stored), &s); err != nil {
+	stored := storedPair(enforcements)
+	var p pairState
+	if err := json.Unmarshal([]byte(stored), &p); err != nil {
 		t.Fatal(err)
 	}
+	s := p.Enforcements
 	a, b, c := s.get("a"), s.get("b"), s.get("c")
 	want := healthStatus{Observed: true, Health: "Healthy", Sync: "Synced", Operation: "Succeeded", Message: "successfully synced (all tasks run)"}
-	if a.Health.Status() != want || a.Health.Application != "c-a" || !a.healthy() || a.failedHealth() {
+	if a.Health.Status() != want || a.Health.application("c", "a") != "c-a" || !a.healthy() || a.failedHealth() {
 		t.Errorf("read back %+v %+v: healthy %v, failed %v", a.Health, a.Health.Status(), a.healthy(), a.failedHealth())
+	}
+	if a.Health.otherName != nil || b.Health.otherName != nil {
+		t.Error("a report on the pair's own Application keeps its name")
+	}
+	if c.Health.otherName == nil || c.Health.application("c", "c") != "c-c-of-an-earlier-version" {
+		t.Errorf("a report on an Application named otherwise reads as on %q", c.Health.application("c", "c"))
 	}
 	if a.Health.status != b.Health.status {
 		t.Error("two reports of the same status do not share it")
@@ -412,15 +429,26 @@ func TestHealthKeepsItsStoredFormWithASharedStatus(t *testing.T) {
 	if unsafe.StringData(a.Health.SpecHash) != unsafe.StringData(a.SpecHash) {
 		t.Error("the report's spec hash is not the state's string")
 	}
-	if got, want, b := writtenAgain(t, s, stored); !reflect.DeepEqual(got, want) {
+	if got, want, b := writtenAgain(t, &p, stored); !reflect.DeepEqual(got, want) {
 		t.Errorf("stored again as\n%s\nwant\n%s", b, stored)
 	}
 
-	// A report made from an event is the same as one read back.
-	ev := &events.ApplicationHealth{Application: "c-b", SpecHash: "h2", Observed: true, Health: "Healthy", Sync: "Synced",
-		Operation: "Succeeded", Message: "successfully synced (all tasks run)"}
-	if h := newAppHealth(ev, b); *h != *b.Health {
+	// A report made from an event is the same as one read back, and the same report again is
+	// equal to it; one on another Application, or of another status, is not.
+	ev := &events.ApplicationHealth{Cluster: "c", Enforcement: "b", Application: "c-b", SpecHash: "h2", Observed: true,
+		Health: "Healthy", Sync: "Synced", Operation: "Succeeded", Message: "successfully synced (all tasks run)"}
+	if h := newAppHealth(ev, "c", b); !h.equal(b.Health) || *h != *b.Health {
 		t.Errorf("from the event %+v, read back %+v", h, b.Health)
+	}
+	renamed := *ev
+	renamed.Application = "c-b-of-an-earlier-version"
+	if h := newAppHealth(&renamed, "c", b); h.equal(b.Health) || !h.equal(newAppHealth(&renamed, "c", b)) {
+		t.Error("reports on two Applications are equal, or two on the same one are not")
+	}
+	degraded := *ev
+	degraded.Health = "Degraded"
+	if newAppHealth(&degraded, "c", b).equal(b.Health) {
+		t.Error("reports of two statuses are equal")
 	}
 }
 
@@ -470,8 +498,8 @@ func benchPair() *pairState {
 	st := &enfState{Name: "agent-3", SpecHash: "0123456789abcdef", Installed: true}
 	st.setIntent(intentID)
 	st.recordOutcome("install-succeeded:" + intentID)
-	st.Health = &appHealth{Application: "cluster-00042-agent-3", SpecHash: st.SpecHash,
-		status: share(healthStatus{Observed: true, Health: "Healthy", Sync: "Synced", Operation: "Succeeded", Message: "successfully synced (all tasks run)"})}
+	st.Health = newAppHealthOf("cluster-00042-agent-3", target.Name, st, st.SpecHash,
+		healthStatus{Observed: true, Health: "Healthy", Sync: "Synced", Operation: "Succeeded", Message: "successfully synced (all tasks run)"})
 	return &pairState{Rule: share(events.RuleRef{Namespace: "enforcement", Name: "pipeline-3", UID: "uid-003", Generation: 1}),
 		Cluster: shareTarget(target), RenderKey: "1", Enforcements: enfStates{st}, terms: share(pairTerms{deletionPolicy: "Delete"})}
 }
@@ -496,7 +524,8 @@ func recordPairs() []*pairState {
 	none.Enforcements = enfStates{}
 	unhealthy := benchPair()
 	u := unhealthy.Enforcements[0].cloneState()
-	u.Health = &appHealth{Application: "cluster-00042-agent-3", SpecHash: "0000000000000000", status: share(healthStatus{Health: "Degraded", Message: "pod \u2028 crash"})}
+	u.Health = newAppHealthOf("cluster-00042-agent-3", "cluster-00042", u, "0000000000000000",
+		healthStatus{Health: "Degraded", Message: "pod \u2028 crash"})
 	unhealthy.Enforcements = enfStates{u}
 	return []*pairState{plain, troubled, empty, none, unhealthy}
 }
