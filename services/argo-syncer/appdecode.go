@@ -181,9 +181,14 @@ var _ cache.ListerWatcher = applicationListWatch{}
 
 // As client-go's own informers (no context before v0.32): a watch ends with its Stop.
 
-func (lw applicationListWatch) List(opts metav1.ListOptions) (runtime.Object, error) {
-	body, err := lw.client.Get().Namespace(lw.ns).Resource("applications").
+// get streams the answer to a GET of the namespace's Applications with opts.
+func (lw applicationListWatch) get(opts metav1.ListOptions) (io.ReadCloser, error) {
+	return lw.client.Get().Namespace(lw.ns).Resource("applications").
 		VersionedParams(&opts, metav1.ParameterCodec).Stream(context.Background())
+}
+
+func (lw applicationListWatch) List(opts metav1.ListOptions) (runtime.Object, error) {
+	body, err := lw.get(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -193,8 +198,7 @@ func (lw applicationListWatch) List(opts metav1.ListOptions) (runtime.Object, er
 
 func (lw applicationListWatch) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true
-	body, err := lw.client.Get().Namespace(lw.ns).Resource("applications").
-		VersionedParams(&opts, metav1.ParameterCodec).Stream(context.Background())
+	body, err := lw.get(opts)
 	if err != nil {
 		return nil, err
 	}

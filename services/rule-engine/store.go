@@ -367,9 +367,9 @@ type pairRecord struct {
 
 // record is the pair's stored form.
 func (p *pairState) record() *pairRecord {
-	t := p.terms.Value()
-	return &pairRecord{Rule: p.Rule.Value(), Cluster: p.Cluster.Value(), RenderKey: p.RenderKey, DeletionPolicy: t.deletionPolicy,
-		Enforcements: p.Enforcements.records(p.Cluster.Value().Name), HandedOverTo: t.handedOverTo, Grant: t.grant, SpecGeneration: t.specGeneration}
+	t, target := p.terms.Value(), p.Cluster.Value()
+	return &pairRecord{Rule: p.Rule.Value(), Cluster: target, RenderKey: p.RenderKey, DeletionPolicy: t.deletionPolicy,
+		Enforcements: p.Enforcements.records(target.Name), HandedOverTo: t.handedOverTo, Grant: t.grant, SpecGeneration: t.specGeneration}
 }
 
 func (p *pairState) MarshalJSON() ([]byte, error) { return json.Marshal(p.record()) }
