@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -282,5 +285,91 @@ func BenchmarkPairRecordEncode(b *testing.B) {
 		if _, err := json.Marshal(p.record()); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkOutcomes measures install outcomes folded back into their pairs as the consumer hands
+// them over, consumerConcurrency at a time (events.ConsumerOptions' default), each pair's record
+// stored in a real JetStream KV bucket of a nats-server process: the cost of a fleet's burst of
+// "install succeeded" after its Applications are created. Each iteration is one outcome, of a
+// pair of its own; cpu-ms/op is this process's CPU (the engine and its NATS client), not the
+// server's.
+func BenchmarkOutcomes(b *testing.B) {
+	const rules, consumerConcurrency = 10, 16
+	n := testenv.StartNATSProcess(b)
+	nc, err := nats.Connect(n.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
+		b.Fatal(err)
+	}
+	kv, err := openKVStore(ctx, js)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := testEngine(kv, &countingPublisher{}, newMetrics(nil))
+	for i := range rules {
+		cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "enforcement", Name: fmt.Sprintf("pipeline-%d", i),
+			UID: types.UID(fmt.Sprintf("uid-%03d", i)), Generation: 1}}
+		cr.Spec.Source = v1beta1.Source{Rancher: &v1beta1.RancherSource{}}
+		cr.Spec.Enforcements = []v1beta1.Enforcement{{Name: fmt.Sprintf("agent-%d", i), Repo: fmt.Sprintf("https://git.example/agent-%d", i),
+			Path: "charts/agent", Namespace: "monitoring"}}
+		if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range b.N/rules + 1 {
+		if err := e.applyCluster(ctx, rancherCluster(b, i), uint64(i+1), 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	outcomes := make(chan events.Event, b.N)
+	for _, pairs := range e.pairs {
+		for _, p := range pairs {
+			for _, st := range p.Enforcements {
+				if len(outcomes) < b.N {
+					outcomes <- &events.InstallSucceeded{IntentID: st.intentID(), Rule: p.Rule.Value(), Cluster: p.Cluster.Value().Name,
+						Enforcement: st.Name, Application: p.Cluster.Value().Name + "-" + st.Name, Created: true, SpecHash: st.SpecHash}
+				}
+			}
+		}
+	}
+	close(outcomes)
+	var wg sync.WaitGroup
+	errs := make(chan error, consumerConcurrency)
+	b.ResetTimer()
+	cpu := testenv.CPUTime()
+	for range consumerConcurrency {
+		wg.Go(func() {
+			for ev := range outcomes {
+				if err := e.applyOutcome(ctx, ev, events.Meta{ID: ev.ID()}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	testenv.ReportCPU(b, cpu, b.N)
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "outcomes/s")
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	installed := 0
+	for _, pairs := range e.pairs {
+		for _, p := range pairs {
+			if st := p.Enforcements[0]; st.Installed {
+				installed++
+			}
+		}
+	}
+	if installed != b.N {
+		b.Fatalf("%d pairs installed after %d outcomes", installed, b.N)
 	}
 }

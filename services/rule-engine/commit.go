@@ -158,26 +158,27 @@ func (e *engine) countIntents(intents []events.Event) {
 // clusters would otherwise wait for thousands of sequential KV round trips. Records of different
 // pairs are independent, so their order does not matter.
 func (e *engine) persist(ctx context.Context, updates []pairUpdate) error {
+	return errors.Join(e.persistEach(ctx, updates)...)
+}
+
+// persistEach is persist with each update's error, in the order of updates.
+func (e *engine) persistEach(ctx context.Context, updates []pairUpdate) []error {
+	errs := make([]error, len(updates))
+	if len(updates) == 1 {
+		errs[0] = e.persistOne(ctx, updates[0])
+		return errs
+	}
 	sem := make(chan struct{}, persistParallel)
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for _, u := range updates {
+	var wg sync.WaitGroup
+	for i, u := range updates {
 		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if err := e.persistOne(ctx, u); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		}()
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = e.persistOne(ctx, u)
+		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return errs
 }
 
 // persistOne writes or deletes one pair record.

@@ -15,6 +15,7 @@ package main
 //	renders.go   evaluate: renders made outside the mutex, stopped renders remembered
 //	commit.go    commit: publish the intents, then persist and apply the pairs
 //	outcomes.go  applyOutcome: install, trigger and source outcomes folded back
+//	reports.go   foldReport: outcomes and health reports folded together, a batch a round trip
 //	handover.go  a rule's change of source: the old source's pairs wait, then move in place
 //	status.go    status: a rule's status and Ready condition computed from the state
 //
@@ -26,7 +27,8 @@ package main
 // Concurrency: one mutex serialises every change, including the publish and the persist that
 // follow a decision, so two inputs touching the same pair cannot interleave. Publishing waits
 // for the stream's acknowledgement; throughput is bounded by that, not by matching. Every entry
-// point takes the mutex; the helpers it calls expect it held. Rendering is the exception: it
+// point takes the mutex; the helpers it calls expect it held. Outcomes and health reports,
+// one an Application, are folded in batches under one hold of the mutex (reports.go). Rendering is the exception: it
 // may take up to TEMPLATE_RENDER_TIMEOUT, so an entry point that needs renders makes them with
 // the mutex released and then decides again (renders.go: engine.evaluate).
 
@@ -66,6 +68,8 @@ type engine struct {
 	kubeEvents *ruleEvents
 	// loaded is closed once the state is loaded; reconciles wait for it.
 	loaded chan struct{}
+	// reports are the outcomes and health reports waiting for the mutex (reports.go).
+	reports reportQueue
 
 	mu            sync.Mutex
 	clusters      map[string]*clusterRecord        // by cluster id

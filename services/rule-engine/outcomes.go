@@ -37,11 +37,16 @@ type enfOutcome struct {
 	event events.Event
 }
 
-// applyOutcome folds an install, trigger or source outcome into the state behind the status. A
-// source's complete listing or recovery then completes the handovers waiting for it
-// (completeHandovers takes the mutex itself, so their renders are made outside it).
+// applyOutcome folds an install, trigger or source outcome into the state behind the status.
+// Install and trigger outcomes are folded together with the other reports waiting for the
+// mutex (reports.go). A source's complete listing or recovery then completes the handovers
+// waiting for it (completeHandovers takes the mutex itself, so their renders are made outside
+// it).
 func (e *engine) applyOutcome(ctx context.Context, ev events.Event, meta events.Meta) error {
-	if err := e.foldLocked(ctx, ev, meta); err != nil {
+	if o, ok := enfOutcomeOf(ev); ok {
+		return e.foldReport(ctx, func(ctx context.Context) (reportFold, error) { return e.foldOutcome(ctx, ev.ID(), o) })
+	}
+	if err := e.foldSourceOutcome(ctx, ev, meta); err != nil {
 		return err
 	}
 	switch s := ev.(type) {
@@ -53,8 +58,9 @@ func (e *engine) applyOutcome(ctx context.Context, ev events.Event, meta events.
 	return nil
 }
 
-// foldLocked is applyOutcome's change of the state, under the mutex.
-func (e *engine) foldLocked(ctx context.Context, ev events.Event, meta events.Meta) error {
+// foldSourceOutcome is applyOutcome's change of the state for a source's outcome, under the
+// mutex.
+func (e *engine) foldSourceOutcome(ctx context.Context, ev events.Event, meta events.Meta) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch s := ev.(type) {
@@ -65,11 +71,7 @@ func (e *engine) foldLocked(ctx context.Context, ev events.Event, meta events.Me
 	case *events.SourceListed:
 		return e.applyListed(ctx, s)
 	}
-	o, ok := enfOutcomeOf(ev)
-	if !ok {
-		return nil // uninstall done and anything else: nothing to keep
-	}
-	return e.foldOutcome(ctx, ev.ID(), o)
+	return nil // uninstall done and anything else: nothing to keep
 }
 
 // applyDegraded marks the source degraded and tells its rules. The mark is stored (key
@@ -137,41 +139,39 @@ func enfOutcomeOf(ev events.Event) (enfOutcome, bool) {
 	return enfOutcome{}, false
 }
 
-// foldOutcome applies the outcome with event id id to its enforcement's record: stored first,
-// then applied in memory and the rule notified. Outcomes name the cluster, not the pair, and a
-// rule may hold several pairs of one name (engine.setPair): the pair whose enforcement holds the
-// outcome's intent gets it, else the first (one not handed over before one that is) whose state
-// it concerns. An install that succeeded also confirms a takeover: the old source's pairs
-// handed over to this one let go of the enforcement first (confirmTakeover).
-func (e *engine) foldOutcome(ctx context.Context, id string, o enfOutcome) error {
+// foldOutcome folds the outcome with event id id into its enforcement's record: the record to
+// store, then the rule's Kubernetes Events and status to tell (reports.go). Outcomes name the
+// cluster, not the pair, and a rule may hold several pairs of one name (engine.setPair): the pair
+// whose enforcement holds the outcome's intent gets it, else the first (one not handed over
+// before one that is) whose state it concerns. An install that succeeded also confirms a
+// takeover: the old source's pairs handed over to this one let go of the enforcement first
+// (confirmTakeover).
+func (e *engine) foldOutcome(ctx context.Context, id string, o enfOutcome) (reportFold, error) {
 	key := o.rule.Namespace + "/" + o.rule.Name
 	cid, p := e.outcomePair(key, o)
 	if p == nil {
-		return nil
+		return reportFold{}, nil
 	}
 	st := p.Enforcements.get(o.name)
 	if st.isLastOutcome(id) {
-		return nil // a redelivery already counted
+		return reportFold{}, nil // a redelivery already counted
 	}
 	// Copy on write: memory changes only after the record is stored.
 	next := p.clone()
 	nst := next.Enforcements.get(o.name)
 	if !o.fold(nst) {
-		return nil
+		return reportFold{}, nil
 	}
 	nst.recordOutcome(id)
 	if o.confirms {
 		if err := e.confirmTakeover(ctx, key, cid, o.cluster, o.name); err != nil {
-			return err
+			return reportFold{}, err
 		}
 	}
-	if err := e.store.putPair(ctx, key, cid, next); err != nil {
-		return err
-	}
-	e.setPair(key, cid, next)
-	e.kubeEvents.outcome(o.event)
-	e.notify(key)
-	return nil
+	return reportFold{updates: []pairUpdate{{rule: key, cid: cid, next: next}}, then: func() {
+		e.kubeEvents.outcome(o.event)
+		e.notify(key)
+	}}, nil
 }
 
 // outcomePair finds the pair an outcome is addressed to (see foldOutcome) and its cluster id;

@@ -725,8 +725,14 @@ func (e *engine) approveRollout(ctx context.Context, ev *events.RolloutApproved)
 // applyHealth records what Argo CD reports for one Application of a pair (ApplicationHealth),
 // when it concerns the spec the pair last sent, and tells the rule (its rollout may move).
 func (e *engine) applyHealth(ctx context.Context, ev *events.ApplicationHealth) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	if err := e.foldReport(ctx, func(context.Context) (reportFold, error) { return e.foldHealth(ev), nil }); err != nil {
+		return fmt.Errorf("rule %s/%s: %w", ev.Rule.Namespace, ev.Rule.Name, err)
+	}
+	return nil
+}
+
+// foldHealth is applyHealth's change of the state (reports.go).
+func (e *engine) foldHealth(ev *events.ApplicationHealth) reportFold {
 	key := ev.Rule.Namespace + "/" + ev.Rule.Name
 	var updates []pairUpdate
 	for _, cid := range e.pairsNamed(key, ev.Cluster) {
@@ -748,18 +754,13 @@ func (e *engine) applyHealth(ctx context.Context, ev *events.ApplicationHealth) 
 		updates = append(updates, pairUpdate{rule: key, cid: cid, next: next})
 	}
 	if len(updates) == 0 {
-		return nil
+		return reportFold{}
 	}
-	if err := e.persist(ctx, updates); err != nil {
-		return fmt.Errorf("rule %s: %w", key, err)
-	}
-	for _, u := range updates {
-		e.setPair(u.rule, u.cid, u.next)
-	}
-	if e.rollouts[key] != nil {
-		e.notify(key)
-	}
-	return nil
+	return reportFold{updates: updates, then: func() {
+		if e.rollouts[key] != nil {
+			e.notify(key)
+		}
+	}}
 }
 
 // appHealth is the last health Argo CD reported for an enforcement's Application: the spec hash
