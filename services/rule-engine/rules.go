@@ -57,6 +57,8 @@ type ruleState struct {
 	// its spec, while ref names the rule's generation that decides, so its intents are new
 	// decisions (new ids) of the rule as it is.
 	specGeneration int64
+	// matched is what the status last counted of the clusters the rule selects (matchedClusters).
+	matched *matchedView
 }
 
 // ruleFromSpec compiles a ClusterRule. secretNamespace is OPERATOR_NAMESPACE.

@@ -43,9 +43,7 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 		st.Conditions = append(st.Conditions, cond)
 		return st, 0
 	}
-	clusters := e.matchedClusters(r)
-	st.MatchedClusters = int32(len(clusters))
-	st.Clusters = clusters[:min(len(clusters), v1beta1.MaxStatusEntries)]
+	st.MatchedClusters, st.Clusters = e.matchedClusters(r)
 
 	t := tallyEnforcements(e.pairs[key])
 	st.InstalledApplications = t.installed
@@ -68,9 +66,16 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 	return st, requeue
 }
 
-// matchedClusters are the clusters the rule selects, counted from the view (present and
-// selected, eligible or not), sorted by name.
-func (e *engine) matchedClusters(r *ruleState) []v1beta1.ClusterStatus {
+// matchedClusters counts the clusters the rule selects in the view (present and selected,
+// eligible or not) and lists the first v1beta1.MaxStatusEntries by name. The answer is kept
+// until a cluster of the rule's source changes (engine.sourceVersions): the status is computed
+// again after each outcome of the rule, hundreds a second in a burst, and the clusters change far
+// less often than that, while counting them costs a selection and a sort over all of the source's.
+func (e *engine) matchedClusters(r *ruleState) (int32, []v1beta1.ClusterStatus) {
+	version := e.sourceVersions[r.sel.source.ID]
+	if m := r.matched; m != nil && m.version == version {
+		return m.count, slices.Clone(m.first)
+	}
 	var names []v1beta1.ClusterStatus
 	for cid := range e.bySource[r.sel.source.ID] {
 		if c := &e.clusters[cid].Cluster; r.sel.selects(c) {
@@ -78,7 +83,16 @@ func (e *engine) matchedClusters(r *ruleState) []v1beta1.ClusterStatus {
 		}
 	}
 	slices.SortFunc(names, func(a, b v1beta1.ClusterStatus) int { return compareStrings(a.Name, b.Name) })
-	return names
+	r.matched = &matchedView{version: version, count: int32(len(names)), first: slices.Clip(names[:min(len(names), v1beta1.MaxStatusEntries)])}
+	return r.matched.count, slices.Clone(r.matched.first)
+}
+
+// matchedView is what matchedClusters found for a rule, as of one version of its source's
+// clusters.
+type matchedView struct {
+	version uint64
+	count   int32
+	first   []v1beta1.ClusterStatus
 }
 
 // enfTally counts a rule's enforcements by their last outcome.
