@@ -11,8 +11,6 @@ import (
 	v1beta1 "github.com/enforcement-io/enforcement/pkg/api/v1beta1"
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -158,16 +156,7 @@ func BenchmarkClusterAppeared(b *testing.B) {
 	const clusters, rules = 10000, 10
 	e := testEngine(persistNothing{newMemStore()}, &countingPublisher{}, newMetrics(nil))
 	ctx := context.Background()
-	for i := range rules {
-		cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "enforcement", Name: fmt.Sprintf("pipeline-%d", i),
-			UID: types.UID(fmt.Sprintf("uid-%03d", i)), Generation: 1}}
-		cr.Spec.Source = v1beta1.Source{Rancher: &v1beta1.RancherSource{}}
-		cr.Spec.Enforcements = []v1beta1.Enforcement{{Name: fmt.Sprintf("agent-%d", i), Repo: fmt.Sprintf("https://git.example/agent-%d", i),
-			Path: "charts/agent", Namespace: "monitoring"}}
-		if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
-			b.Fatal(err)
-		}
-	}
+	applyPipelineRules(b, e, rules)
 	before := testenv.LiveHeap()
 	for i := range clusters {
 		if err := e.applyCluster(ctx, rancherCluster(b, i), uint64(i+1), 0); err != nil {
@@ -253,6 +242,21 @@ func BenchmarkClusterAppeared(b *testing.B) {
 	b.ReportMetric(perClusterHealthy, "live-B/cluster-healthy")
 }
 
+// applyPipelineRules applies the pipeline benchmark's rules to e: rule i installs package
+// agent-i on every cluster of a Rancher source.
+func applyPipelineRules(b *testing.B, e *engine, rules int) {
+	for i := range rules {
+		cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "enforcement", Name: fmt.Sprintf("pipeline-%d", i),
+			UID: types.UID(fmt.Sprintf("uid-%03d", i)), Generation: 1}}
+		cr.Spec.Source = v1beta1.Source{Rancher: &v1beta1.RancherSource{}}
+		cr.Spec.Enforcements = []v1beta1.Enforcement{{Name: fmt.Sprintf("agent-%d", i), Repo: fmt.Sprintf("https://git.example/agent-%d", i),
+			Path: "charts/agent", Namespace: "monitoring"}}
+		if err := e.applyRule(context.Background(), ruleFromSpec(cr, "enforcement")); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // rancherCluster is cluster i of a Rancher source, with the attributes its server lists, decoded
 // from JSON as an event brings it.
 func rancherCluster(b *testing.B, i int) events.Cluster {
@@ -296,32 +300,9 @@ func BenchmarkPairRecordEncode(b *testing.B) {
 // server's.
 func BenchmarkOutcomes(b *testing.B) {
 	const rules, consumerConcurrency = 10, 16
-	n := testenv.StartNATSProcess(b)
-	nc, err := nats.Connect(n.URL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
 	ctx := context.Background()
-	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
-		b.Fatal(err)
-	}
-	kv, err := openKVStore(ctx, js)
-	if err != nil {
-		b.Fatal(err)
-	}
-	e := testEngine(kv, &countingPublisher{}, newMetrics(nil))
-	for i := range rules {
-		cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "enforcement", Name: fmt.Sprintf("pipeline-%d", i),
-			UID: types.UID(fmt.Sprintf("uid-%03d", i)), Generation: 1}}
-		cr.Spec.Source = v1beta1.Source{Rancher: &v1beta1.RancherSource{}}
-		cr.Spec.Enforcements = []v1beta1.Enforcement{{Name: fmt.Sprintf("agent-%d", i), Repo: fmt.Sprintf("https://git.example/agent-%d", i),
-			Path: "charts/agent", Namespace: "monitoring"}}
-		if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
-			b.Fatal(err)
-		}
-	}
+	e := testEngine(testKVStore(b, testenv.StartNATSProcess(b).URL()), &countingPublisher{}, newMetrics(nil))
+	applyPipelineRules(b, e, rules)
 	for i := range b.N/rules + 1 {
 		if err := e.applyCluster(ctx, rancherCluster(b, i), uint64(i+1), 0); err != nil {
 			b.Fatal(err)

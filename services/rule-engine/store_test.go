@@ -26,21 +26,8 @@ import (
 
 // TestKVStore round-trips the state and the render cache through real JetStream KV buckets.
 func TestKVStore(t *testing.T) {
-	n := testenv.StartNATS(t)
-	nc, err := nats.Connect(n.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	st := testKVStore(t, testenv.StartNATS(t).URL())
 	ctx := context.Background()
-	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
-		t.Fatal(err)
-	}
-	st, err := openKVStore(ctx, js)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cid := clusterID("src", "arn:aws:eks:us-east-1:1:cluster/a b")
 	rec := &clusterRecord{Cluster: testCluster("a", nil, true), Revision: 4}
 	if err := st.putCluster(ctx, cid, rec); err != nil {
@@ -92,6 +79,27 @@ func TestKVStore(t *testing.T) {
 			t.Errorf("render %s: %v %v %v, want present=%v", key, got, ok, err, want)
 		}
 	}
+}
+
+// testKVStore opens the engine's state on the NATS server at url, with the shared topology
+// applied; the connection closes with the test.
+func testKVStore(tb testing.TB, url string) *kvStore {
+	tb.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
+		tb.Fatal(err)
+	}
+	st, err := openKVStore(ctx, js)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return st
 }
 
 // failingStore fails the first putPair calls, as if the engine died after publishing and before
