@@ -27,10 +27,10 @@ package main
 // Concurrency: one mutex serialises every change, including the publish and the persist that
 // follow a decision, so two inputs touching the same pair cannot interleave. Publishing waits
 // for the stream's acknowledgement; throughput is bounded by that, not by matching. Every entry
-// point takes the mutex; the helpers it calls expect it held. Outcomes and health reports,
-// one an Application, are folded in batches under one hold of the mutex (reports.go). Rendering is the exception: it
-// may take up to TEMPLATE_RENDER_TIMEOUT, so an entry point that needs renders makes them with
-// the mutex released and then decides again (renders.go: engine.evaluate).
+// point takes the mutex; the helpers it calls expect it held. Outcomes and health reports, one
+// an Application, are folded in batches under one hold of the mutex (reports.go). Rendering is
+// the exception: it may take up to TEMPLATE_RENDER_TIMEOUT, so an entry point that needs renders
+// makes them with the mutex released and then decides again (renders.go: engine.evaluate).
 
 import (
 	"context"
