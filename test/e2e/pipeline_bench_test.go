@@ -142,23 +142,7 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 	profiles := os.Getenv("PIPELINE_PROFILES")
 	env := serviceEnv(b, tuning)
 	_, scanTuned := env["SCAN_INTERVAL"]
-	s := newSystemWith(b, env, natsSingle, func(s *system) {
-		if !scanTuned {
-			delete(s.env, "SCAN_INTERVAL") // the shipped default, not the harness's
-		}
-		s.profiles = true // the live heap figures (liveHeapKB)
-		// A Rancher that pages as a real one does with its default limit.
-		s.rancher = rancherfake.New(b, token, 100)
-		var secret corev1.Secret
-		ctx := context.Background()
-		if err := s.kube.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: "rancher"}, &secret); err != nil {
-			b.Fatal(err)
-		}
-		secret.Data["url"], secret.Data["caCert"] = []byte(s.rancher.URL), s.rancher.CACertPEM()
-		if err := s.kube.Client.Update(ctx, &secret); err != nil {
-			b.Fatal(err)
-		}
-	})
+	s := newSystemWith(b, env, natsSingle, func(s *system) { s.benchSetUp(b, scanTuned) })
 	apps := watchPipelineApps(b, s)
 	appeared := watchAppeared(b, s)
 	for i := range rules {
@@ -206,10 +190,8 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 	editIntents := appeared.last(&events.InstallIntent{}).Sub(start)
 	editFloor := fl.floor.updateAll()
 
-	// The new clusters, each found by the next scan: one a second.
 	if !scanTuned {
-		s.env["SCAN_INTERVAL"] = "1s"
-		s.restart("source-scanner")
+		s.scanEverySecond()
 	}
 	latencies, toIntents := newClusterLatencies(b, s, apps, appeared, fleet, rules, newClusters)
 	slices.Sort(latencies)
@@ -235,13 +217,7 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 		memory = append(memory, s.saveHeapProfiles(profiles, fmt.Sprintf("%dx%d", n, rules))...)
 		memory = append(memory, "    CPU profiles of the create, in windows of "+cpuProfileWindow.String()+": "+strings.Join(cpuProfileFiles, " "))
 	}
-	settings := "shipped defaults (source-scanner restarted with SCAN_INTERVAL=1s for the new clusters)"
-	if tuning != "" {
-		settings = "shipped defaults and PIPELINE_ENV=" + strconv.Quote(tuning)
-		if !scanTuned {
-			settings += " (source-scanner restarted with SCAN_INTERVAL=1s for the new clusters)"
-		}
-	}
+	settings := pipelineSettings(tuning, scanTuned)
 	b.Logf("%d clusters, %d rule(s) of one package each, %s:\n"+
 		"  create  %8s   floor (%d plain creates, %d clients) %8s   ratio %.2f (%s)\n"+
 		"          CPU meanwhile: %s\n"+
@@ -256,6 +232,45 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 		edit.Round(time.Millisecond), n, editFloor.Round(time.Millisecond), edit.Seconds()/editFloor.Seconds(), editIntents.Round(time.Millisecond),
 		len(latencies), spread(latencies), spread(toIntents),
 		strings.Join(memory, "\n"))
+}
+
+// benchSetUp readies a system for the benchmark before its services start: the shipped
+// SCAN_INTERVAL unless scanTuned (PIPELINE_ENV sets one), the services' live heap figures, and a
+// Rancher that pages as a real one does with its default limit.
+func (s *system) benchSetUp(b *testing.B, scanTuned bool) {
+	if !scanTuned {
+		delete(s.env, "SCAN_INTERVAL") // the shipped default, not the harness's
+	}
+	s.profiles = true // the live heap figures (liveHeapKB)
+	s.rancher = rancherfake.New(b, token, 100)
+	var secret corev1.Secret
+	ctx := context.Background()
+	if err := s.kube.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: "rancher"}, &secret); err != nil {
+		b.Fatal(err)
+	}
+	secret.Data["url"], secret.Data["caCert"] = []byte(s.rancher.URL), s.rancher.CACertPEM()
+	if err := s.kube.Client.Update(ctx, &secret); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// pipelineSettings describes the services' settings in a round, for its figures.
+func pipelineSettings(tuning string, scanTuned bool) string {
+	settings := "shipped defaults"
+	if tuning != "" {
+		settings += " and PIPELINE_ENV=" + strconv.Quote(tuning)
+	}
+	if !scanTuned {
+		settings += " (source-scanner restarted with SCAN_INTERVAL=1s for the new clusters)"
+	}
+	return settings
+}
+
+// scanEverySecond restarts source-scanner with a SCAN_INTERVAL of 1 s, so that each new cluster
+// is found by the next scan, not within the shipped 30 s.
+func (s *system) scanEverySecond() {
+	s.env["SCAN_INTERVAL"] = "1s"
+	s.restart("source-scanner")
 }
 
 // floors are the floors of a round, measured on the same API server after the services' create:
