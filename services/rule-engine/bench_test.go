@@ -301,7 +301,7 @@ func BenchmarkPairRecordEncode(b *testing.B) {
 func BenchmarkOutcomes(b *testing.B) {
 	const rules, consumerConcurrency = 10, 16
 	ctx := context.Background()
-	e := testEngine(testKVStore(b, testenv.StartNATSProcess(b).URL()), &countingPublisher{}, newMetrics(nil))
+	e := testEngine(testKVStore(b, testenv.StartNATSProcess(b).JetStream(b)), &countingPublisher{}, newMetrics(nil))
 	applyPipelineRules(b, e, rules)
 	for i := range b.N/rules + 1 {
 		if err := e.applyCluster(ctx, rancherCluster(b, i), uint64(i+1), 0); err != nil {

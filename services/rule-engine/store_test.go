@@ -20,13 +20,12 @@ import (
 
 	"github.com/enforcement-io/enforcement/pkg/events"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestKVStore round-trips the state and the render cache through real JetStream KV buckets.
 func TestKVStore(t *testing.T) {
-	st := testKVStore(t, testenv.StartNATS(t).URL())
+	st := testKVStore(t, testenv.StartNATS(t).JetStream(t))
 	ctx := context.Background()
 	cid := clusterID("src", "arn:aws:eks:us-east-1:1:cluster/a b")
 	rec := &clusterRecord{Cluster: testCluster("a", nil, true), Revision: 4}
@@ -81,16 +80,9 @@ func TestKVStore(t *testing.T) {
 	}
 }
 
-// testKVStore opens the engine's state on the NATS server at url, with the shared topology
-// applied; the connection closes with the test.
-func testKVStore(tb testing.TB, url string) *kvStore {
+// testKVStore opens the engine's state through js, with the shared topology applied.
+func testKVStore(tb testing.TB, js jetstream.JetStream) *kvStore {
 	tb.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
 	ctx := context.Background()
 	if err := events.DefaultTopology(events.TopologyOptions{}).Apply(ctx, js); err != nil {
 		tb.Fatal(err)
