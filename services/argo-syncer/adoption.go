@@ -135,7 +135,7 @@ func adoptionPatch(resourceVersion string, now time.Time) []byte {
 // adoptApplication takes over app, which originalApplication accepted, at the version checked.
 func (s *Syncer) adoptApplication(ctx context.Context, app *cachedApplication) error {
 	adopted, err := s.argo.ArgoprojV1alpha1().Applications(s.ns).Patch(ctx, app.Name, types.MergePatchType,
-		adoptionPatch(app.ResourceVersion, time.Now()), metav1.PatchOptions{FieldManager: FieldManager})
+		adoptionPatch(app.GetResourceVersion(), time.Now()), metav1.PatchOptions{FieldManager: FieldManager})
 	s.metrics.write("Application", "patch", err)
 	if err != nil {
 		return classify(err, "adopt application "+app.Name)
@@ -147,7 +147,7 @@ func (s *Syncer) adoptApplication(ctx context.Context, app *cachedApplication) e
 // adoptProject takes over p, which originalProject accepted for cluster, at the version checked.
 func (s *Syncer) adoptProject(ctx context.Context, p *cachedProject, cluster string) error {
 	adopted, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, p.Name, types.MergePatchType,
-		adoptionPatch(p.ResourceVersion, time.Now()), metav1.PatchOptions{FieldManager: FieldManager})
+		adoptionPatch(p.GetResourceVersion(), time.Now()), metav1.PatchOptions{FieldManager: FieldManager})
 	s.metrics.write("AppProject", "patch", err)
 	if err != nil {
 		return classify(err, "adopt appproject "+p.Name)

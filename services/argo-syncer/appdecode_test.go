@@ -179,7 +179,7 @@ func TestApplicationWatchDecoder(t *testing.T) {
 		}
 	}
 	typ, obj, err := d.Decode()
-	if bookmark, ok := obj.(*cachedApplication); err != nil || typ != watch.Bookmark || !ok || bookmark.ResourceVersion != "99" {
+	if bookmark, ok := obj.(*cachedApplication); err != nil || typ != watch.Bookmark || !ok || bookmark.GetResourceVersion() != "99" {
 		t.Errorf("bookmark: got %s %+v, %v", typ, obj, err)
 	}
 	typ, obj, err = d.Decode()

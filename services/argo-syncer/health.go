@@ -134,7 +134,7 @@ func applicationHealth(app *cachedApplication) (*events.ApplicationHealth, bool)
 		Application:     app.Name,
 		SpecHash:        a.Get(AnnotationSpecHash),
 		Observed:        st.Observed,
-		ResourceVersion: app.ResourceVersion,
+		ResourceVersion: app.GetResourceVersion(),
 		Health:          st.Health,
 		Sync:            st.Sync,
 		Message:         st.HealthMessage,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
@@ -274,4 +275,66 @@ func TestBadRegistrationIsAClearFailure(t *testing.T) {
 		f, ok := e.(*events.InstallFailed)
 		return ok && (f.IntentID == noName.ID() || f.IntentID == badCA.ID())
 	})
+}
+
+// TestClusterRegisteredOtherwiseGetsNoSecret: a cluster that a cluster Secret of someone else's
+// registers already, by its API URL or by its name, gets its Applications and no Secret of
+// Enforcement's. Two Secrets register one URL: the cluster stays registered while one of them is
+// left, and gets Enforcement's own Secret once both are gone.
+func TestClusterRegisteredOtherwiseGetsNoSecret(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	secrets := h.kube.CoreV1().Secrets(h.ns)
+	foreign := func(name, server, cluster string) {
+		t.Helper()
+		_, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelSecretType: SecretTypeCluster}},
+			StringData: map[string]string{"server": server, "name": cluster, "config": "{}"}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	byURL, byName := h.installIntent("baseline", "by-url", "agent"), h.installIntent("baseline", "by-name", "agent")
+	foreign("registered-by-hand", byURL.Cluster.URL, "hand-made")
+	foreign("registered-by-another-tool", byURL.Cluster.URL, "another-name")
+	foreign("registered-by-name", "https://elsewhere.example:6443", "by-name")
+	h.cacheSees("the three foreign cluster Secrets", func(s *Syncer) bool {
+		return len(s.secrets.list(indexServer, byURL.Cluster.URL)) == 2 && len(s.secrets.list(indexName, "by-name")) == 1
+	})
+	install := func(in *events.InstallIntent) {
+		t.Helper()
+		if _, err := h.syncer.Install(ctx, in, true); err != nil {
+			t.Fatal(err)
+		}
+		if h.app(in.Cluster.Name+"-"+in.Enforcement.Name) == nil {
+			t.Errorf("no Application for %s", in.Cluster.Name)
+		}
+	}
+	install(byURL)
+	install(byName)
+	for _, name := range []string{"cluster-by-url", "cluster-by-name"} {
+		if _, err := secrets.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("Enforcement's Secret %s for a cluster registered otherwise: %v", name, err)
+		}
+	}
+
+	if err := secrets.Delete(ctx, "registered-by-hand", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.cacheSees("one of the two Secrets of the URL gone", func(s *Syncer) bool {
+		return len(s.secrets.list(indexServer, byURL.Cluster.URL)) == 1
+	})
+	install(h.installIntent("baseline", "by-url", "logging"))
+	if _, err := secrets.Get(ctx, "cluster-by-url", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("Enforcement's Secret while another Secret still registers the URL: %v", err)
+	}
+	if err := secrets.Delete(ctx, "registered-by-another-tool", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.cacheSees("both Secrets of the URL gone", func(s *Syncer) bool {
+		return len(s.secrets.list(indexServer, byURL.Cluster.URL)) == 0
+	})
+	install(h.installIntent("baseline", "by-url", "policies"))
+	if sec := h.secret("cluster-by-url"); sec == nil || string(sec.Data["server"]) != byURL.Cluster.URL {
+		t.Errorf("no Secret of Enforcement's for the cluster once nothing else registers it: %v", sec)
+	}
 }

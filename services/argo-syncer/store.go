@@ -51,19 +51,54 @@ type view[T kubeObject] struct {
 	mu      sync.Mutex
 	written overlay[T]
 	gone    map[string]tombstone
+	// keyed are the view's key indexes by index name, beside the informer's indexes
+	// (keyIndex); the overlay indexes its objects by both.
+	keyed map[string]*keyIndex[T]
 }
 
-func newView[T kubeObject](ns string, informer cache.SharedIndexInformer) *view[T] {
-	v := &view[T]{ns: ns, informer: informer, written: newOverlay[T](informer.GetIndexer().GetIndexers()),
-		gone: map[string]tombstone{}}
+// newView makes the view of an informer, with a key index for each entry of keyed: the function
+// that reads an object's value for that index ("" when it has none).
+func newView[T kubeObject](ns string, informer cache.SharedIndexInformer, keyed map[string]func(T) string) *view[T] {
+	indexers := maps.Clone(informer.GetIndexer().GetIndexers())
+	v := &view[T]{ns: ns, informer: informer, gone: map[string]tombstone{}, keyed: map[string]*keyIndex[T]{}}
+	for name, value := range keyed {
+		v.keyed[name] = newKeyIndex(value)
+		indexers[name] = func(obj any) ([]string, error) {
+			if o, ok := obj.(T); ok && value(o) != "" {
+				return []string{value(o)}, nil
+			}
+			return nil, nil
+		}
+	}
+	v.written = newOverlay[T](indexers)
 	// Before the informer starts, so it never fails.
 	_ = informer.SetTransform(trimForCache)
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { v.seen(obj) },
-		UpdateFunc: func(_, obj any) { v.seen(obj) },
+		AddFunc:    func(obj any) { v.reindex(nil, obj); v.seen(obj) },
+		UpdateFunc: func(old, obj any) { v.reindex(old, obj); v.seen(obj) },
 		DeleteFunc: v.deleted,
 	})
 	return v
+}
+
+// reindex moves an object the informer now holds as obj, and held as old (nil: it did not), in
+// the key indexes; obj nil: it holds it no more.
+func (v *view[T]) reindex(old, obj any) {
+	if len(v.keyed) == 0 {
+		return
+	}
+	before, hadBefore := old.(T)
+	after, hasAfter := obj.(T)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, ix := range v.keyed {
+		if hadBefore {
+			ix.remove(before)
+		}
+		if hasAfter {
+			ix.add(after)
+		}
+	}
 }
 
 // seen drops the overlay entry once the informer holds the written version or a newer one.
@@ -87,11 +122,12 @@ func (v *view[T]) deleted(obj any) {
 	if !ok {
 		return
 	}
+	v.reindex(o, nil)
 	v.mu.Lock()
 	if t, ok := v.gone[o.GetName()]; ok && t.uid == o.GetUID() {
 		delete(v.gone, o.GetName())
 	}
-	if w, ok := v.written.objects[o.GetName()]; ok && w.GetUID() == o.GetUID() {
+	if w, ok := v.written.objects[o.GetName()]; ok && sameObject(w, o) {
 		v.written.drop(o.GetName())
 	}
 	v.mu.Unlock()
@@ -103,16 +139,40 @@ func (v *view[T]) deleted(obj any) {
 // newer reports whether a is a later version of the same object than b (resource versions are
 // etcd revisions; an unparsable one counts as newer, so argo-syncer's own write wins).
 func newer(a, b metav1.Object) bool {
+	if ia, ok := a.(identified); ok {
+		if ib, ok := b.(identified); ok {
+			return ia.identity().newerThan(ib.identity())
+		}
+	}
 	if a.GetUID() != b.GetUID() {
 		return true
 	}
-	ra, errA := strconv.ParseUint(a.GetResourceVersion(), 10, 64)
-	rb, errB := strconv.ParseUint(b.GetResourceVersion(), 10, 64)
+	return newerVersion(a.GetResourceVersion(), b.GetResourceVersion())
+}
+
+// newerVersion reports whether resource version a is later than b (newer's rule).
+func newerVersion(a, b string) bool {
+	ra, errA := strconv.ParseUint(a, 10, 64)
+	rb, errB := strconv.ParseUint(b, 10, 64)
 	if errA != nil || errB != nil {
-		return a.GetResourceVersion() != b.GetResourceVersion()
+		return a != b
 	}
 	return ra > rb
 }
+
+// sameObject reports whether a and b have the same UID.
+func sameObject(a, b metav1.Object) bool {
+	if ia, ok := a.(identified); ok {
+		if ib, ok := b.(identified); ok {
+			return ia.identity().sameObject(ib.identity())
+		}
+	}
+	return a.GetUID() == b.GetUID()
+}
+
+// identified is a cached projection (cachedMeta): newer and sameObject compare its UID and
+// resource version without building their strings.
+type identified interface{ identity() objectIdentity }
 
 // get returns the freshest known version of the named object. ok is false when it does not
 // exist (or argo-syncer deleted it without a finalizer); terminating is true while it is being
@@ -140,29 +200,29 @@ func (v *view[T]) get(name string) (obj T, ok, terminating bool) {
 // list returns the freshest known objects whose index entry for indexName is value, skipping the
 // ones argo-syncer deleted.
 func (v *view[T]) list(indexName, value string) []T {
-	items, _ := v.informer.GetIndexer().ByIndex(indexName, value)
-	seen := map[string]bool{}
-	var out []T
-	for _, item := range items {
-		o, ok := item.(T)
-		if !ok {
-			continue
-		}
-		seen[o.GetName()] = true
-		if latest, exists, _ := v.get(o.GetName()); exists {
-			out = append(out, latest)
+	var names []string
+	if ix, ok := v.keyed[indexName]; ok {
+		v.mu.Lock()
+		names = ix.names(value)
+		v.mu.Unlock()
+	} else {
+		items, _ := v.informer.GetIndexer().ByIndex(indexName, value)
+		for _, item := range items {
+			if o, ok := item.(T); ok {
+				names = append(names, o.GetName())
+			}
 		}
 	}
 	// Objects written but not cached yet.
 	v.mu.Lock()
-	var extra []string
 	for name := range v.written.index[indexName][value] {
-		if !seen[name] {
-			extra = append(extra, name)
+		if !slices.Contains(names, name) {
+			names = append(names, name)
 		}
 	}
 	v.mu.Unlock()
-	for _, name := range extra {
+	var out []T
+	for _, name := range names {
 		if latest, exists, _ := v.get(name); exists {
 			out = append(out, latest)
 		}
@@ -285,6 +345,70 @@ func (o *overlay[T]) indexValues(obj T) map[string][]string {
 		}
 	}
 	return out
+}
+
+// keyIndex indexes a view's cached objects by a value that nearly every object has its own of,
+// such as a cluster Secret's server URL or cluster name: one map entry an object, about 40 bytes,
+// where an index of the informer keeps a set of names for each value, about 300 bytes a value
+// (BenchmarkCachedCluster). Its users hold the view's lock.
+type keyIndex[T kubeObject] struct {
+	value func(T) string
+	// one is value → the name of the one object that has it; more is value → the names of the
+	// objects that have it, when there are several (those values are not in one).
+	one  map[string]string
+	more map[string][]string
+}
+
+func newKeyIndex[T kubeObject](value func(T) string) *keyIndex[T] {
+	return &keyIndex[T]{value: value, one: map[string]string{}, more: map[string][]string{}}
+}
+
+func (ix *keyIndex[T]) add(obj T) {
+	value, name := ix.value(obj), obj.GetName()
+	if value == "" {
+		return
+	}
+	if names, ok := ix.more[value]; ok {
+		if !slices.Contains(names, name) {
+			ix.more[value] = append(names, name)
+		}
+		return
+	}
+	if other, ok := ix.one[value]; ok && other != name {
+		delete(ix.one, value)
+		ix.more[value] = []string{other, name}
+		return
+	}
+	ix.one[value] = name
+}
+
+func (ix *keyIndex[T]) remove(obj T) {
+	value, name := ix.value(obj), obj.GetName()
+	if value == "" {
+		return
+	}
+	if ix.one[value] == name {
+		delete(ix.one, value)
+		return
+	}
+	names := slices.DeleteFunc(slices.Clone(ix.more[value]), func(n string) bool { return n == name })
+	switch len(names) {
+	case 0:
+		delete(ix.more, value)
+	case 1:
+		delete(ix.more, value)
+		ix.one[value] = names[0]
+	default:
+		ix.more[value] = names
+	}
+}
+
+// names returns the names of the objects that have the value.
+func (ix *keyIndex[T]) names(value string) []string {
+	if name, ok := ix.one[value]; ok {
+		return []string{name}
+	}
+	return slices.Clone(ix.more[value])
 }
 
 // keyedMutex serialises work per key.

@@ -100,7 +100,7 @@ func TestCacheKeepsWhatArgoSyncerReads(t *testing.T) {
 	}
 	obj, _ = trimForCache(secret)
 	s := obj.(*cachedSecret)
-	if s.Name != "cluster-c1" || s.Namespace != "argocd" || s.UID != "u-2" || s.ResourceVersion != "7" || !owned(s) ||
+	if s.Name != "cluster-c1" || s.Namespace != "argocd" || s.GetUID() != "u-2" || s.GetResourceVersion() != "7" || !owned(s) ||
 		s.Annotations.Get(AnnotationIdentity) != "rancher/src1/c-c1" || s.Server != "https://c1.example" || s.ClusterName != "c1" {
 		t.Errorf("cluster Secret after the trim: %+v", s)
 	}
@@ -122,7 +122,7 @@ func TestCacheKeepsWhatArgoSyncerReads(t *testing.T) {
 		Spec: *projectSpec.DeepCopy()}
 	obj, _ = trimForCache(project)
 	p := obj.(*cachedProject)
-	if p.Name != "c1" || p.UID != "u-3" || !owned(p) || p.Annotations.Get(AnnotationCluster) != "c1" ||
+	if p.Name != "c1" || p.GetUID() != "u-3" || !owned(p) || p.Annotations.Get(AnnotationCluster) != "c1" ||
 		!slices.Equal(p.SourceRepos, projectSpec.SourceRepos) || p.SpecDigest != digestSpec(projectSpec) || p.Foreign != nil {
 		t.Errorf("Enforcement's AppProject after the trim: %+v (want its repositories and digest, no spec)", p)
 	}
@@ -190,7 +190,7 @@ func TestOverlayListsByIndex(t *testing.T) {
 	}}
 	// Never started: its cache stays empty, so everything listed comes from the overlay.
 	informer := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Secret{}, 0, byCluster)
-	v := newView[*cachedSecret]("argocd", informer)
+	v := newView[*cachedSecret]("argocd", informer, nil)
 	secret := func(name, cluster, rv string) *cachedSecret {
 		return cacheSecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "argocd", UID: types.UID("uid-" + name),
 			ResourceVersion: rv, Labels: map[string]string{"cluster": cluster}}})
@@ -198,7 +198,7 @@ func TestOverlayListsByIndex(t *testing.T) {
 	names := func(cluster string) []string {
 		var out []string
 		for _, s := range v.list("cluster", cluster) {
-			out = append(out, s.Name+"@"+s.ResourceVersion)
+			out = append(out, s.Name+"@"+s.GetResourceVersion())
 		}
 		slices.Sort(out)
 		return out
@@ -235,7 +235,7 @@ func TestOverlayListsByIndex(t *testing.T) {
 // before argo-syncer recorded it leaves no tombstone; neither would ever be cleared.
 func TestOverlayKeepsOnlyWhatTheCacheLacks(t *testing.T) {
 	informer := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Secret{}, 0, cache.Indexers{})
-	v := newView[*cachedSecret]("argocd", informer)
+	v := newView[*cachedSecret]("argocd", informer, nil)
 	secret := func(rv string) *cachedSecret {
 		return cacheSecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "argocd", UID: "uid-a", ResourceVersion: rv}})
 	}
@@ -252,7 +252,7 @@ func TestOverlayKeepsOnlyWhatTheCacheLacks(t *testing.T) {
 		t.Errorf("a version the cache holds is overlaid: %v", v.written.objects)
 	}
 	v.wrote(secret("6")) // newer than the cache: overlaid until seen
-	if got, ok, _ := v.get("a"); !ok || got.ResourceVersion != "6" {
+	if got, ok, _ := v.get("a"); !ok || got.GetResourceVersion() != "6" {
 		t.Errorf("get = %v %v, want version 6", got, ok)
 	}
 	cacheHolds(secret("6"))
@@ -504,8 +504,9 @@ func TestCachedApplicationMetadataReadsAsMaps(t *testing.T) {
 
 // BenchmarkCachedCluster measures what one cluster costs argo-syncer's informer caches as a
 // whole: its Secret, its AppProject and ten Applications, decoded and trimmed as the informers
-// do and held in stores with the informers' indexers. It reports the live heap per cluster of
-// the objects alone (objects-B/cluster) and with the stores' keys and indexes (live-B/cluster).
+// do and held in stores with the informers' indexers and the Secrets' key indexes. It reports
+// the live heap per cluster of the objects alone (objects-B/cluster) and with the stores' keys
+// and indexes (live-B/cluster).
 func BenchmarkCachedCluster(b *testing.B) {
 	const clusters, enforcements = 1000, 10
 	var repos []string
@@ -519,7 +520,7 @@ func BenchmarkCachedCluster(b *testing.B) {
 	}
 	apps := kind{newObject: func() any { return &argov1.Application{} }, indexers: applicationIndexers()}
 	projects := kind{newObject: func() any { return &argov1.AppProject{} }, indexers: projectIndexers()}
-	secrets := kind{newObject: func() any { return &corev1.Secret{} }, indexers: secretIndexers()}
+	secrets := kind{newObject: func() any { return &corev1.Secret{} }, indexers: cache.Indexers{}}
 	for c := range clusters {
 		cluster := fmt.Sprintf("cluster-%03d", c)
 		for e := range enforcements {
@@ -546,13 +547,96 @@ func BenchmarkCachedCluster(b *testing.B) {
 				}
 			}
 		}
+		var secretIndexes []*keyIndex[*cachedSecret]
+		for _, value := range secretKeys() {
+			ix := newKeyIndex(value)
+			for _, obj := range cached[2] {
+				ix.add(obj.(*cachedSecret))
+			}
+			secretIndexes = append(secretIndexes, ix)
+		}
 		after := testenv.LiveHeap()
 		objectBytes = append(objectBytes, float64(objects-before)/clusters)
 		liveBytes = append(liveBytes, float64(after-before)/clusters)
 		runtime.KeepAlive(stores)
+		runtime.KeepAlive(secretIndexes)
 	}
 	slices.Sort(objectBytes)
 	slices.Sort(liveBytes)
 	b.ReportMetric(objectBytes[len(objectBytes)/2], "objects-B/cluster")
 	b.ReportMetric(liveBytes[len(liveBytes)/2], "live-B/cluster")
+}
+
+// TestKeyIndexFollowsTheCache: a view's key index lists an object under its value as the
+// informer's events move it, several objects of one value included, and forgets it when deleted.
+func TestKeyIndexFollowsTheCache(t *testing.T) {
+	informer := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Secret{}, 0, cache.Indexers{})
+	v := newView("argocd", informer, secretKeys())
+	secret := func(name, server, rv string) *cachedSecret {
+		return cacheSecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "argocd", UID: types.UID("uid-" + name),
+			ResourceVersion: rv}, Data: map[string][]byte{"server": []byte(server), "name": []byte(name)}})
+	}
+	// The informer's store first, then its handler, as the informer does.
+	add := func(s *cachedSecret) {
+		t.Helper()
+		if err := informer.GetIndexer().Add(s); err != nil {
+			t.Fatal(err)
+		}
+		v.reindex(nil, s)
+	}
+	update := func(old, s *cachedSecret) {
+		t.Helper()
+		if err := informer.GetIndexer().Update(s); err != nil {
+			t.Fatal(err)
+		}
+		v.reindex(old, s)
+	}
+	remove := func(s *cachedSecret) {
+		t.Helper()
+		if err := informer.GetIndexer().Delete(s); err != nil {
+			t.Fatal(err)
+		}
+		v.deleted(cache.DeletedFinalStateUnknown{Key: "argocd/" + s.Name, Obj: s})
+	}
+	check := func(step, server string, want ...string) {
+		t.Helper()
+		var got []string
+		for _, s := range v.list(indexServer, server) {
+			got = append(got, s.Name+"@"+s.GetResourceVersion())
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: list(server=%s) = %v, want %v", step, server, got, want)
+		}
+	}
+	a1, b1 := secret("a", "https://one", "1"), secret("b", "https://one", "2")
+	add(a1)
+	check("a added", "https://one", "a@1")
+	add(b1)
+	check("b of the same server", "https://one", "a@1", "b@2")
+	a2 := secret("a", "https://two", "3")
+	update(a1, a2)
+	check("a moved", "https://one", "b@2")
+	check("a moved", "https://two", "a@3")
+	b2 := secret("b", "https://one", "4")
+	update(b1, b2)
+	check("b updated in place", "https://one", "b@4")
+	c := secret("c", "https://two", "5")
+	add(c)
+	remove(a2)
+	check("a deleted", "https://two", "c@5")
+	if got := v.list(indexName, "c"); len(got) != 1 || got[0].Name != "c" {
+		t.Errorf("list(name=c) = %v", got)
+	}
+	remove(b2)
+	remove(c)
+	if ix := v.keyed[indexServer]; len(ix.one) != 0 || len(ix.more) != 0 {
+		t.Errorf("server index after every Secret went: %v %v", ix.one, ix.more)
+	}
+	if ix := v.keyed[indexName]; len(ix.one) != 0 || len(ix.more) != 0 {
+		t.Errorf("name index after every Secret went: %v %v", ix.one, ix.more)
+	}
+	// What argo-syncer wrote is listed before the informer has it.
+	v.wrote(secret("d", "https://three", "6"))
+	check("d written", "https://three", "d@6")
 }

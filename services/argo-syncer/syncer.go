@@ -164,10 +164,10 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 			lo.LabelSelector = clusterOnly
 			return s.clusterSecrets.Watch(context.Background(), lo)
 		},
-	}, &corev1.Secret{}, 0, secretIndexers())
-	s.apps = newView[*cachedApplication](s.ns, appInformer)
-	s.projects = newView[*cachedProject](s.ns, projectInformer)
-	s.secrets = newView[*cachedSecret](s.ns, secretInformer)
+	}, &corev1.Secret{}, 0, cache.Indexers{})
+	s.apps = newView[*cachedApplication](s.ns, appInformer, nil)
+	s.projects = newView[*cachedProject](s.ns, projectInformer, nil)
+	s.secrets = newView(s.ns, secretInformer, secretKeys())
 	s.projects.onDelete = func(p *cachedProject) { s.coveredProjects.forget(p.Name) }
 	s.apps.onDelete = func(app *cachedApplication) {
 		s.covered.forget(app.Name)
@@ -220,22 +220,12 @@ func projectIndexers() cache.Indexers {
 	}
 }
 
-// secretIndexers index the cluster Secrets by server and by name, as Argo CD knows clusters.
-func secretIndexers() cache.Indexers {
-	return cache.Indexers{
-		indexServer: secretDataIndex(func(sec *cachedSecret) string { return sec.Server }),
-		indexName:   secretDataIndex(func(sec *cachedSecret) string { return sec.ClusterName }),
-	}
-}
-
-// secretDataIndex indexes the cluster Secrets by the data field that field reads.
-func secretDataIndex(field func(*cachedSecret) string) cache.IndexFunc {
-	return func(obj any) ([]string, error) {
-		sec, ok := obj.(*cachedSecret)
-		if !ok || field(sec) == "" {
-			return nil, nil
-		}
-		return []string{field(sec)}, nil
+// secretKeys index the cluster Secrets by server and by name, as Argo CD knows clusters: each
+// nearly always its own, so by key indexes (keyIndex).
+func secretKeys() map[string]func(*cachedSecret) string {
+	return map[string]func(*cachedSecret) string{
+		indexServer: func(sec *cachedSecret) string { return sec.Server },
+		indexName:   func(sec *cachedSecret) string { return sec.ClusterName },
 	}
 }
 
@@ -858,12 +848,12 @@ func (s *Syncer) deleteTenantProjects(ctx context.Context, cluster string) (held
 			}
 			continue
 		}
-		err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+		err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Delete(ctx, p.Name, sameUID(p))
 		s.metrics.write("AppProject", "delete", err)
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return held, classify(err, "delete appproject "+p.Name)
 		}
-		s.projects.removed(p.Name, p.UID, false)
+		s.projects.removed(p.Name, p.GetUID(), false)
 		s.logger.Info("Deleted AppProject", "appproject", p.Name, "cluster", cluster, "grant", p.Annotations.Get(AnnotationGrant))
 	}
 	return held, nil
@@ -995,7 +985,7 @@ func (s *Syncer) deleteApplication(ctx context.Context, app *cachedApplication, 
 				finalizers = append(finalizers, argov1.ResourcesFinalizerName)
 			}
 			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-				"finalizers": finalizers, "resourceVersion": app.ResourceVersion}})
+				"finalizers": finalizers, "resourceVersion": app.GetResourceVersion()}})
 			updated, err := client.Patch(ctx, app.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 			s.metrics.write("Application", "patch", err)
 			if err != nil {
@@ -1006,7 +996,7 @@ func (s *Syncer) deleteApplication(ctx context.Context, app *cachedApplication, 
 			}
 			app = cacheApplication(updated)
 		}
-		err := client.Delete(ctx, app.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &app.UID}})
+		err := client.Delete(ctx, app.Name, sameUID(app))
 		s.metrics.write("Application", "delete", err)
 		if err != nil {
 			if app, err = s.retryWrite(ctx, app, attempt, err, "delete application "+app.Name); app == nil || err != nil {
@@ -1014,7 +1004,7 @@ func (s *Syncer) deleteApplication(ctx context.Context, app *cachedApplication, 
 			}
 			continue
 		}
-		s.apps.removed(app.Name, app.UID, len(app.Finalizers) > 0)
+		s.apps.removed(app.Name, app.GetUID(), len(app.Finalizers) > 0)
 		policy := "Orphan"
 		if cascade {
 			policy = "Cascade"
@@ -1119,22 +1109,22 @@ func (s *Syncer) deleteRegistration(ctx context.Context, cluster string) (bool, 
 		if foreign := s.foreignApplications(name); len(foreign) > 0 {
 			return false, s.keepProject(ctx, cluster, project, foreign)
 		}
-		err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &project.UID}})
+		err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Delete(ctx, name, sameUID(project))
 		s.metrics.write("AppProject", "delete", err)
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return false, classify(err, "delete appproject "+name)
 		}
-		s.projects.removed(name, project.UID, false)
+		s.projects.removed(name, project.GetUID(), false)
 		s.logger.Info("Deleted AppProject", "appproject", name, "cluster", cluster)
 	}
 	secretName := names.secret
 	if sec, ok, _ := s.secrets.get(secretName); ok && owned(sec) {
-		err := s.clusterSecrets.Delete(ctx, secretName, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &sec.UID}})
+		err := s.clusterSecrets.Delete(ctx, secretName, sameUID(sec))
 		s.metrics.write("Secret", "delete", err)
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return false, classify(err, "delete cluster secret "+secretName)
 		}
-		s.secrets.removed(secretName, sec.UID, false)
+		s.secrets.removed(secretName, sec.GetUID(), false)
 		s.logger.Info("Unregistered cluster", "cluster", cluster, "secret", secretName)
 	}
 	return true, nil
