@@ -8,7 +8,10 @@
 // SHUTDOWN_TIMEOUT), creates the JSON slog logger with a "service" attribute and the prometheus
 // registry, registers the readiness checks the Options ask for, and starts the health (/healthz,
 // /readyz) and metrics (/metrics) servers, and the profile server (/debug/pprof/) when
-// PPROF_ADDR is set, before anything else, so that a service stuck later in its start-up is visible. With
+// PPROF_ADDR is set, before anything else, so that a service stuck later in its start-up is visible.
+// Unless GOMEMLIMIT is set, it sets the Go runtime's soft memory limit to 90 % of the
+// container's memory limit (memlimit.go), so that a service nearing its limit collects harder
+// instead of being killed with garbage in its heap. With
 // Options.Kubernetes it loads the Kubernetes configuration (KUBECONFIG or in-cluster) and checks
 // that the API server answers. A service then wires its own parts:
 //

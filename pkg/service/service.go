@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -123,6 +124,7 @@ func Start(ctx context.Context, opts Options) (*Service, error) {
 	}
 	s.ctx, s.fail = context.WithCancelCause(ctx)
 	s.workCtx, s.stopWorkers = context.WithCancel(context.WithoutCancel(ctx))
+	applyMemoryLimit(opts.Getenv, cgroupRoot, debug.SetMemoryLimit, s.Logger)
 	s.registerChecks(opts)
 
 	if s.healthSrv, err = Listen(common.HealthAddr, s.Health.Handler(), s.Logger); err != nil {

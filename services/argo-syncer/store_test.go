@@ -324,6 +324,19 @@ func BenchmarkCachedAppProject(b *testing.B) {
 	reportCachedBytes(b, wire, func() any { return &argov1.AppProject{} })
 }
 
+// keyIndexesOf indexes objects, all of type T, in key indexes of keyed, as a view does.
+func keyIndexesOf[T kubeObject](objects []any, keyed map[string]func(T) string) []*keyIndex[T] {
+	var out []*keyIndex[T]
+	for _, value := range keyed {
+		ix := newKeyIndex(value)
+		for _, obj := range objects {
+			ix.add(obj.(T))
+		}
+		out = append(out, ix)
+	}
+	return out
+}
+
 // serverAppProject is the JSON the API server returns for the AppProject argo-syncer renders
 // for the c-th cluster with the given repositories.
 func serverAppProject(b testing.TB, c int, repos []string) []byte {
@@ -504,7 +517,7 @@ func TestCachedApplicationMetadataReadsAsMaps(t *testing.T) {
 
 // BenchmarkCachedCluster measures what one cluster costs argo-syncer's informer caches as a
 // whole: its Secret, its AppProject and ten Applications, decoded and trimmed as the informers
-// do and held in stores with the informers' indexers and the Secrets' key indexes. It reports
+// do and held in stores with the informers' indexers and the views' key indexes. It reports
 // the live heap per cluster of the objects alone (objects-B/cluster) and with the stores' keys
 // and indexes (live-B/cluster).
 func BenchmarkCachedCluster(b *testing.B) {
@@ -547,19 +560,12 @@ func BenchmarkCachedCluster(b *testing.B) {
 				}
 			}
 		}
-		var secretIndexes []*keyIndex[*cachedSecret]
-		for _, value := range secretKeys() {
-			ix := newKeyIndex(value)
-			for _, obj := range cached[2] {
-				ix.add(obj.(*cachedSecret))
-			}
-			secretIndexes = append(secretIndexes, ix)
-		}
+		keyIndexes := []any{keyIndexesOf(cached[0], applicationKeys()), keyIndexesOf(cached[2], secretKeys())}
 		after := testenv.LiveHeap()
 		objectBytes = append(objectBytes, float64(objects-before)/clusters)
 		liveBytes = append(liveBytes, float64(after-before)/clusters)
 		runtime.KeepAlive(stores)
-		runtime.KeepAlive(secretIndexes)
+		runtime.KeepAlive(keyIndexes)
 	}
 	slices.Sort(objectBytes)
 	slices.Sort(liveBytes)
@@ -614,9 +620,14 @@ func TestKeyIndexFollowsTheCache(t *testing.T) {
 	check("a added", "https://one", "a@1")
 	add(b1)
 	check("b of the same server", "https://one", "a@1", "b@2")
+	f := secret("f", "https://one", "7")
+	add(f)
+	check("f of the same server", "https://one", "a@1", "b@2", "f@7")
 	a2 := secret("a", "https://two", "3")
 	update(a1, a2)
-	check("a moved", "https://one", "b@2")
+	check("a moved", "https://one", "b@2", "f@7")
+	remove(f)
+	check("f deleted", "https://one", "b@2")
 	check("a moved", "https://two", "a@3")
 	b2 := secret("b", "https://one", "4")
 	update(b1, b2)

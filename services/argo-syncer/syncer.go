@@ -165,7 +165,7 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 			return s.clusterSecrets.Watch(context.Background(), lo)
 		},
 	}, &corev1.Secret{}, 0, cache.Indexers{})
-	s.apps = newView[*cachedApplication](s.ns, appInformer, nil)
+	s.apps = newView(s.ns, appInformer, applicationKeys())
 	s.projects = newView[*cachedProject](s.ns, projectInformer, nil)
 	s.secrets = newView(s.ns, secretInformer, secretKeys())
 	s.projects.onDelete = func(p *cachedProject) { s.coveredProjects.forget(p.Name) }
@@ -184,19 +184,11 @@ func NewSyncer(kube kubernetes.Interface, argo argoclient.Interface, o SyncerOpt
 	return s
 }
 
-// applicationIndexers index the cached Applications by cluster (their cluster_name label) and
-// the Applications Enforcement does not manage by project: foreignApplications is the index's
-// one reader, and an entry for each of Enforcement's own Applications would cost a set of ten
-// names a cluster, about 400 bytes (BenchmarkCachedCluster).
+// applicationIndexers index the Applications Enforcement does not manage by project:
+// foreignApplications is the index's one reader, and an entry for each of Enforcement's own
+// Applications would cost a set of ten names a cluster, about 400 bytes (BenchmarkCachedCluster).
 func applicationIndexers() cache.Indexers {
 	return cache.Indexers{
-		indexCluster: func(obj any) ([]string, error) {
-			app, ok := obj.(*cachedApplication)
-			if !ok || app.Labels.Get(LabelCluster) == "" {
-				return nil, nil
-			}
-			return []string{app.Labels.Get(LabelCluster)}, nil
-		},
 		indexProject: func(obj any) ([]string, error) {
 			app, ok := obj.(*cachedApplication)
 			if !ok || app.Project.String() == "" || owned(app) {
@@ -204,6 +196,14 @@ func applicationIndexers() cache.Indexers {
 			}
 			return []string{app.Project.String()}, nil
 		},
+	}
+}
+
+// applicationKeys index the Applications by cluster (their cluster_name label) in a key index
+// of the view (keyIndex): a list of a cluster's names where the informer would keep a set.
+func applicationKeys() map[string]func(*cachedApplication) string {
+	return map[string]func(*cachedApplication) string{
+		indexCluster: func(app *cachedApplication) string { return app.Labels.Get(LabelCluster) },
 	}
 }
 

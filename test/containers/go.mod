@@ -3,6 +3,7 @@ module github.com/enforcement-io/enforcement/test/containers
 go 1.26.0
 
 require (
+	github.com/docker/docker v28.5.1+incompatible
 	github.com/docker/go-connections v0.6.0
 	github.com/enforcement-io/enforcement/pkg/events v0.0.0
 	github.com/enforcement-io/enforcement/pkg/testenv v0.0.0
@@ -28,7 +29,6 @@ require (
 	github.com/cpuguy83/dockercfg v0.3.2 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/distribution/reference v0.6.0 // indirect
-	github.com/docker/docker v28.5.1+incompatible // indirect
 	github.com/docker/go-units v0.5.0 // indirect
 	github.com/ebitengine/purego v0.8.4 // indirect
 	github.com/emicklei/go-restful/v3 v3.11.0 // indirect

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +74,16 @@ func TestProduct(t *testing.T) {
 		for _, name := range []string{"cluster1", "other-driver"} {
 			if apps := s.applications(t, name); len(apps) != 0 {
 				t.Errorf("cluster %s is left out by the rule, but has Applications %v", name, keys(apps))
+			}
+		}
+	})
+	ok = ok && t.Run("each service keeps its heap under its container's memory limit", func(t *testing.T) {
+		// 90 % of the container's limit, as the Go runtime's soft limit (pkg/service).
+		const want = serviceMemoryLimit * 9 / 10
+		for _, name := range hubServices {
+			metrics := httpGet(t, endpoint(context.Background(), t, s.services[name], "8080/tcp", "http")+"/metrics")
+			if got := metricValue(string(metrics), "go_gc_gomemlimit_bytes"); got != want {
+				t.Errorf("%s in a container limited to %d bytes: Go's memory limit %.0f bytes, want %d", name, serviceMemoryLimit, got, want)
 			}
 		}
 	})
@@ -194,6 +205,19 @@ func rancherCluster(id, name, state string) map[string]any {
 }
 
 // addCluster adds a cluster to the fake Rancher's current listing of the scenario.
+// metricValue is the value of the unlabelled metric name in a Prometheus text exposition; -1
+// when it has none.
+func metricValue(exposition, name string) float64 {
+	for _, line := range strings.Split(exposition, "\n") {
+		if value, ok := strings.CutPrefix(line, name+" "); ok {
+			if v, err := strconv.ParseFloat(value, 64); err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}
+
 func (s *system) addCluster(t *testing.T, c map[string]any) {
 	t.Helper()
 	s.listing = append(s.listing, c)

@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/go-connections/nat"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -50,6 +51,8 @@ const (
 	scanInterval      = time.Second
 	gonePeriod        = 3 * time.Second
 	rancherToken      = "token-containers:test"
+	// serviceMemoryLimit is each hub service's container memory limit, the charts' default.
+	serviceMemoryLimit = 256 << 20
 )
 
 // hubServices are the services the tests run, in start order.
@@ -160,9 +163,12 @@ func startSystem(t *testing.T) *system {
 		s.services[name] = s.start(ctx, t, name, testcontainers.ContainerRequest{
 			Image:        "enforcement/" + name + ":dev",
 			Env:          env,
-			ExposedPorts: []string{"8081/tcp"},
-			Mounts:       testcontainers.ContainerMounts{readOnly(testcontainers.VolumeMount(volumes[1], "/shared"))},
-			WaitingFor:   wait.ForHTTP("/readyz").WithPort("8081/tcp").WithForcedIPv4LocalHost().WithStartupTimeout(60 * time.Second),
+			ExposedPorts: []string{"8080/tcp", "8081/tcp"},
+			HostConfigModifier: func(hc *container.HostConfig) {
+				hc.Memory, hc.MemorySwap = serviceMemoryLimit, serviceMemoryLimit
+			},
+			Mounts:     testcontainers.ContainerMounts{readOnly(testcontainers.VolumeMount(volumes[1], "/shared"))},
+			WaitingFor: wait.ForHTTP("/readyz").WithPort("8081/tcp").WithForcedIPv4LocalHost().WithStartupTimeout(60 * time.Second),
 		})
 	}
 	return s
