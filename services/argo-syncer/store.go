@@ -206,7 +206,7 @@ func (v *view[T]) list(indexName, value string) []T {
 	var names []string
 	if ix, ok := v.keyed[indexName]; ok {
 		v.mu.Lock()
-		names = slices.Clone(ix.names(value))
+		names = slices.Clip(ix.names(value)) // an append below copies it; the index's stays
 		v.mu.Unlock()
 	} else {
 		items, _ := v.informer.GetIndexer().ByIndex(indexName, value)
@@ -218,9 +218,15 @@ func (v *view[T]) list(indexName, value string) []T {
 	}
 	// Objects written but not cached yet.
 	v.mu.Lock()
-	for name := range v.written.index[indexName][value] {
-		if !slices.Contains(names, name) {
-			names = append(names, name)
+	if written := v.written.index[indexName][value]; len(written) > 0 {
+		listed := make(map[string]bool, len(names))
+		for _, name := range names {
+			listed[name] = true
+		}
+		for name := range written {
+			if !listed[name] {
+				names = append(names, name)
+			}
 		}
 	}
 	v.mu.Unlock()
@@ -412,7 +418,8 @@ func (ix *keyIndex[T]) remove(obj T) {
 	}
 }
 
-// names returns the names of the objects that have the value; the caller must not change them.
+// names returns the names of the objects that have the value; the caller must not change the
+// list (it may append to a clipped one).
 func (ix *keyIndex[T]) names(value string) []string {
 	if name, ok := ix.one[value]; ok {
 		return []string{name}
