@@ -74,7 +74,7 @@ func (s *Syncer) names(cluster, enforcement string) objectNames {
 // resolve returns the name of the object the view holds for cluster (and enforcement): name,
 // unless nothing exists under it and Enforcement's object of that cluster exists under legacy;
 // then legacy, and true.
-func resolve[T kubeObject](v *view[T], name, legacy, cluster, enforcement string) (string, bool) {
+func resolve[T cachedObject](v *view[T], name, legacy, cluster, enforcement string) (string, bool) {
 	if legacy == name {
 		return name, false
 	}

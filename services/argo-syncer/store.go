@@ -28,10 +28,17 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// kubeObject is what a view holds: a typed API object.
+// kubeObject is a typed API object.
 type kubeObject interface {
 	metav1.Object
 	runtime.Object
+}
+
+// cachedObject is what a view holds: a cached projection of an API object (cachedMeta), whose
+// identity newer and sameObject compare.
+type cachedObject interface {
+	kubeObject
+	identified
 }
 
 // tombstone remembers an object argo-syncer deleted. A terminating one (a finalizer delays its
@@ -42,7 +49,7 @@ type tombstone struct {
 }
 
 // view is one informer plus argo-syncer's own recent writes and deletions.
-type view[T kubeObject] struct {
+type view[T cachedObject] struct {
 	ns       string
 	informer cache.SharedIndexInformer
 	// onDelete, if set, is called with every object the informer sees deleted.
@@ -58,7 +65,7 @@ type view[T kubeObject] struct {
 
 // newView makes the view of an informer, with a key index for each entry of keyed: the function
 // that reads an object's value for that index ("" when it has none).
-func newView[T kubeObject](ns string, informer cache.SharedIndexInformer, keyed map[string]func(T) string) *view[T] {
+func newView[T cachedObject](ns string, informer cache.SharedIndexInformer, keyed map[string]func(T) string) *view[T] {
 	indexers := maps.Clone(informer.GetIndexer().GetIndexers())
 	v := &view[T]{ns: ns, informer: informer, gone: map[string]tombstone{}, keyed: map[string]*keyIndex[T]{}}
 	for name, value := range keyed {
@@ -139,19 +146,10 @@ func (v *view[T]) deleted(obj any) {
 	}
 }
 
-// newer reports whether a is a later version of the same object than b (resource versions are
-// etcd revisions; an unparsable one counts as newer, so argo-syncer's own write wins).
-func newer(a, b metav1.Object) bool {
-	if ia, ok := a.(identified); ok {
-		if ib, ok := b.(identified); ok {
-			return ia.identity().newerThan(ib.identity())
-		}
-	}
-	if a.GetUID() != b.GetUID() {
-		return true
-	}
-	return newerVersion(a.GetResourceVersion(), b.GetResourceVersion())
-}
+// newer reports whether a is a later version of the same object than b, or another object
+// (objectIdentity.newerThan: resource versions are etcd revisions; an unparsable one counts as
+// newer, so argo-syncer's own write wins).
+func newer(a, b identified) bool { return a.identity().newerThan(b.identity()) }
 
 // newerVersion reports whether resource version a is later than b (newer's rule).
 func newerVersion(a, b string) bool {
@@ -164,14 +162,7 @@ func newerVersion(a, b string) bool {
 }
 
 // sameObject reports whether a and b have the same UID.
-func sameObject(a, b metav1.Object) bool {
-	if ia, ok := a.(identified); ok {
-		if ib, ok := b.(identified); ok {
-			return ia.identity().sameObject(ib.identity())
-		}
-	}
-	return a.GetUID() == b.GetUID()
-}
+func sameObject(a, b identified) bool { return a.identity().sameObject(b.identity()) }
 
 // identified is a cached projection (cachedMeta): newer and sameObject compare its UID and
 // resource version without building their strings.
