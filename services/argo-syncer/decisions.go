@@ -71,14 +71,31 @@ func decisionKey(rule events.RuleRef, cluster, enforcement string) string {
 // admit records next as the last decision under key unless a newer one is recorded; then it
 // returns that newer record and writes nothing. A redelivery (the recorded sequence itself)
 // writes nothing either. A sequence of 0 (not read from the stream) carries no order: it is
-// admitted and not recorded. Concurrent writers are settled by compare-and-set.
-func (s *decisionStore) admit(ctx context.Context, key string, next decisionRecord) (*decisionRecord, error) {
+// admitted and not recorded. Concurrent writers are settled by compare-and-set. first reports
+// that next is the first decision recorded under key: no intent of the pair was acted on before,
+// so none of them can be waiting for its beforeInstall trigger (gates.go).
+//
+// With likelyNew set (the pair has no Application yet, so most likely no record either) it
+// first tries to create the record, one round trip instead of a read and a write; a record
+// already there fails the create and is read and compared as usual.
+func (s *decisionStore) admit(ctx context.Context, key string, next decisionRecord, likelyNew bool) (newer *decisionRecord, first bool, err error) {
 	if next.Sequence == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
-	var newer *decisionRecord
-	err := s.change(ctx, key, func(cur *decisionRecord) *decisionRecord {
-		newer = nil
+	if likelyNew {
+		data, err := json.Marshal(next)
+		if err != nil {
+			return nil, false, fmt.Errorf("encode decision record %s: %w", key, err)
+		}
+		switch _, err := s.kv.Create(ctx, key, data); {
+		case err == nil:
+			return nil, true, nil
+		case !errors.Is(err, jetstream.ErrKeyExists):
+			return nil, false, fmt.Errorf("write decision record %s: %w", key, err)
+		}
+	}
+	err = s.change(ctx, key, func(cur *decisionRecord) *decisionRecord {
+		newer, first = nil, cur == nil
 		switch {
 		case cur != nil && cur.Sequence > next.Sequence:
 			newer = cur
@@ -89,9 +106,9 @@ func (s *decisionStore) admit(ctx context.Context, key string, next decisionReco
 		return &next
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return newer, nil
+	return newer, first, nil
 }
 
 // newer returns the record under key when it is newer than seq, else nil (also for seq 0).

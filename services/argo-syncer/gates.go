@@ -8,6 +8,9 @@ package main
 // intent only while the entry still holds that intent: a newer intent for the Application
 // replaces the entry (or removes it, when it installs at once) and an uninstall removes it, so a
 // late outcome of an intent nobody wants any more creates nothing. No stream history is read.
+// An entry is written only after its intent was recorded as its pair's last decision
+// (decisions.go), so the intent that records a pair's first decision skips the bucket: nothing of
+// its pair can be waiting there.
 
 import (
 	"context"

@@ -87,16 +87,18 @@ func (h *Handler) install(ctx context.Context, in *events.InstallIntent, seq uin
 	// decision of (rule, cluster name, enforcement), which stays the other cluster's.
 	app := events.ApplicationName(in.Cluster.Name, in.Enforcement.Name)
 	if err := h.syncer.NameConflict(in.Rule, in.Cluster, in.Enforcement.Name); err != nil {
-		return h.finish(ctx, in, seq, InstallResult{Application: app}, err)
+		return h.finish(ctx, in, seq, InstallResult{Application: app}, err, false)
 	}
-	if stale, err := h.stale(ctx, in.Rule, in.Cluster.Name, in.Enforcement.Name, installRecord(in, seq)); stale || err != nil {
+	stale, first, err := h.stale(ctx, in.Rule, in.Cluster.Name, in.Enforcement.Name, installRecord(in, seq),
+		!h.syncer.hasApplication(in.Cluster.Name, in.Enforcement.Name))
+	if stale || err != nil {
 		return err
 	}
 	res, err := h.syncer.Install(ctx, in, true)
 	if err == nil && res.Waiting {
 		return h.hold(ctx, in, seq, app)
 	}
-	return h.finish(ctx, in, seq, res, err)
+	return h.finish(ctx, in, seq, res, err, first)
 }
 
 // hold records the intent as the one waiting for its Application, then publishes InstallGated.
@@ -158,15 +160,16 @@ func (h *Handler) release(ctx context.Context, rule events.RuleRef, cluster, enf
 	if err == nil && res.Unchanged {
 		res.Created = true
 	}
-	return h.finish(ctx, in, entry.IntentSequence, res, err)
+	return h.finish(ctx, in, entry.IntentSequence, res, err, false)
 }
 
 // finish publishes the outcome of an install that was carried out (or failed), then removes any
 // intent waiting for the same Application: this one, released, or an older one it supersedes. A
 // permanent failure is published and acknowledged (the event is the record); any other failure
 // is published and retried, and the entry stays until the intent is done. seq is the intent's
-// decision sequence.
-func (h *Handler) finish(ctx context.Context, in *events.InstallIntent, seq uint64, res InstallResult, err error) error {
+// decision sequence. first is set when the intent is the first decision of its pair (see
+// decisionStore.admit): no intent can be waiting, and the bucket is not read.
+func (h *Handler) finish(ctx context.Context, in *events.InstallIntent, seq uint64, res InstallResult, err error, first bool) error {
 	if err == nil {
 		h.metrics.intent("install", "installed")
 		if in.Triggers != nil && in.Triggers.BeforeInstall != nil {
@@ -185,6 +188,9 @@ func (h *Handler) finish(ctx context.Context, in *events.InstallIntent, seq uint
 		if _, err := h.pub.Publish(ctx, succeeded); err != nil {
 			return err
 		}
+		if first {
+			return nil
+		}
 		return h.ungate(ctx, in.Rule, events.ApplicationName(in.Cluster.Name, in.Enforcement.Name), in.ID())
 	}
 	h.metrics.intent("install", "failed")
@@ -200,6 +206,9 @@ func (h *Handler) finish(ctx context.Context, in *events.InstallIntent, seq uint
 		return err
 	}
 	h.logger.Error("Install rejected", "application", res.Application, "reason", f.reason, "error", f.err)
+	if first {
+		return nil
+	}
 	return h.ungate(ctx, in.Rule, events.ApplicationName(in.Cluster.Name, in.Enforcement.Name), in.ID())
 }
 
@@ -223,7 +232,7 @@ func (h *Handler) uninstall(ctx context.Context, in *events.UninstallIntent, seq
 		_, err = h.pub.Publish(ctx, &events.UninstallDone{IntentID: in.ID(), Rule: in.Rule, Cluster: in.Cluster.Name, Enforcement: in.Enforcement, Application: app})
 		return err
 	}
-	if stale, err := h.stale(ctx, in.Rule, in.Cluster.Name, in.Enforcement, uninstallRecord(in, seq)); stale || err != nil {
+	if stale, _, err := h.stale(ctx, in.Rule, in.Cluster.Name, in.Enforcement, uninstallRecord(in, seq), false); stale || err != nil {
 		return err
 	}
 	// The waiting install goes first, so that its trigger's outcome, however late, creates
@@ -250,14 +259,15 @@ func (h *Handler) uninstall(ctx context.Context, in *events.UninstallIntent, seq
 // stale records rec as the last decision for the rule's enforcement on cluster and reports
 // false, or, when a newer decision was already acted on, logs and counts the intent as skipped
 // and reports true: the caller acknowledges it without any write and publishes nothing, so no
-// outcome of an old intent can pass for the current one's.
-func (h *Handler) stale(ctx context.Context, rule events.RuleRef, cluster, enforcement string, rec decisionRecord) (bool, error) {
-	newer, err := h.decisions.admit(ctx, decisionKey(rule, cluster, enforcement), rec)
+// outcome of an old intent can pass for the current one's. likelyNew and first: see
+// decisionStore.admit.
+func (h *Handler) stale(ctx context.Context, rule events.RuleRef, cluster, enforcement string, rec decisionRecord, likelyNew bool) (stale, first bool, err error) {
+	newer, first, err := h.decisions.admit(ctx, decisionKey(rule, cluster, enforcement), rec, likelyNew)
 	if err != nil || newer == nil {
-		return false, err
+		return false, first, err
 	}
 	h.skipped(rec.Kind, rec.IntentID, events.ApplicationName(cluster, enforcement), rec.Sequence, newer)
-	return true, nil
+	return true, false, nil
 }
 
 // skipped logs and counts an intent that a newer decision superseded.

@@ -90,6 +90,7 @@ type harness struct {
 	session    *argoSession
 	metrics    *Metrics
 	registry   *prometheus.Registry
+	natsURL    string
 }
 
 var nsCounter atomic.Int64
@@ -146,6 +147,7 @@ func newHarness(t testing.TB, opts ...harnessOption) *harness {
 	}
 
 	srv := testenv.StartNATS(t)
+	h.natsURL = srv.URL()
 	var nc *nats.Conn
 	nc, h.js = eventstest.Bus(t, srv.URL())
 	sub, err := nc.Subscribe("enforcement.>", func(m *nats.Msg) {

@@ -71,6 +71,13 @@ func (s *Syncer) names(cluster, enforcement string) objectNames {
 	return n
 }
 
+// hasApplication reports whether the view holds an Application of the cluster's enforcement,
+// under its name or its legacy name.
+func (s *Syncer) hasApplication(cluster, enforcement string) bool {
+	_, ok, _ := s.apps.get(s.names(cluster, enforcement).application)
+	return ok
+}
+
 // resolve returns the name of the object the view holds for cluster (and enforcement): name,
 // unless nothing exists under it and Enforcement's object of that cluster exists under legacy;
 // then legacy, and true.

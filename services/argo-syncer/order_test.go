@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
+	"github.com/enforcement-io/enforcement/pkg/events/eventstest"
+	"github.com/enforcement-io/enforcement/pkg/service"
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
@@ -148,7 +150,7 @@ func TestObsoleteWaitingInstallIsNotReleased(t *testing.T) {
 	seq := h.publish(in)[0]
 	h.outcome(gated(in.ID()))
 	un := uninstallIntent(in, events.UninstallNoLongerMatches)
-	if newer, err := h.handler.decisions.admit(context.Background(), decisionKey(in.Rule, "c1", "agent"), uninstallRecord(un, seq+100)); err != nil || newer != nil {
+	if newer, _, err := h.handler.decisions.admit(context.Background(), decisionKey(in.Rule, "c1", "agent"), uninstallRecord(un, seq+100), false); err != nil || newer != nil {
 		t.Fatalf("record a newer decision: %+v %v", newer, err)
 	}
 	h.publish(delivered(in, "dlv-1", seq))
@@ -159,5 +161,101 @@ func TestObsoleteWaitingInstallIsNotReleased(t *testing.T) {
 	}
 	if w := h.waiting(in); w != "" {
 		t.Errorf("install %s still waiting", w)
+	}
+}
+
+// An intent for a pair without Application creates its decision record in one write, and a
+// record already there still orders it: a newer one wins, the same one is a redelivery that
+// writes nothing, an older one is replaced. Only the record's creation is a pair's first decision.
+func TestAdmitLikelyNewKeepsTheOrder(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	d := h.handler.decisions
+	in := h.installIntent("baseline", "c1", "agent")
+	key := decisionKey(in.Rule, "c1", "agent")
+	recorded := func() (uint64, uint64) {
+		t.Helper()
+		rec, rev, err := service.GetJSON[decisionRecord](ctx, d.kv, key, "decision record")
+		if err != nil || rec == nil {
+			t.Fatalf("read the record: %+v %v", rec, err)
+		}
+		return rec.Sequence, rev
+	}
+	admit := func(seq uint64, likelyNew, wantFirst bool) *decisionRecord {
+		t.Helper()
+		newer, first, err := d.admit(ctx, key, installRecord(in, seq), likelyNew)
+		if err != nil {
+			t.Fatalf("admit sequence %d: %v", seq, err)
+		}
+		if first != wantFirst {
+			t.Errorf("admit sequence %d: first decision %v, want %v", seq, first, wantFirst)
+		}
+		return newer
+	}
+	if newer := admit(10, true, true); newer != nil {
+		t.Fatalf("the first decision was refused for %+v", newer)
+	}
+	seq, before := recorded()
+	if seq != 10 {
+		t.Fatalf("recorded sequence %d, want 10", seq)
+	}
+	if newer := admit(10, true, false); newer != nil {
+		t.Fatalf("a redelivery was refused for %+v", newer)
+	}
+	if _, rev := recorded(); rev != before {
+		t.Errorf("a redelivery wrote the record again (revision %d, was %d)", rev, before)
+	}
+	if newer := admit(5, true, false); newer == nil || newer.Sequence != 10 {
+		t.Fatalf("an older decision was admitted over sequence 10: newer %+v", newer)
+	}
+	if newer := admit(20, true, false); newer != nil {
+		t.Fatalf("a newer decision was refused for %+v", newer)
+	}
+	if seq, _ := recorded(); seq != 20 {
+		t.Errorf("recorded sequence %d, want 20", seq)
+	}
+	// Without the hint, the record is read first; the pair's first decision is still known.
+	other := decisionKey(in.Rule, "c2", "agent")
+	if newer, first, err := d.admit(ctx, other, installRecord(in, 30), false); err != nil || newer != nil || !first {
+		t.Fatalf("first decision of another pair without the hint: newer %+v, first %v, %v", newer, first, err)
+	}
+}
+
+// The install of a pair argo-syncer never acted on costs the bus one write of its decision
+// record and no read: the record is created outright (the cluster has no Application yet), and
+// the install gates are not read (no intent of a pair without decision can wait there). An edit
+// of an installed pair reads both, as the order and the gates need.
+func TestNewPairInstallReadsNoRecord(t *testing.T) {
+	h := newHarness(t)
+	decisions := eventstest.CountBucketRequests(t, h.natsURL, events.BucketLastDecisions)
+	gates := eventstest.CountBucketRequests(t, h.natsURL, events.BucketInstallGates)
+	h.consume()
+	clusters := []string{"c1", "c2", "c3"}
+	for _, c := range clusters {
+		in := h.installIntent("baseline", c, "agent")
+		h.publish(in)
+		h.outcome(succeeded(in.ID()))
+	}
+	h.caughtUp()
+	if r, w := decisions.Reads(), decisions.Writes(); r != 0 || w != int64(len(clusters)) {
+		t.Errorf("decision records: %d reads and %d writes for %d new pairs, want 0 and %d", r, w, len(clusters), len(clusters))
+	}
+	if r, w := gates.Reads(), gates.Writes(); r != 0 || w != 0 {
+		t.Errorf("install gates: %d reads and %d writes for %d new pairs, want none", r, w, len(clusters))
+	}
+
+	edited := h.installIntent("baseline", "c1", "agent")
+	edited.Enforcement.TargetRevision, edited.SpecHash = "v2", "h2"
+	h.publish(edited)
+	h.outcome(succeeded(edited.ID()))
+	h.caughtUp()
+	if r := decisions.Reads(); r != 1 {
+		t.Errorf("decision records: %d reads for an edit, want 1", r)
+	}
+	if r := gates.Reads(); r != 1 {
+		t.Errorf("install gates: %d reads for an edit, want 1", r)
+	}
+	if app := h.app(events.ApplicationName("c1", "agent")); app == nil || app.Spec.Source.TargetRevision != "v2" {
+		t.Errorf("the edit did not reach the Application: %+v", app)
 	}
 }

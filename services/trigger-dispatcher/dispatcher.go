@@ -170,8 +170,14 @@ func (d *dispatcher) onSucceeded(ctx context.Context, s *events.InstallSucceeded
 
 // afterInstallRecord returns the afterInstall record of the intent s reports, arming it from the
 // intent s carries when onIntent has not armed it yet; nil when the intent has no afterInstall
-// trigger.
+// trigger. An argo-syncer that reports the intent's sequence carries the intent of every creation
+// with an afterInstall trigger (events.InstallSucceeded), so an event with the sequence and
+// without the intent needs no look at the records: there is nothing to deliver. Only an event of
+// an earlier argo-syncer, without either, is looked up.
 func (d *dispatcher) afterInstallRecord(ctx context.Context, s *events.InstallSucceeded) (*record, error) {
+	if s.IntentSequence != 0 && s.Intent == nil {
+		return nil, nil
+	}
 	id := deliveryID(s.IntentID, events.PhaseAfterInstall)
 	r, _, err := d.records.get(ctx, id)
 	if err != nil || r != nil {

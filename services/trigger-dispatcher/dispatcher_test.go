@@ -625,6 +625,37 @@ func TestAfterInstallNotOnUpdate(t *testing.T) {
 	}
 }
 
+// A creation reported by an argo-syncer that carries intents (its event has the intent's
+// sequence) and without an intent had no afterInstall trigger: the dispatcher reads no record for
+// it. An event of an earlier argo-syncer, without the sequence, is still looked up, and its armed
+// afterInstall delivered.
+func TestCreationWithoutAfterInstallReadsNoRecord(t *testing.T) {
+	h := newHarness(t)
+	records := eventstest.CountBucketRequests(t, h.nats.URL(), events.BucketTriggers)
+	startService(t, h.env())
+	for i, cluster := range []string{"plain-1", "plain-2", "plain-3"} {
+		in := h.intent(cluster, "h1", nil)
+		h.publish(&events.InstallSucceeded{IntentID: in.ID(), IntentSequence: uint64(10 + i), Rule: in.Rule, Cluster: cluster,
+			Enforcement: "logging", Created: true, SpecHash: "h1"})
+	}
+	h.caughtUp()
+	if r, w := records.Reads(), records.Writes(); r != 0 || w != 0 {
+		t.Errorf("three creations without afterInstall: %d record reads and %d writes, want none", r, w)
+	}
+
+	after := newReceiver(t)
+	legacy := h.intent("legacy", "h1", &events.Triggers{AfterInstall: &events.Trigger{Endpoint: after.URL()}})
+	h.publish(legacy)
+	h.createApplication("legacy")
+	h.publish(&events.InstallSucceeded{IntentID: legacy.ID(), Rule: legacy.Rule, Cluster: "legacy", Enforcement: "logging", Created: true, SpecHash: "h1"})
+	if _, ok := h.waitOutcome(events.PhaseAfterInstall, legacy.ID()).(*events.TriggerDelivered); !ok {
+		t.Fatal("the afterInstall armed by the intent was not delivered on an earlier argo-syncer's event")
+	}
+	if records.Reads() == 0 {
+		t.Error("an earlier argo-syncer's creation was not looked up")
+	}
+}
+
 // An InstallSucceeded that reaches the dispatcher before its intent (a redelivered intent, handed
 // back by a replica that lost its leadership, comes after what followed it) still delivers the
 // afterInstall, from the intent the event carries, once; the late intent repeats nothing.
