@@ -140,3 +140,71 @@ func TestReportsAreFoldedTogether(t *testing.T) {
 		t.Error("b not installed after its retry")
 	}
 }
+
+// countingStore counts the pair writes that reach the store.
+type countingStore struct {
+	store
+	mu     sync.Mutex
+	writes int
+}
+
+func (s *countingStore) putPair(ctx context.Context, rule, cid string, p *pairState) error {
+	s.mu.Lock()
+	s.writes++
+	s.mu.Unlock()
+	return s.store.putPair(ctx, rule, cid, p)
+}
+
+func (s *countingStore) pairWrites() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writes
+}
+
+// A new Application's first health report, empty because Argo CD has not looked at it yet, is
+// not stored while the pair has no health: it says what no report says. Once a report said
+// something, an empty one replaces it (an Application recreated), and a real one is stored.
+func TestEmptyFirstHealthReportWritesNothing(t *testing.T) {
+	pub := &recordingPublisher{}
+	st := &countingStore{store: newMemStore()}
+	e := testEngine(st, pub, newMetrics(nil))
+	ctx := context.Background()
+	cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "u1", Generation: 1},
+		Spec: v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[:1], Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{}}}}
+	if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.applyCluster(ctx, testCluster("a", nil, true), 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	in := pub.installs()[0]
+	report := func(status events.ApplicationHealth) int {
+		t.Helper()
+		status.Rule, status.Cluster, status.Enforcement = in.Rule, "a", "guestbook"
+		status.Application, status.SpecHash = "a-guestbook", in.SpecHash
+		before := st.pairWrites()
+		if err := e.applyHealth(ctx, &status); err != nil {
+			t.Fatal(err)
+		}
+		return st.pairWrites() - before
+	}
+	health := func() *appHealth {
+		t.Helper()
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		for _, p := range e.pairs["ns/r"] {
+			return p.Enforcements.get("guestbook").Health
+		}
+		t.Fatal("the rule has no pair")
+		return nil
+	}
+	if w := report(events.ApplicationHealth{ResourceVersion: "1"}); w != 0 || health() != nil {
+		t.Errorf("an empty first report: %d pair writes and health %+v, want none", w, health())
+	}
+	if w := report(events.ApplicationHealth{ResourceVersion: "2", Observed: true, Health: "Healthy", Sync: "Synced"}); w != 1 {
+		t.Errorf("a Healthy report: %d pair writes, want 1", w)
+	}
+	if w := report(events.ApplicationHealth{ResourceVersion: "3"}); w != 1 || health() == nil || health().Status() != (healthStatus{}) {
+		t.Errorf("an empty report after a Healthy one: %d pair writes and health %+v, want 1 and an empty status", w, health())
+	}
+}

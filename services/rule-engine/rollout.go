@@ -749,6 +749,11 @@ func (e *engine) foldHealth(ev *events.ApplicationHealth) reportFold {
 		if es.Health != nil && es.Health.equal(h) {
 			continue
 		}
+		if es.Health == nil && h.Status() == (healthStatus{}) {
+			// A new Application's first report, before Argo CD has looked at it, says what no
+			// report says (neither healthy nor failed, for any spec): nothing to store.
+			continue
+		}
 		next := p.clone()
 		next.Enforcements.get(ev.Enforcement).Health = h
 		updates = append(updates, pairUpdate{rule: key, cid: cid, next: next})

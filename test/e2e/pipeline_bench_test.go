@@ -159,7 +159,7 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 	for i := range n {
 		fleet = append(fleet, gke(fmt.Sprintf("c-%05d", i), fmt.Sprintf("bench-%05d", i), "active", nil))
 	}
-	cpuBefore, writesBefore, requestsBefore := s.cpuTimes(), argoSyncerWrites(b, s), apiRequests(b, s)
+	cpuBefore, writesBefore, requestsBefore, busBefore := s.cpuTimes(), argoSyncerWrites(b, s), apiRequests(b, s), s.busTraffic(b)
 	var cpuProfiles *cpuProfiler
 	if profiles != "" {
 		cpuProfiles = s.profileCPU(profiles, fmt.Sprintf("%dx%d-create", n, rules))
@@ -167,8 +167,10 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 	s.rancher.SetClusters(fleet...)
 	waitFor(b, time.Hour, fmt.Sprintf("%d Applications", rules*n), func() bool { return apps.count("1") == rules*n })
 	cpuProfileFiles := cpuProfiles.stop()
-	cpuCreate, writesCreate, requestsCreate := s.cpuTimes(), argoSyncerWrites(b, s), apiRequests(b, s)
+	cpuCreate, writesCreate, requestsCreate, busCreate := s.cpuTimes(), argoSyncerWrites(b, s), apiRequests(b, s), s.busTraffic(b)
 	b.Logf("API server requests during the create: %s", countsSpent(requestsBefore, requestsCreate, 12))
+	b.Logf("NATS server during the create: %s; %.1f messages in an Application", countsSpent(busBefore, busCreate, len(busCreate)),
+		float64(busCreate[busMessagesIn]-busBefore[busMessagesIn])/float64(rules*n))
 	create := apps.last("1").Sub(appeared.first())
 	// Where the time went: the last cluster announced, the last intent published.
 	stages := fmt.Sprintf("last cluster appeared at %s, last install intent at %s; argo-syncer's writes: %s",
@@ -531,6 +533,24 @@ func (s *system) cpuTimes() map[string]time.Duration {
 		}
 	}
 	return out
+}
+
+const busMessagesIn = "messages in"
+
+// busTraffic is the NATS server's counts so far: the messages its clients sent (publishes, KV
+// writes, requests, acknowledgements: what it had to route), the messages it delivered, and the
+// JetStream API requests among them (direct gets of KV entries are not API requests).
+func (s *system) busTraffic(b *testing.B) map[string]int {
+	b.Helper()
+	varz, err := s.nats.Server().Varz(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	jsz, err := s.nats.Server().Jsz(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return map[string]int{busMessagesIn: int(varz.InMsgs), "messages out": int(varz.OutMsgs), "JetStream API requests": int(jsz.API.Total)}
 }
 
 // processCPU is a process's CPU time so far, from /proc/<pid>/stat.
