@@ -415,6 +415,8 @@ type InstallSucceeded struct {
 	// Intent is the whole install intent, carried when Created is true and the intent has an
 	// afterInstall trigger, so that trigger-dispatcher can deliver the webhook from this event
 	// alone: after a failover or a restart, a redelivered intent can reach it after this event.
+	// With IntentSequence set, its absence says the intent had no afterInstall trigger (the
+	// dispatcher then reads no delivery record); they came in the same version.
 	Intent *InstallIntent `json:"intent,omitempty"`
 }
 

@@ -82,7 +82,9 @@ func pipelineEnforcement(i int) string {
 //
 //   - create: the N clusters appear in a Rancher that pages 100 at a time, until each has its R
 //     Applications (from the first "cluster appeared" event to the last Application), against
-//     plain parallel creates of the same N cluster Secrets, N AppProjects and R × N Applications;
+//     plain parallel creates of the same N cluster Secrets, N AppProjects and R × N Applications,
+//     with the CPU of every process meanwhile, the API server's requests and the NATS server's
+//     traffic (messages in and out, JetStream API requests; messages in an Application);
 //   - edit: rule 0's Helm value changes, until its N Applications carry it, against plain
 //     parallel updates of as many Applications;
 //   - new cluster: PIPELINE_NEW clusters (default 100) appear one at a time into the full fleet;
