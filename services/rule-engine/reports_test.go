@@ -31,25 +31,33 @@ func (s *gatedStore) putPair(ctx context.Context, rule, cid string, p *pairState
 	return s.store.putPair(ctx, rule, cid, p)
 }
 
+// oneRuleEngine is an engine over st with the rule ns/r (one enforcement, a Rancher source) and
+// the named clusters applied; pub records the intents it published.
+func oneRuleEngine(t *testing.T, st store, clusters ...string) (*engine, *recordingPublisher) {
+	t.Helper()
+	pub := &recordingPublisher{}
+	e := testEngine(st, pub, newMetrics(nil))
+	cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "u1", Generation: 1},
+		Spec: v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[:1], Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{}}}}
+	if err := e.applyRule(context.Background(), ruleFromSpec(cr, "enforcement")); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range clusters {
+		if err := e.applyCluster(context.Background(), testCluster(name, nil, true), 1, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e, pub
+}
+
 // TestReportsAreFoldedTogether checks that outcomes and health reports waiting for the engine's
 // mutex are folded by whoever gets it: the records of different pairs are stored side by side,
 // a report on a pair another report of the batch changes is folded on that one's result, and
 // a record that cannot be stored fails its own report only, which its retry then folds.
 func TestReportsAreFoldedTogether(t *testing.T) {
-	pub := &recordingPublisher{}
 	mem := newMemStore()
-	e := testEngine(mem, pub, newMetrics(nil))
+	e, pub := oneRuleEngine(t, mem, "a", "b", "c")
 	ctx := context.Background()
-	cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "u1", Generation: 1},
-		Spec: v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[:1], Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{}}}}
-	if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"a", "b", "c"} {
-		if err := e.applyCluster(ctx, testCluster(name, nil, true), 1, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
 	intents := map[string]*events.InstallIntent{}
 	for _, in := range pub.installs() {
 		intents[in.Cluster.Name] = in
@@ -165,18 +173,9 @@ func (s *countingStore) pairWrites() int {
 // not stored while the pair has no health: it says what no report says. Once a report said
 // something, an empty one replaces it (an Application recreated), and a real one is stored.
 func TestEmptyFirstHealthReportWritesNothing(t *testing.T) {
-	pub := &recordingPublisher{}
 	st := &countingStore{store: newMemStore()}
-	e := testEngine(st, pub, newMetrics(nil))
+	e, pub := oneRuleEngine(t, st, "a")
 	ctx := context.Background()
-	cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "u1", Generation: 1},
-		Spec: v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[:1], Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{}}}}
-	if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.applyCluster(ctx, testCluster("a", nil, true), 1, 0); err != nil {
-		t.Fatal(err)
-	}
 	in := pub.installs()[0]
 	report := func(status events.ApplicationHealth) int {
 		t.Helper()

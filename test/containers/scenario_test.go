@@ -204,7 +204,6 @@ func rancherCluster(id, name, state string) map[string]any {
 	}
 }
 
-// addCluster adds a cluster to the fake Rancher's current listing of the scenario.
 // metricValue is the value of the unlabelled metric name in a Prometheus text exposition; -1
 // when it has none.
 func metricValue(exposition, name string) float64 {
@@ -218,6 +217,7 @@ func metricValue(exposition, name string) float64 {
 	return -1
 }
 
+// addCluster adds a cluster to the fake Rancher's current listing of the scenario.
 func (s *system) addCluster(t *testing.T, c map[string]any) {
 	t.Helper()
 	s.listing = append(s.listing, c)
