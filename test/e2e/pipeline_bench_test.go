@@ -208,15 +208,9 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 	b.ReportMetric(editFloor.Seconds(), "edit-floor-s")
 	b.ReportMetric(float64(median.Microseconds())/1000, "new-cluster-ms")
 	b.ReportMetric(float64(p99.Microseconds())/1000, "new-cluster-p99-ms")
-	var memory []string
-	for _, name := range hubServices {
-		after, peak := s.memoryKB(name, "VmRSS"), s.memoryKB(name, "VmHWM")
-		live := s.liveHeapKB(name)
-		memory = append(memory, fmt.Sprintf("    %-18s idle %4d MB, after %4d MB (%+.1f KB a cluster), peak %4d MB (%+.1f KB a cluster); live heap idle %3d MB, after %4d MB (%+.1f KB a cluster)",
-			name, idle[name]/1024, after/1024, float64(after-idle[name])/float64(n+newClusters),
-			peak/1024, float64(peak-idle[name])/float64(n+newClusters),
-			idleLive[name]/1024, live/1024, float64(live-idleLive[name])/float64(n+newClusters)))
-	}
+	run := pipelineRun{createRatio: create.Seconds() / createFloor.Seconds(), applyRatio: create.Seconds() / fl.apply.Seconds(),
+		editRatio: edit.Seconds() / editFloor.Seconds(), newCluster: latencies}
+	memory := s.memoryGrowth(n+newClusters, idle, idleLive, &run)
 	if profiles != "" {
 		memory = append(memory, s.saveHeapProfiles(profiles, fmt.Sprintf("%dx%d", n, rules))...)
 		memory = append(memory, "    CPU profiles of the create, in windows of "+cpuProfileWindow.String()+": "+strings.Join(cpuProfileFiles, " "))
@@ -236,6 +230,26 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 		edit.Round(time.Millisecond), n, editFloor.Round(time.Millisecond), edit.Seconds()/editFloor.Seconds(), editIntents.Round(time.Millisecond),
 		len(latencies), spread(latencies), spread(toIntents),
 		strings.Join(memory, "\n"))
+	recordPipelineRun(b, fmt.Sprintf("%d clusters, %d rule(s), %s", n, rules, settings), run)
+}
+
+// memoryGrowth reads each service's resident set, its peak and its live heap after a round and
+// returns a line of them for each, with their growth over the idle figures a cluster of the
+// clusters present at the end, which it also records in run.
+func (s *system) memoryGrowth(clusters int, idle, idleLive map[string]int, run *pipelineRun) []string {
+	run.resident, run.live = map[string]float64{}, map[string]float64{}
+	var memory []string
+	for _, name := range hubServices {
+		after, peak := s.memoryKB(name, "VmRSS"), s.memoryKB(name, "VmHWM")
+		live := s.liveHeapKB(name)
+		run.resident[name] = float64(after-idle[name]) / float64(clusters)
+		run.live[name] = float64(live-idleLive[name]) / float64(clusters)
+		memory = append(memory, fmt.Sprintf("    %-18s idle %4d MB, after %4d MB (%+.1f KB a cluster), peak %4d MB (%+.1f KB a cluster); live heap idle %3d MB, after %4d MB (%+.1f KB a cluster)",
+			name, idle[name]/1024, after/1024, run.resident[name],
+			peak/1024, float64(peak-idle[name])/float64(clusters),
+			idleLive[name]/1024, live/1024, run.live[name]))
+	}
+	return memory
 }
 
 // benchSetUp readies a system for the benchmark before its services start: the shipped
