@@ -13,8 +13,9 @@ import (
 // of one setting (pipelineRuns).
 type pipelineRun struct {
 	// createRatio and applyRatio are the create's time to the plain-create floor's and to the
-	// server-side-apply floor's; editRatio the edit's to the update floor's.
-	createRatio, applyRatio, editRatio float64
+	// server-side-apply floor's; editRatio and editApplyRatio the edit's to the plain-update
+	// floor's and to the server-side-apply floor's.
+	createRatio, applyRatio, editRatio, editApplyRatio float64
 	// newCluster are the new clusters' times, event to last Application.
 	newCluster []time.Duration
 	// resident and live are each service's growth a cluster, in KB: its resident set and its
@@ -66,13 +67,15 @@ func recordPipelineRun(b *testing.B, setting string, run pipelineRun) {
 	b.Logf("medians of the %d runs so far at %s (each run's figure in brackets, in order):\n"+
 		"  create / plain-create floor        %s\n"+
 		"  create / server-side-apply floor   %s\n"+
-		"  edit / update floor                %s\n"+
+		"  edit / plain-update floor          %s\n"+
+		"  edit / server-side-apply floor     %s\n"+
 		"  one new cluster, the %d of all runs together: %s\n"+
 		"  memory growth a cluster:\n%s",
 		len(runs), setting,
 		figure(func(r pipelineRun) float64 { return r.createRatio }),
 		figure(func(r pipelineRun) float64 { return r.applyRatio }),
 		figure(func(r pipelineRun) float64 { return r.editRatio }),
+		figure(func(r pipelineRun) float64 { return r.editApplyRatio }),
 		len(pooled), spread(pooled),
 		strings.Join(memory, "\n"))
 }
