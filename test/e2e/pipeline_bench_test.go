@@ -922,13 +922,8 @@ func (f *floor) writeAll(t pipelineTemplate, n, rules int, write func(dynamic.Re
 
 // updateAll changes the Helm value of every Application the floor created, one update each.
 func (f *floor) updateAll() time.Duration {
-	ctx := context.Background()
-	return f.parallel(len(f.apps), func(i int) error {
-		u, err := editedApplication(f.apps[i])
-		if err != nil {
-			return err
-		}
-		_, err = f.dyn.Resource(gvrApplication).Namespace(f.ns).Update(ctx, u, metav1.UpdateOptions{})
+	return f.editAll(func(r dynamic.ResourceInterface, u *unstructured.Unstructured) error {
+		_, err := r.Update(context.Background(), u, metav1.UpdateOptions{})
 		return err
 	})
 }
@@ -937,16 +932,23 @@ func (f *floor) updateAll() time.Duration {
 // as argo-syncer writes a rule edit: what the edit's write method costs the API server, next to
 // plain updates.
 func (f *floor) reapplyAll() time.Duration {
-	ctx := context.Background()
+	return f.editAll(func(r dynamic.ResourceInterface, u *unstructured.Unstructured) error {
+		u.SetManagedFields(nil) // an apply states what it owns, never the ownership records
+		u.SetResourceVersion("")
+		_, err := r.Apply(context.Background(), u.GetName(), u, metav1.ApplyOptions{FieldManager: "floor", Force: true})
+		return err
+	})
+}
+
+// editAll writes the rule edit's Helm value into every Application the floor wrote, one write
+// each.
+func (f *floor) editAll(write func(dynamic.ResourceInterface, *unstructured.Unstructured) error) time.Duration {
 	return f.parallel(len(f.apps), func(i int) error {
 		u, err := editedApplication(f.apps[i])
 		if err != nil {
 			return err
 		}
-		u.SetManagedFields(nil) // an apply states what it owns, never the ownership records
-		u.SetResourceVersion("")
-		_, err = f.dyn.Resource(gvrApplication).Namespace(f.ns).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "floor", Force: true})
-		return err
+		return write(f.dyn.Resource(gvrApplication).Namespace(f.ns), u)
 	})
 }
 
