@@ -86,7 +86,7 @@ func pipelineEnforcement(i int) string {
 //     with the CPU of every process meanwhile, the API server's requests and the NATS server's
 //     traffic (messages in and out, JetStream API requests; messages in an Application);
 //   - edit: rule 0's Helm value changes, until its N Applications carry it, against plain
-//     parallel updates of as many Applications;
+//     parallel updates of as many Applications, and against the same edit by server-side apply;
 //   - new cluster: PIPELINE_NEW clusters (default 100) appear one at a time into the full fleet;
 //     the time from each one's "cluster appeared" event to the last of its R Applications
 //     (median, 99th percentile, slowest), and the share of it up to its last install intent;
@@ -101,7 +101,9 @@ func pipelineEnforcement(i int) string {
 // it with go tool pprof -sample_index=inuse_space), and its CPU profiles of the create, one a
 // cpuProfileWindow from the clusters' appearance until the window in which the last Application
 // was created ends (<service>-<N>x<R>-create-cpu-<k>.pprof; go tool pprof merges the windows
-// given together). It prints the figures and their ratios to the floor; it asserts no timing.
+// given together). It prints the figures and their ratios to the floor, and from a setting's
+// second run in one process on the medians of its runs so far (recordPipelineRun); it asserts
+// no timing.
 func BenchmarkPipeline(b *testing.B) {
 	n := envCount(b, "PIPELINE_CLUSTERS", 1000)
 	rules := envCount(b, "PIPELINE_RULES", 1)
@@ -294,8 +296,8 @@ func (s *system) scanEverySecond() {
 }
 
 // floors are the floors of a round, measured on the same API server after the services' create:
-// the same objects by plain creates (kept for the update floor) and by server-side apply, each in a
-// namespace of its own, with the control plane's CPU time for each.
+// the same objects by plain creates and by server-side apply (each kept for an edit floor), each
+// in a namespace of its own, with the control plane's CPU time for each.
 type floors struct {
 	// floor holds the plain creates' objects, applier the server-side applies' (for the edit's
 	// floors).
