@@ -208,6 +208,7 @@ type child struct {
 	name       string
 	cmd        *exec.Cmd
 	healthAddr string
+	logPath    string
 	done       chan struct{}
 }
 
@@ -219,7 +220,14 @@ func startServices(ctx context.Context, bin, logs, natsURL, kubeconfig string, g
 	}
 	var procs []*child
 	for _, name := range hubServices {
-		metrics, health := freeAddr(), freeAddr()
+		metrics, err := testenv.PickFreeAddr()
+		if err != nil {
+			return procs, err
+		}
+		health, err := testenv.PickFreeAddr()
+		if err != nil {
+			return procs, err
+		}
 		env := append(os.Environ(),
 			"NATS_URL="+natsURL,
 			"KUBECONFIG="+kubeconfig,
@@ -237,7 +245,8 @@ func startServices(ctx context.Context, bin, logs, natsURL, kubeconfig string, g
 			"METRICS_ADDR="+metrics,
 			"HEALTH_ADDR="+health,
 		)
-		logFile, err := os.Create(filepath.Join(logs, name+".log"))
+		logPath := filepath.Join(logs, name+".log")
+		logFile, err := os.Create(logPath)
 		if err != nil {
 			return procs, err
 		}
@@ -247,7 +256,7 @@ func startServices(ctx context.Context, bin, logs, natsURL, kubeconfig string, g
 			logFile.Close()
 			return procs, fmt.Errorf("start %s: %w", name, err)
 		}
-		c := &child{name: name, cmd: cmd, healthAddr: health, done: make(chan struct{})}
+		c := &child{name: name, cmd: cmd, healthAddr: health, logPath: logPath, done: make(chan struct{})}
 		go func() { _ = cmd.Wait(); logFile.Close(); close(c.done) }()
 		procs = append(procs, c)
 		say("Started %s (metrics http://%s/metrics, health http://%s/readyz)", name, metrics, health)
@@ -266,7 +275,10 @@ func waitReady(ctx context.Context, c *child) error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-c.done:
-			return fmt.Errorf("%s exited before it was ready", c.name)
+			if c.logPath == "" {
+				return fmt.Errorf("%s exited before it was ready (%s)", c.name, c.cmd.ProcessState)
+			}
+			return fmt.Errorf("%s exited before it was ready (%s); the end of %s:\n%s", c.name, c.cmd.ProcessState, c.logPath, logTail(c.logPath, 10))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
@@ -303,13 +315,14 @@ func stopServices(procs []*child, say func(string, ...any)) {
 	wg.Wait()
 }
 
-func freeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// logTail returns the last n lines of the file at path, or why it cannot be read.
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return "127.0.0.1:0"
+		return err.Error()
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 func valueOr(v, def string) string {

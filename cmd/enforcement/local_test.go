@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -122,6 +124,39 @@ func TestLocalRunProducesTheDemoApplications(t *testing.T) {
 		if !strings.Contains(out.String(), "Stopped "+s) {
 			t.Errorf("%s was not stopped cleanly:\n%s", s, out.String())
 		}
+	}
+}
+
+// TestWaitReadyNamesTheExitAndTheLogEnd: a service that stops before it is ready (here a shell
+// that says why and exits 3) is reported with its exit status and the end of its log, so the
+// user of the local mode sees the reason without opening the log.
+func TestWaitReadyNamesTheExitAndTheLogEnd(t *testing.T) {
+	logPath := filepath.Join(t.TempDir(), "rule-engine.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	c := &child{name: "rule-engine", healthAddr: testenv.FreeAddr(t), logPath: logPath, done: make(chan struct{})}
+	c.cmd = exec.Command("sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo line $i; done; echo 'listen tcp: address already in use'; exit 3")
+	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.cmd.Wait(); close(c.done) }()
+
+	err = waitReady(t.Context(), c)
+	if err == nil {
+		t.Fatal("waitReady returned nil for a service that exited")
+	}
+	msg := err.Error()
+	for _, want := range []string{"rule-engine exited before it was ready", "exit status 3", logPath, "line 4\n", "listen tcp: address already in use"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not contain %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "line 3\n") {
+		t.Errorf("error %q holds more than the log's last 10 lines", msg)
 	}
 }
 

@@ -140,10 +140,10 @@ func startRuleEngine(t *testing.T, root, natsURL, kubeconfig, ns string) {
 		t.Fatalf("build rule-engine: %v\n%s", err, out)
 	}
 	var logs testenv.SyncBuffer
-	c := &child{name: "rule-engine", healthAddr: freeAddr(), done: make(chan struct{})}
+	c := &child{name: "rule-engine", healthAddr: testenv.FreeAddr(t), done: make(chan struct{})}
 	c.cmd = exec.Command(filepath.Join(bin, "rule-engine"))
 	c.cmd.Env = append(os.Environ(), "NATS_URL="+natsURL, "NATS_USER=rule-engine", "NATS_PASSWORD="+testenv.NATSPassword("rule-engine"),
-		"KUBECONFIG="+kubeconfig, "WATCH_NAMESPACES="+ns, "HEALTH_ADDR="+c.healthAddr, "METRICS_ADDR="+freeAddr(), "STREAM_REPLICAS=1")
+		"KUBECONFIG="+kubeconfig, "WATCH_NAMESPACES="+ns, "HEALTH_ADDR="+c.healthAddr, "METRICS_ADDR="+testenv.FreeAddr(t), "STREAM_REPLICAS=1")
 	c.cmd.Stdout, c.cmd.Stderr = &logs, &logs
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)

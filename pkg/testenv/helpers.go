@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -16,16 +17,25 @@ import (
 )
 
 // FreeAddr returns a 127.0.0.1 address whose port was free a moment ago, for a service's
-// METRICS_ADDR or HEALTH_ADDR. It never returns an address twice in one test process: a test
-// that picks several addresses before it starts anything would otherwise be given a port again
-// once its probe closed. The port is drawn below the kernel's ephemeral range
-// (freePortRange): a port the kernel handed out for a listener on port 0 is one it also hands
-// out as the local port of an outgoing connection, and the many connections a test makes (to
-// its API server, to NATS) took such a port between the probe and the service's listen now
-// and then. Another process may still take the port before it is bound; tests that start a
-// server on it fail loudly then, they do not hang.
+// METRICS_ADDR or HEALTH_ADDR; see PickFreeAddr. It fails the test when none is found.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	addr, err := PickFreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// PickFreeAddr returns a 127.0.0.1 address whose port was free a moment ago. It never returns
+// an address twice in one process: a caller that picks several addresses before it starts
+// anything would otherwise be given a port again once its probe closed. The port is drawn
+// below the kernel's ephemeral range (freePortRange): a port the kernel handed out for a
+// listener on port 0 is one it also hands out as the local port of an outgoing connection, and
+// the many connections a test or the local mode makes (to its API server, to NATS) took such a
+// port between the probe and the service's listen now and then. Another process may still take
+// the port before it is bound; a server started on it then fails loudly, it does not hang.
+func PickFreeAddr() (string, error) {
 	low, high := freePortRange()
 	for range 1000 {
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(low+rand.IntN(high-low)))
@@ -38,11 +48,10 @@ func FreeAddr(t testing.TB) string {
 		}
 		ln.Close()
 		if _, given := freeAddrsGiven.LoadOrStore(addr, true); !given {
-			return addr
+			return addr, nil
 		}
 	}
-	t.Fatalf("find a free port: 1,000 tries in [%d, %d) found none free and not handed out already", low, high)
-	return ""
+	return "", fmt.Errorf("find a free port: 1,000 tries in [%d, %d) found none free and not handed out already", low, high)
 }
 
 // freePortRange is where FreeAddr draws its ports: [10000, the first ephemeral port), from
