@@ -168,20 +168,7 @@ func BenchmarkClusterAppeared(b *testing.B) {
 		b.Fatalf("%d pairs, want %d", n, clusters*rules)
 	}
 	// Then every install succeeds, as argo-syncer reports it, and each state records the outcome.
-	var succeeded []events.Event
-	for _, pairs := range e.pairs {
-		for _, p := range pairs {
-			for _, st := range p.Enforcements {
-				succeeded = append(succeeded, &events.InstallSucceeded{IntentID: st.intentID(), Rule: p.Rule.Value(), Cluster: p.Cluster.Value().Name,
-					Enforcement: st.Name, Application: p.Cluster.Value().Name + "-" + st.Name, Created: true, SpecHash: st.SpecHash})
-			}
-		}
-	}
-	for _, ev := range succeeded {
-		if err := e.applyOutcome(ctx, ev, events.Meta{}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	succeedInstalls(b, e)
 	perClusterInstalled := float64(testenv.LiveHeap()-before) / clusters
 	for _, pairs := range e.pairs {
 		for _, p := range pairs {
@@ -240,6 +227,58 @@ func BenchmarkClusterAppeared(b *testing.B) {
 	b.ReportMetric(perCluster, "live-B/cluster")
 	b.ReportMetric(perClusterInstalled, "live-B/cluster-installed")
 	b.ReportMetric(perClusterHealthy, "live-B/cluster-healthy")
+}
+
+// succeedInstalls reports every install intent of e's pairs succeeded, as argo-syncer does.
+func succeedInstalls(b *testing.B, e *engine) {
+	var succeeded []events.Event
+	for _, pairs := range e.pairs {
+		for _, p := range pairs {
+			for _, st := range p.Enforcements {
+				succeeded = append(succeeded, &events.InstallSucceeded{IntentID: st.intentID(), Rule: p.Rule.Value(), Cluster: p.Cluster.Value().Name,
+					Enforcement: st.Name, Application: p.Cluster.Value().Name + "-" + st.Name, Created: true, SpecHash: st.SpecHash})
+			}
+		}
+	}
+	for _, ev := range succeeded {
+		if err := e.applyOutcome(context.Background(), ev, events.Meta{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRuleStatus measures what each ClusterRule's status costs at the pipeline
+// benchmark's 10,000 clusters × 10 rules, all installed, when one cluster has appeared since
+// the last status: each iteration adds a cluster, then computes one rule's status under the
+// engine's mutex, as the status notifier does (at most once a STATUS_INTERVAL) for every rule a
+// change concerns. New clusters wait for that mutex meanwhile.
+func BenchmarkRuleStatus(b *testing.B) {
+	const clusters, rules = 10000, 10
+	e := testEngine(persistNothing{newMemStore()}, &countingPublisher{}, newMetrics(nil))
+	ctx := context.Background()
+	applyPipelineRules(b, e, rules)
+	for i := range clusters {
+		if err := e.applyCluster(ctx, rancherCluster(b, i), uint64(i+1), 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := e.applyListed(ctx, &events.SourceListed{Source: rancherSource(), Scan: 1, Known: clusters}); err != nil {
+		b.Fatal(err)
+	}
+	succeedInstalls(b, e)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		if err := e.applyCluster(ctx, rancherCluster(b, clusters+i), uint64(clusters+i+1), 0); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		st, _ := e.status(fmt.Sprintf("enforcement/pipeline-%d", i%rules), 1)
+		if int(st.MatchedClusters) != clusters+i+1 {
+			b.Fatalf("status counts %d matched clusters, want %d", st.MatchedClusters, clusters+i+1)
+		}
+	}
 }
 
 // applyPipelineRules applies the pipeline benchmark's rules to e: rule i installs package

@@ -71,39 +71,35 @@ type engine struct {
 	// reports are the outcomes and health reports waiting for the mutex (reports.go).
 	reports reportQueue
 
-	mu       sync.Mutex
-	clusters map[string]*clusterRecord      // by cluster id
-	bySource map[string]map[string]struct{} // source id -> cluster ids
-	// sourceVersions counts the changes of each source's clusters in the view (by source id):
-	// what a rule's matched clusters were computed from (matchedClusters).
-	sourceVersions map[string]uint64
-	rules          map[string]*ruleState            // by namespace/name
-	rulesBySource  map[string]map[string]*ruleState // source id -> rules
-	pairs          map[string]map[string]*pairState // rule -> cluster id -> pair
-	pairByName     map[string][]namedCluster        // cluster name -> the cluster ids pairs hold it for, sorted (pairsNamed)
-	degraded       map[string]*degradation          // by source id
-	held           map[string]*heldRemovals         // by rule: selection removals a rule edit held
-	listed         map[string]*listing              // by source id: its last complete listing (handover.go)
-	rollouts       map[string]*rolloutState         // by rule: its staged rollout (rollout.go)
+	mu            sync.Mutex
+	clusters      map[string]*clusterRecord        // by cluster id
+	bySource      map[string]map[string]struct{}   // source id -> cluster ids
+	rules         map[string]*ruleState            // by namespace/name
+	rulesBySource map[string]map[string]*ruleState // source id -> rules
+	pairs         map[string]map[string]*pairState // rule -> cluster id -> pair
+	pairByName    map[string][]namedCluster        // cluster name -> the cluster ids pairs hold it for, sorted (pairsNamed)
+	degraded      map[string]*degradation          // by source id
+	held          map[string]*heldRemovals         // by rule: selection removals a rule edit held
+	listed        map[string]*listing              // by source id: its last complete listing (handover.go)
+	rollouts      map[string]*rolloutState         // by rule: its staged rollout (rollout.go)
 }
 
 func newEngine(log *slog.Logger, st store, pub intentPublisher, r *Renderer, m *metrics, degradedTTL time.Duration) *engine {
 	return &engine{
 		log: log, store: st, pub: pub, renderer: r, metrics: m, degradedTTL: degradedTTL, maxRemovalFraction: 0.1,
-		now:            time.Now,
-		notify:         func(string) {},
-		loaded:         make(chan struct{}),
-		clusters:       map[string]*clusterRecord{},
-		bySource:       map[string]map[string]struct{}{},
-		sourceVersions: map[string]uint64{},
-		rules:          map[string]*ruleState{},
-		rulesBySource:  map[string]map[string]*ruleState{},
-		pairs:          map[string]map[string]*pairState{},
-		pairByName:     map[string][]namedCluster{},
-		degraded:       map[string]*degradation{},
-		held:           map[string]*heldRemovals{},
-		listed:         map[string]*listing{},
-		rollouts:       map[string]*rolloutState{},
+		now:           time.Now,
+		notify:        func(string) {},
+		loaded:        make(chan struct{}),
+		clusters:      map[string]*clusterRecord{},
+		bySource:      map[string]map[string]struct{}{},
+		rules:         map[string]*ruleState{},
+		rulesBySource: map[string]map[string]*ruleState{},
+		pairs:         map[string]map[string]*pairState{},
+		pairByName:    map[string][]namedCluster{},
+		degraded:      map[string]*degradation{},
+		held:          map[string]*heldRemovals{},
+		listed:        map[string]*listing{},
+		rollouts:      map[string]*rolloutState{},
 	}
 }
 
@@ -153,25 +149,31 @@ func (e *engine) load(ctx context.Context) error {
 	return nil
 }
 
-// setCluster records a cluster in the view and in its source's index.
+// setCluster records a cluster in the view, in its source's index and in the matched views of
+// its source's rules.
 func (e *engine) setCluster(cid string, rec *clusterRecord) {
 	rec.compact()
-	e.clusters[cid] = rec
 	src := rec.Cluster.Source.ID
+	var old *events.Cluster
+	if prev := e.clusters[cid]; prev != nil {
+		old = &prev.Cluster
+	}
+	e.noteMatched(src, old, &rec.Cluster)
+	e.clusters[cid] = rec
 	if e.bySource[src] == nil {
 		e.bySource[src] = map[string]struct{}{}
 	}
 	e.bySource[src][cid] = struct{}{}
-	e.sourceVersions[src]++
 	e.metrics.clusters.Set(float64(len(e.clusters)))
 }
 
-// removeCluster forgets a cluster, in the view and in its source's index.
+// removeCluster forgets a cluster, in the view, in its source's index and in the matched views
+// of its source's rules.
 func (e *engine) removeCluster(cid string) {
 	if rec, ok := e.clusters[cid]; ok {
+		e.noteMatched(rec.Cluster.Source.ID, &rec.Cluster, nil)
 		delete(e.bySource[rec.Cluster.Source.ID], cid)
 		delete(e.clusters, cid)
-		e.sourceVersions[rec.Cluster.Source.ID]++
 	}
 	e.metrics.clusters.Set(float64(len(e.clusters)))
 }

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,4 +57,63 @@ func TestMatchedClustersFollowTheView(t *testing.T) {
 		t.Fatal(err)
 	}
 	matched("a")
+}
+
+// TestMatchedViewStaysExact changes the view at random, beyond the status' list of
+// v1beta1.MaxStatusEntries names: clusters appear, change labels and names (names shared by
+// several clusters among them) and go. After each change the kept matched view must equal a
+// count from scratch; and most changes must be mended in place rather than counted again.
+func TestMatchedViewStaysExact(t *testing.T) {
+	e := testEngine(newMemStore(), &recordingPublisher{}, newMetrics(nil))
+	ctx := context.Background()
+	cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "u1", Generation: 1},
+		Spec: v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[:1],
+			Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{Labels: map[string]string{"env": "prod"}}}}}
+	if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	present := map[string]bool{}
+	kept := 0
+	const steps = 600
+	for step := range steps {
+		key := fmt.Sprintf("k-%03d", rng.IntN(150))
+		rev := uint64(step + 1)
+		if present[key] && rng.IntN(4) == 0 {
+			if err := e.applyClusterGone(ctx, &events.ClusterGone{Source: rancherSource(), Key: key, Revision: rev, LastSeen: time.Now()}, 0); err != nil {
+				t.Fatal(err)
+			}
+			delete(present, key)
+		} else {
+			env := []string{"prod", "prod", "dev"}[rng.IntN(3)]
+			c := events.Cluster{Source: rancherSource(), Key: key, Name: fmt.Sprintf("n-%03d", rng.IntN(120)),
+				URL: "https://rancher.example/k8s/clusters/" + key, Labels: map[string]string{"env": env}, State: "active", Eligible: true}
+			if err := e.applyCluster(ctx, c, rev, 0); err != nil {
+				t.Fatal(err)
+			}
+			present[key] = true
+		}
+		r := e.rules["ns/r"]
+		before := r.matched
+		st, _ := e.status("ns/r", 1)
+		if before != nil && r.matched == before {
+			kept++
+		}
+		full := e.countMatched(r)
+		if st.MatchedClusters != full.count || !slices.Equal(statusNames(st.Clusters), statusNames(full.first)) {
+			t.Fatalf("step %d: kept view counts %d: %v; counted from scratch %d: %v",
+				step, st.MatchedClusters, statusNames(st.Clusters), full.count, statusNames(full.first))
+		}
+	}
+	if kept < steps/2 {
+		t.Errorf("the matched view was mended in place after %d of %d changes, want most", kept, steps)
+	}
+}
+
+func statusNames(cs []v1beta1.ClusterStatus) []string {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.Name
+	}
+	return names
 }
