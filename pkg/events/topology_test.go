@@ -88,11 +88,10 @@ func TestApplyNeverLowersLimits(t *testing.T) {
 func startNATSCluster(t *testing.T) (jetstream.JetStream, map[string]*server.Server) {
 	t.Helper()
 	const size = 3
-	routePorts := make([]int, size)
+	routePorts := freePorts(t, size)
 	var routes []*url.URL
-	for i := range routePorts {
-		routePorts[i] = freePort(t)
-		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", routePorts[i])})
+	for _, port := range routePorts {
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", port)})
 	}
 	var urls []string
 	servers := map[string]*server.Server{}
@@ -138,15 +137,20 @@ func startNATSCluster(t *testing.T) (jetstream.JetStream, map[string]*server.Ser
 	}
 }
 
-// freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
-func freePort(t *testing.T) int {
+// freePorts returns n distinct TCP ports of 127.0.0.1 that were free a moment ago. Every probe
+// stays open until all are picked: a probe closed early lets the kernel hand its port out again.
+func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // TestApplyNeverLowersReplicas: on a 3-node cluster, a stream and buckets created with three
