@@ -18,14 +18,8 @@ import (
 // status computations, against the view as clusters of the rule's source appear, change labels
 // and go, and that a status computed twice without such a change counts them once.
 func TestMatchedClustersFollowTheView(t *testing.T) {
-	e := testEngine(newMemStore(), &recordingPublisher{}, newMetrics(nil))
+	e := prodRuleEngine(t)
 	ctx := context.Background()
-	cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "u1", Generation: 1},
-		Spec: v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[:1],
-			Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{Labels: map[string]string{"env": "prod"}}}}}
-	if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
-		t.Fatal(err)
-	}
 	matched := func(want ...string) {
 		t.Helper()
 		st, _ := e.status("ns/r", 1)
@@ -64,14 +58,8 @@ func TestMatchedClustersFollowTheView(t *testing.T) {
 // several clusters among them) and go. After each change the kept matched view must equal a
 // count from scratch; and most changes must be mended in place rather than counted again.
 func TestMatchedViewStaysExact(t *testing.T) {
-	e := testEngine(newMemStore(), &recordingPublisher{}, newMetrics(nil))
+	e := prodRuleEngine(t)
 	ctx := context.Background()
-	cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "u1", Generation: 1},
-		Spec: v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[:1],
-			Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{Labels: map[string]string{"env": "prod"}}}}}
-	if err := e.applyRule(ctx, ruleFromSpec(cr, "enforcement")); err != nil {
-		t.Fatal(err)
-	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	present := map[string]bool{}
 	kept := 0
@@ -116,4 +104,18 @@ func statusNames(cs []v1beta1.ClusterStatus) []string {
 		names[i] = c.Name
 	}
 	return names
+}
+
+// prodRuleEngine is an engine with one rule, ns/r, which installs one package on the clusters
+// of the Rancher source labelled env=prod.
+func prodRuleEngine(t *testing.T) *engine {
+	t.Helper()
+	e := testEngine(newMemStore(), &recordingPublisher{}, newMetrics(nil))
+	cr := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "u1", Generation: 1},
+		Spec: v1beta1.ClusterRuleSpec{Enforcements: twoEnforcements()[:1],
+			Source: v1beta1.Source{Rancher: &v1beta1.RancherSource{Labels: map[string]string{"env": "prod"}}}}}
+	if err := e.applyRule(context.Background(), ruleFromSpec(cr, "enforcement")); err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
