@@ -74,8 +74,8 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 // the rule was applied counts them over all of the source's clusters (countMatched); from then
 // on the view follows each change of one of the source's clusters (noteMatched). The status is
 // computed again after each outcome of the rule, hundreds a second in a burst, under the
-// engine's mutex: counting and sorting 10,000 clusters each time held it for about 14 ms a rule
-// (BenchmarkRuleStatus).
+// engine's mutex: counting and sorting 10,000 clusters each time was most of the 8 ms a status
+// took at 10,000 clusters (BenchmarkRuleStatus; 1.4 ms since).
 func (e *engine) matchedClusters(r *ruleState) (int32, []v1beta1.ClusterStatus) {
 	if r.matched == nil {
 		r.matched = e.countMatched(r)
@@ -105,11 +105,15 @@ func (e *engine) noteMatched(sourceID string, old, now *events.Cluster) {
 		if m == nil {
 			continue
 		}
-		if old != nil && r.sel.selects(old) && !m.remove(old) {
+		was, is := old != nil && r.sel.selects(old), now != nil && r.sel.selects(now)
+		if was && is && old.Name == now.Name && old.URL == now.URL {
+			continue // listed as it was
+		}
+		if was && !m.remove(old) {
 			r.matched = nil
 			continue
 		}
-		if now != nil && r.sel.selects(now) {
+		if is {
 			m.add(now)
 		}
 	}
@@ -143,7 +147,7 @@ func (m *matchedView) remove(c *events.Cluster) bool {
 	m.count--
 	all := int(m.count)+1 == len(m.first)
 	if !all {
-		return compareStrings(c.Name, m.first[len(m.first)-1].Name) > 0
+		return len(m.first) > 0 && compareStrings(c.Name, m.first[len(m.first)-1].Name) > 0
 	}
 	at := slices.IndexFunc(m.first, func(s v1beta1.ClusterStatus) bool { return s.Name == c.Name && s.URL == c.URL })
 	if at < 0 {

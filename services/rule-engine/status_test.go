@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,31 +56,38 @@ func TestMatchedClustersFollowTheView(t *testing.T) {
 
 // TestMatchedViewStaysExact changes the view at random, beyond the status' list of
 // v1beta1.MaxStatusEntries names: clusters appear, change labels and names (names shared by
-// several clusters among them) and go. After each change the kept matched view must equal a
+// several clusters among them), come again with only another label, and go. After each change the kept matched view must equal a
 // count from scratch; and most changes must be mended in place rather than counted again.
 func TestMatchedViewStaysExact(t *testing.T) {
 	e := prodRuleEngine(t)
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
-	present := map[string]bool{}
+	present := map[string]events.Cluster{}
 	kept := 0
 	const steps = 600
 	for step := range steps {
 		key := fmt.Sprintf("k-%03d", rng.IntN(150))
 		rev := uint64(step + 1)
-		if present[key] && rng.IntN(4) == 0 {
+		c, ok := present[key]
+		switch roll := rng.IntN(4); {
+		case ok && roll == 0:
 			if err := e.applyClusterGone(ctx, &events.ClusterGone{Source: rancherSource(), Key: key, Revision: rev, LastSeen: time.Now()}, 0); err != nil {
 				t.Fatal(err)
 			}
 			delete(present, key)
-		} else {
+			c = events.Cluster{}
+		case ok && roll == 1:
+			c.Labels = map[string]string{"env": c.Labels["env"], "seen": strconv.Itoa(step)}
+		default:
 			env := []string{"prod", "prod", "dev"}[rng.IntN(3)]
-			c := events.Cluster{Source: rancherSource(), Key: key, Name: fmt.Sprintf("n-%03d", rng.IntN(120)),
+			c = events.Cluster{Source: rancherSource(), Key: key, Name: fmt.Sprintf("n-%03d", rng.IntN(120)),
 				URL: "https://rancher.example/k8s/clusters/" + key, Labels: map[string]string{"env": env}, State: "active", Eligible: true}
+		}
+		if c.Key != "" {
 			if err := e.applyCluster(ctx, c, rev, 0); err != nil {
 				t.Fatal(err)
 			}
-			present[key] = true
+			present[key] = c
 		}
 		r := e.rules["ns/r"]
 		before := r.matched
