@@ -107,7 +107,7 @@ func (d *dispatcher) onIntent(ctx context.Context, in *events.InstallIntent, m e
 		intentID = in.ID()
 	}
 	appName := events.ApplicationName(in.Cluster.Name, in.Enforcement.Name)
-	pair := pairKey(in.Rule, appName)
+	pair := pairOf(in.Rule, appName)
 	// Every intent, with triggers or not, becomes the newest of its rule and Application, so
 	// that an older blocked beforeInstall is never released over it.
 	if err := d.records.noteLatest(ctx, pair, latestIntent{IntentID: intentID, Sequence: m.Sequence}); err != nil {
@@ -122,7 +122,7 @@ func (d *dispatcher) onIntent(ctx context.Context, in *events.InstallIntent, m e
 	if err != nil {
 		return events.Permanent(err)
 	}
-	r.State, r.Pair = stateArmed, pair
+	r.State, r.Pair = stateArmed, pair.key()
 	_, err = d.records.create(ctx, r)
 	return err
 }

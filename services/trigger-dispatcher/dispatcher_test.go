@@ -656,6 +656,66 @@ func TestCreationWithoutAfterInstallReadsNoRecord(t *testing.T) {
 	}
 }
 
+// A pair's latest-intent marker costs one bucket request an intent: a new pair's is created
+// outright, a known pair's next intent updates it at the revision the dispatcher wrote. A marker
+// another writer moved meanwhile fails that update and is read again, and a newer intent there
+// is kept.
+func TestLatestIntentMarkerTakesOneRequest(t *testing.T) {
+	h := newHarness(t)
+	kv, err := h.js.KeyValue(context.Background(), events.BucketTriggers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := eventstest.CountBucketRequests(t, h.nats.URL(), events.BucketTriggers)
+	startService(t, h.env())
+	marker := func(cluster string) latestIntent {
+		t.Helper()
+		li, _, err := (&recordStore{kv: kv}).latest(context.Background(), pairKey(h.intent(cluster, "", nil).Rule, events.ApplicationName(cluster, "logging")))
+		if err != nil || li == nil {
+			t.Fatalf("marker of %s: %v, %v", cluster, li, err)
+		}
+		return *li
+	}
+	var reads, writes int64 // the counts at the last check
+	requests := func(what string, wantReads, wantWrites int64) {
+		t.Helper()
+		h.caughtUp()
+		r, w := records.Reads()-reads, records.Writes()-writes
+		if r != wantReads || w != wantWrites {
+			t.Errorf("%s: %d reads and %d writes of the bucket, want %d and %d", what, r, w, wantReads, wantWrites)
+		}
+		reads, writes = records.Reads(), records.Writes()
+	}
+
+	for _, cluster := range []string{"new-1", "new-2", "new-3"} {
+		h.publish(h.intent(cluster, "h1", nil))
+	}
+	requests("three new pairs", 0, 3)
+
+	edit := h.intent("new-1", "h2", nil)
+	seq := h.publish(edit)
+	requests("a known pair's next intent", 0, 1)
+	if got := marker("new-1"); got != (latestIntent{IntentID: edit.ID(), Sequence: seq}) {
+		t.Errorf("marker after the edit = %+v, want the edit's id and sequence %d", got, seq)
+	}
+	requests("the test's own read", 1, 0)
+
+	ahead := latestIntent{IntentID: "from-elsewhere", Sequence: 1 << 40}
+	data, err := json.Marshal(ahead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), pairKey(edit.Rule, events.ApplicationName("new-2", "logging")), data); err != nil {
+		t.Fatal(err)
+	}
+	requests("another writer's marker", 0, 1)
+	h.publish(h.intent("new-2", "h2", nil))
+	requests("a pair whose marker another writer moved", 1, 1) // the failed update, one read
+	if got := marker("new-2"); got != ahead {
+		t.Errorf("marker moved ahead by another writer = %+v, want it kept: %+v", got, ahead)
+	}
+}
+
 // An InstallSucceeded that reaches the dispatcher before its intent (a redelivered intent, handed
 // back by a replica that lost its leadership, comes after what followed it) still delivers the
 // afterInstall, from the intent the event carries, once; the late intent repeats nothing.

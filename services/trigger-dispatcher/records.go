@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -100,7 +101,25 @@ func (r *record) attempted(series string, a attemptReport) *events.TriggerAttemp
 // recordStore reads and writes records in the KV bucket.
 type recordStore struct {
 	kv jetstream.KeyValue
+
+	// marks remembers, for each pair whose latest-intent marker this process wrote or read, the
+	// marker's revision and sequence, so that the next intent of the pair writes it in one
+	// compare-and-set instead of a read and a write, and an intent no newer than the marker
+	// writes nothing. The bucket stays the truth: a revision that moved meanwhile (another
+	// replica, the bucket's TTL) fails the write, which then reads the marker again.
+	mu    sync.Mutex
+	marks map[pairID]notedMark
 }
+
+// notedMark is what recordStore.marks keeps of one latest-intent marker.
+type notedMark struct {
+	revision, sequence uint64
+}
+
+// maxNotedMarks bounds recordStore.marks (about 40 bytes an entry). A fleet with more pairs, or
+// a long run of clusters that come and go, starts the map afresh when it is full: what is
+// forgotten costs one more request the next time its pair gets an intent.
+const maxNotedMarks = 1 << 20
 
 // get returns the record and its revision, or nil when there is none.
 func (s *recordStore) get(ctx context.Context, id string) (*record, uint64, error) {
@@ -172,15 +191,25 @@ type latestIntent struct {
 	Sequence uint64 `json:"sequence"`
 }
 
-// pairKey is the KV key of the latest-intent marker of a rule and an Application, named by
-// events.ApplicationName of the intent's pair: its 64-bit suffix keeps two pairs whose names
+// pairID names the latest-intent marker of a rule and an Application: a 128-bit digest of
+// events.ApplicationName of the intent's pair. Its 64-bit suffix keeps two pairs whose names
 // were crafted to collide from sharing a marker (one's newer intent would supersede the other's
 // blocked beforeInstall). Markers written under the 32-bit names of earlier versions are not
 // moved: a blocked delivery recorded before the upgrade may then be retried once after a newer
 // intent, a webhook call argo-syncer ignores (it releases only the intent still waiting).
-func pairKey(rule events.RuleRef, application string) string {
+type pairID [16]byte
+
+func pairOf(rule events.RuleRef, application string) pairID {
 	sum := sha256.Sum256([]byte(rule.Namespace + "/" + rule.Name + "/" + application))
-	return "pair_" + hex.EncodeToString(sum[:16])
+	return pairID(sum[:16])
+}
+
+// key is the marker's key in the bucket.
+func (p pairID) key() string { return "pair_" + hex.EncodeToString(p[:]) }
+
+// pairKey is the key of the latest-intent marker of a rule and an Application.
+func pairKey(rule events.RuleRef, application string) string {
+	return pairOf(rule, application).key()
 }
 
 // latest returns the marker under key, or nil.
@@ -188,28 +217,53 @@ func (s *recordStore) latest(ctx context.Context, key string) (*latestIntent, ui
 	return service.GetJSON[latestIntent](ctx, s.kv, key, "latest intent")
 }
 
-// noteLatest records li under key unless a newer intent (higher sequence) is recorded already.
-// A redelivered old intent therefore never moves the marker back.
-func (s *recordStore) noteLatest(ctx context.Context, key string, li latestIntent) error {
+// noteLatest records li as pair's latest intent unless a newer intent (higher sequence) is
+// recorded already. A redelivered old intent therefore never moves the marker back.
+//
+// A marker this process knows is written in one compare-and-set at the revision it knows, and
+// one it has never seen is created outright (a new pair, the common case of a new cluster):
+// one request either way. Only when that write finds the bucket other than expected (an
+// existing marker, a moved revision) is the marker read and compared.
+func (s *recordStore) noteLatest(ctx context.Context, pair pairID, li latestIntent) error {
+	known, ok := s.noted(pair)
+	if ok && known.sequence >= li.Sequence {
+		return nil
+	}
 	data, err := json.Marshal(li)
 	if err != nil {
 		return err
 	}
+	key := pair.key()
+	var rev uint64
+	if ok {
+		rev, err = s.kv.Update(ctx, key, data, known.revision)
+	} else {
+		rev, err = s.kv.Create(ctx, key, data)
+	}
+	switch {
+	case err == nil:
+		s.note(pair, notedMark{revision: rev, sequence: li.Sequence})
+		return nil
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
+	default:
+		return fmt.Errorf("write latest intent %s: %w", key, err)
+	}
 	for range 10 {
-		cur, rev, err := s.latest(ctx, key)
+		cur, curRev, err := s.latest(ctx, key)
 		if err != nil {
 			return err
 		}
 		if cur != nil && cur.Sequence >= li.Sequence {
+			s.note(pair, notedMark{revision: curRev, sequence: cur.Sequence})
 			return nil
 		}
 		if cur == nil {
-			_, err = s.kv.Create(ctx, key, data)
+			rev, err = s.kv.Create(ctx, key, data)
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue
 			}
 		} else {
-			_, err = s.kv.Update(ctx, key, data, rev)
+			rev, err = s.kv.Update(ctx, key, data, curRev)
 			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 				continue
 			}
@@ -217,7 +271,30 @@ func (s *recordStore) noteLatest(ctx context.Context, key string, li latestInten
 		if err != nil {
 			return fmt.Errorf("write latest intent %s: %w", key, err)
 		}
+		s.note(pair, notedMark{revision: rev, sequence: li.Sequence})
 		return nil
 	}
 	return fmt.Errorf("write latest intent %s: too many concurrent writers", key)
+}
+
+// noted returns what this process knows of pair's marker.
+func (s *recordStore) noted(pair pairID) (notedMark, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.marks[pair]
+	return m, ok
+}
+
+// note keeps m as pair's marker unless a newer one is known (handlers of the same pair may
+// finish in any order).
+func (s *recordStore) note(pair pairID, m notedMark) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.marks[pair]; ok && cur.sequence > m.sequence {
+		return
+	}
+	if s.marks == nil || len(s.marks) >= maxNotedMarks {
+		s.marks = make(map[pairID]notedMark)
+	}
+	s.marks[pair] = m
 }
