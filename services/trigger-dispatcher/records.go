@@ -116,9 +116,9 @@ type notedMark struct {
 	revision, sequence uint64
 }
 
-// maxNotedMarks bounds recordStore.marks (about 40 bytes an entry). A fleet with more pairs, or
-// a long run of clusters that come and go, starts the map afresh when it is full: what is
-// forgotten costs one more request the next time its pair gets an intent.
+// maxNotedMarks bounds recordStore.marks (about 52 bytes an entry, measured at 100,000). A
+// fleet with more pairs, or a long run of clusters that come and go, starts the map afresh when
+// it is full: what is forgotten costs one more request the next time its pair gets an intent.
 const maxNotedMarks = 1 << 20
 
 // get returns the record and its revision, or nil when there is none.
@@ -191,9 +191,9 @@ type latestIntent struct {
 	Sequence uint64 `json:"sequence"`
 }
 
-// pairID names the latest-intent marker of a rule and an Application: a 128-bit digest of
-// events.ApplicationName of the intent's pair. Its 64-bit suffix keeps two pairs whose names
-// were crafted to collide from sharing a marker (one's newer intent would supersede the other's
+// pairID names the latest-intent marker of a rule and an Application: a 128-bit digest of the
+// rule and events.ApplicationName of the intent's pair. That name's 64-bit suffix keeps two pairs
+// whose names were crafted to collide from sharing a marker (one's newer intent would supersede the other's
 // blocked beforeInstall). Markers written under the 32-bit names of earlier versions are not
 // moved: a blocked delivery recorded before the upgrade may then be retried once after a newer
 // intent, a webhook call argo-syncer ignores (it releases only the intent still waiting).
