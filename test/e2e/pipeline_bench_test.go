@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -725,7 +726,9 @@ func (a *pipelineApps) watch(ctx context.Context, httpClient *http.Client, host,
 	dec := json.NewDecoder(res.Body)
 	for {
 		var e pipelineAppEvent
-		if err := dec.Decode(&e); err != nil {
+		if err := dec.Decode(&e); errors.Is(err, io.EOF) {
+			return rv, nil // the server ended the watch (its timeout): resume at once
+		} else if err != nil {
 			return rv, err
 		}
 		at := time.Now()
