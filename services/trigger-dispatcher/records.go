@@ -225,53 +225,44 @@ func (s *recordStore) latest(ctx context.Context, key string) (*latestIntent, ui
 // one request either way. Only when that write finds the bucket other than expected (an
 // existing marker, a moved revision) is the marker read and compared.
 func (s *recordStore) noteLatest(ctx context.Context, pair pairID, li latestIntent) error {
-	known, ok := s.noted(pair)
-	if ok && known.sequence >= li.Sequence {
-		return nil
+	// cur and rev are the marker as last known: remembered at first, read after a write that
+	// found the bucket otherwise.
+	var cur *latestIntent
+	var rev uint64
+	if known, ok := s.noted(pair); ok {
+		if known.sequence >= li.Sequence {
+			return nil
+		}
+		cur, rev = &latestIntent{Sequence: known.sequence}, known.revision
 	}
 	data, err := json.Marshal(li)
 	if err != nil {
 		return err
 	}
 	key := pair.key()
-	var rev uint64
-	if ok {
-		rev, err = s.kv.Update(ctx, key, data, known.revision)
-	} else {
-		rev, err = s.kv.Create(ctx, key, data)
-	}
-	switch {
-	case err == nil:
-		s.note(pair, notedMark{revision: rev, sequence: li.Sequence})
-		return nil
-	case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
-	default:
-		return fmt.Errorf("write latest intent %s: %w", key, err)
-	}
-	for range 10 {
-		cur, curRev, err := s.latest(ctx, key)
-		if err != nil {
-			return err
+	for attempt := range 11 { // the remembered marker, then up to ten reads
+		if attempt > 0 {
+			if cur, rev, err = s.latest(ctx, key); err != nil {
+				return err
+			}
+			if cur != nil && cur.Sequence >= li.Sequence {
+				s.note(pair, notedMark{revision: rev, sequence: cur.Sequence})
+				return nil
+			}
 		}
-		if cur != nil && cur.Sequence >= li.Sequence {
-			s.note(pair, notedMark{revision: curRev, sequence: cur.Sequence})
-			return nil
-		}
+		var written uint64
 		if cur == nil {
-			rev, err = s.kv.Create(ctx, key, data)
-			if errors.Is(err, jetstream.ErrKeyExists) {
-				continue
-			}
+			written, err = s.kv.Create(ctx, key, data)
 		} else {
-			rev, err = s.kv.Update(ctx, key, data, curRev)
-			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-				continue
-			}
+			written, err = s.kv.Update(ctx, key, data, rev)
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue
 		}
 		if err != nil {
 			return fmt.Errorf("write latest intent %s: %w", key, err)
 		}
-		s.note(pair, notedMark{revision: rev, sequence: li.Sequence})
+		s.note(pair, notedMark{revision: written, sequence: li.Sequence})
 		return nil
 	}
 	return fmt.Errorf("write latest intent %s: too many concurrent writers", key)
