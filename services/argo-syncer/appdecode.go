@@ -62,6 +62,42 @@ type skippedValue struct{}
 
 func (*skippedValue) UnmarshalJSONFrom(dec *jsontext.Decoder) error { return dec.SkipValue() }
 
+// wireAnswer is an Application as the API server answers argo-syncer's writes of it:
+// wireApplication, with what its managed fields say of argo-syncer's ownership.
+type wireAnswer struct {
+	wireApplication
+	Metadata struct {
+		wireObjectMeta
+		ManagedFields fieldOwners `json:"managedFields"`
+	} `json:"metadata"`
+}
+
+// fieldOwners is what argo-syncer reads of an object's managed fields.
+type fieldOwners struct {
+	// updatedBy: FieldManager holds some of the object's fields by an update (a create or a
+	// merge patch) rather than by an apply. An apply that leaves out a field it holds that way
+	// does not remove the field (writeApplication).
+	updatedBy bool
+}
+
+func (f *fieldOwners) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	var entries []struct {
+		Manager     string       `json:"manager"`
+		Operation   string       `json:"operation"`
+		Subresource string       `json:"subresource"`
+		FieldsV1    skippedValue `json:"fieldsV1"`
+	}
+	if err := json.UnmarshalDecode(dec, &entries); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Manager == FieldManager && e.Operation == string(metav1.ManagedFieldsOperationUpdate) && e.Subresource == "" {
+			f.updatedBy = true
+		}
+	}
+	return nil
+}
+
 // decodeApplication reads the next value of dec, an Application, into its projection; generation
 // is the Application's metadata.generation.
 func decodeApplication(dec *jsontext.Decoder) (app *cachedApplication, generation int64, err error) {
@@ -72,13 +108,15 @@ func decodeApplication(dec *jsontext.Decoder) (app *cachedApplication, generatio
 	return w.project(), w.Metadata.Generation, nil
 }
 
-// unmarshalApplication reads one Application's JSON into its projection, as decodeApplication.
-func unmarshalApplication(data []byte) (app *cachedApplication, generation int64, err error) {
-	var w wireApplication
+// readAnswer reads the API server's answer to a write of an Application into its projection, as
+// decodeApplication, and whether FieldManager holds fields of it by an update (fieldOwners).
+func readAnswer(data []byte) (app *cachedApplication, generation int64, updatedBy bool, err error) {
+	var w wireAnswer
 	if err := json.Unmarshal(data, &w); err != nil {
-		return nil, 0, fmt.Errorf("decode application: %w", err)
+		return nil, 0, false, fmt.Errorf("decode application: %w", err)
 	}
-	return w.project(), w.Metadata.Generation, nil
+	w.wireApplication.Metadata = w.Metadata.wireObjectMeta
+	return w.project(), w.Metadata.Generation, w.Metadata.ManagedFields.updatedBy, nil
 }
 
 func (w *wireApplication) project() *cachedApplication {
@@ -271,16 +309,28 @@ func (d *applicationWatchDecoder) decodeObject(typ watch.EventType, dec *jsontex
 
 func (d *applicationWatchDecoder) Close() { d.body.Close() }
 
-// applyApplicationProjected applies an Application through the REST client of Argo CD's API group
-// and reads the answer into its projection.
-func applyApplicationProjected(ctx context.Context, client rest.Interface, ns, name string, body []byte) (*cachedApplication, int64, error) {
-	result := client.Patch(types.ApplyPatchType).Namespace(ns).Resource("applications").Name(name).
+// applyApplicationJSON applies an Application (body) through the REST client of Argo CD's API
+// group and returns the server's answer.
+func applyApplicationJSON(ctx context.Context, client rest.Interface, ns, name string, body []byte) ([]byte, error) {
+	return answer(client.Patch(types.ApplyPatchType).Namespace(ns).Resource("applications").Name(name).
 		VersionedParams(&metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)}, metav1.ParameterCodec).
-		Body(body).Do(ctx)
-	// Error, not Raw's error: it reads the server's Status (its reason and message) from the body.
+		Body(body).Do(ctx))
+}
+
+// createApplicationJSON creates an Application (body) through the REST client of Argo CD's API
+// group and returns the server's answer.
+func createApplicationJSON(ctx context.Context, client rest.Interface, ns string, body []byte) ([]byte, error) {
+	return answer(client.Post().Namespace(ns).Resource("applications").
+		VersionedParams(&metav1.CreateOptions{FieldManager: FieldManager}, metav1.ParameterCodec).
+		Body(body).Do(ctx))
+}
+
+// answer is the body of a request's answer, or its error: Error, not Raw's error, reads the
+// server's Status (its reason and message) from the body.
+func answer(result rest.Result) ([]byte, error) {
 	if err := result.Error(); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	answer, _ := result.Raw()
-	return unmarshalApplication(answer)
+	body, _ := result.Raw()
+	return body, nil
 }

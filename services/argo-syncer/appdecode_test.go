@@ -103,6 +103,11 @@ func TestDecodeApplicationProjectsAsTheTypedClient(t *testing.T) {
 				t.Errorf("projection read off the wire (generation %d):\n%+v\nstatus %+v\nwant (generation %d):\n%+v\nstatus %+v",
 					generation, got, got.Status(), wantGeneration, want, want.Status())
 			}
+			// A write's answer is read into the same projection.
+			answer, generation, _, err := readAnswer(wire)
+			if err != nil || !reflect.DeepEqual(answer, want) || generation != wantGeneration {
+				t.Errorf("answer read as (generation %d, %v):\n%+v\nwant (generation %d):\n%+v", generation, err, answer, wantGeneration, want)
+			}
 		})
 	}
 	// The foreign spec is there, and its status reads as Argo CD wrote it.
@@ -112,6 +117,39 @@ func TestDecodeApplicationProjectsAsTheTypedClient(t *testing.T) {
 	}
 	if st := app.Status(); st.Health != "Degraded" || st.Operation != "Failed" || st.OperationMessage != "one or more objects failed to apply" || !st.Observed {
 		t.Errorf("status read as %+v", st)
+	}
+}
+
+// A write's answer says whether argo-syncer's field manager holds fields of the Application by an
+// update (a create, a merge patch) besides or instead of an apply; another manager's update, or
+// one of a subresource, does not count.
+func TestReadAnswerFindsFieldsHeldByAnUpdate(t *testing.T) {
+	entry := func(manager, operation, subresource string) string {
+		return fmt.Sprintf(`{"manager":%q,"operation":%q,"apiVersion":"argoproj.io/v1alpha1","time":"2026-12-07T15:00:00Z","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{"f:project":{}}},"subresource":%q}`,
+			manager, operation, subresource)
+	}
+	cases := []struct {
+		name    string
+		entries []string
+		want    bool
+	}{
+		{"applied", []string{entry(FieldManager, "Apply", "")}, false},
+		{"created", []string{entry(FieldManager, "Update", "")}, true},
+		{"created, then applied", []string{entry(FieldManager, "Apply", ""), entry(FieldManager, "Update", "")}, true},
+		{"someone else's update", []string{entry(FieldManager, "Apply", ""), entry("kubectl-edit", "Update", "")}, false},
+		{"a status update", []string{entry(FieldManager, "Apply", ""), entry(FieldManager, "Update", "status")}, false},
+		{"none", nil, false},
+	}
+	for _, c := range cases {
+		wire := fmt.Sprintf(`{"apiVersion":"argoproj.io/v1alpha1","kind":"Application","metadata":{"name":"a","namespace":"argocd","managedFields":[%s]},"spec":{"project":"p"}}`,
+			strings.Join(c.entries, ","))
+		app, _, updatedBy, err := readAnswer([]byte(wire))
+		if err != nil || app.Name != "a" || app.Project.String() != "p" || updatedBy != c.want {
+			t.Errorf("%s: read %+v, held by an update %v (%v); want %v", c.name, app, updatedBy, err, c.want)
+		}
+	}
+	if _, _, _, err := readAnswer([]byte(`{"metadata":{"name":"a","managedFields":{"manager":"x"}}}`)); err == nil {
+		t.Error("managed fields that are not a list read without an error")
 	}
 }
 
@@ -223,7 +261,7 @@ func BenchmarkDecodeApplication(b *testing.B) {
 	b.Run("projected", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, _, err := unmarshalApplication(wire); err != nil {
+			if _, _, err := decodeApplication(jsontext.NewDecoder(bytes.NewReader(wire))); err != nil {
 				b.Fatal(err)
 			}
 		}

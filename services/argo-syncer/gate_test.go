@@ -361,8 +361,9 @@ func TestRepeatedInstallAfterALostReportStillReportsCreated(t *testing.T) {
 		t.Errorf("the repeated install wrote the Application %d more times", n)
 	}
 
-	// An update by a later intent removes the record: the later intent is no creation, and
-	// the first one handled once more is not either.
+	// A later intent's update is no creation. The record stays (the creation holds it by an
+	// update, which a later apply does not undo: writeApplication) and names the first intent
+	// only, which is older than the Application's last decision from then on.
 	next := h.installIntent("baseline", "lost-report", "agent")
 	next.Enforcement.TargetRevision = "v2"
 	next.SpecHash = "h2"
@@ -370,8 +371,8 @@ func TestRepeatedInstallAfterALostReportStillReportsCreated(t *testing.T) {
 	if s := h.outcome(succeeded(next.ID())).(*events.InstallSucceeded); s.Created {
 		t.Error("update reported Created")
 	}
-	if app := h.app("lost-report-agent"); app == nil || app.Annotations[AnnotationCreatedBy] != "" {
-		t.Errorf("after the update the Application still records its creating intent: %v", app)
+	if app := h.app("lost-report-agent"); app == nil || app.Spec.Source.TargetRevision != "v2" || app.Annotations[AnnotationCreatedBy] != in.ID() {
+		t.Errorf("after the update the Application is %v; want revision v2 and the record of %s", app, in.ID())
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
@@ -17,8 +18,8 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/testenv"
 )
 
-// holdWrite holds the write requests whose path ends in suffix until release is closed, and
-// closes held when the first one arrives.
+// holdWrite holds the write requests whose path, or for a create the path of the object it
+// creates, ends in suffix until release is closed, and closes held when the first one arrives.
 type holdWrite struct {
 	next    http.RoundTripper
 	suffix  string
@@ -41,11 +42,33 @@ func newHarnessHolding(t *testing.T, suffix string) (*harness, *holdWrite) {
 }
 
 func (w *holdWrite) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method != http.MethodGet && strings.HasSuffix(r.URL.Path, w.suffix) {
+	if r.Method != http.MethodGet && (strings.HasSuffix(r.URL.Path, w.suffix) || strings.HasSuffix(createdPath(r), w.suffix)) {
 		w.once.Do(func() { close(w.held) })
 		<-w.release
 	}
 	return w.next.RoundTrip(r)
+}
+
+// createdPath is the path of the object a create (r) creates, its collection's path and its
+// name; "" for another request.
+func createdPath(r *http.Request) string {
+	if r.Method != http.MethodPost || r.GetBody == nil {
+		return ""
+	}
+	body, err := r.GetBody()
+	if err != nil {
+		return ""
+	}
+	defer body.Close()
+	var obj struct {
+		Metadata struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+	}
+	if json.NewDecoder(body).Decode(&obj) != nil || obj.Metadata.Name == "" {
+		return ""
+	}
+	return r.URL.Path + "/" + obj.Metadata.Name
 }
 
 // waitHeld waits until the first held write arrives. It fails the test if done (the operation

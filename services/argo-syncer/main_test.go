@@ -55,7 +55,7 @@ func TestRunServesReadyInstallsAndStops(t *testing.T) {
 	var body bytes.Buffer
 	_, _ = body.ReadFrom(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(body.String(), `enforcement_argo_syncer_api_writes_total{kind="Application",result="ok",verb="apply"} 1`) {
+	if !strings.Contains(body.String(), `enforcement_argo_syncer_api_writes_total{kind="Application",result="ok",verb="create"} 1`) {
 		t.Errorf("metrics do not count the Application write:\n%s", grepLines(body.String(), "enforcement_argo_syncer"))
 	}
 

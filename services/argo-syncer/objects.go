@@ -61,8 +61,9 @@ const (
 	// AnnotationCreatedBy records, on an Application an install intent created, that intent's
 	// id. The creation and its record are one write, so an intent handled again after a crash or
 	// a lost acknowledgement between creating the Application and reporting it still reports the
-	// creation (InstallSucceeded.Created, the afterInstall moment). The next apply removes it; it
-	// is left out of the applied hash.
+	// creation (InstallSucceeded.Created, the afterInstall moment). Later applies leave it out,
+	// and it stays until one converts the creation's fields (writeApplication); it is left out
+	// of the applied hash.
 	AnnotationCreatedBy = "enforcement.globo.com/created-by-intent"
 	// AnnotationGrant records, on the AppProject of a ClusterRuleGrant on a cluster
 	// (TenantProjectName), the grant's name.

@@ -20,13 +20,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	coretyped "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/csaupgrade"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/enforcement-io/enforcement/pkg/events"
@@ -377,8 +380,8 @@ func (s *Syncer) install(ctx context.Context, h installing, in *events.InstallIn
 			return res, err
 		}
 	}
-	app, generation, err := s.applyApplication(ctx, desired)
-	res.Writes++
+	app, generation, writes, err := s.applyApplication(ctx, desired, !exists)
+	res.Writes += writes
 	if err != nil {
 		return res, err
 	}
@@ -466,23 +469,120 @@ func mayWrite(existing *cachedApplication, in *events.InstallIntent) error {
 	return nil
 }
 
-func (s *Syncer) applyApplication(ctx context.Context, o *applyObject) (app *cachedApplication, generation int64, err error) {
+// applyApplication writes the rendered Application o, created when neither the cache nor the
+// overlay has seen it (create), and returns it as the API server answered, with the number of
+// write requests it took. API mode applies it through Argo CD (argocdapi_objects.go).
+func (s *Syncer) applyApplication(ctx context.Context, o *applyObject, create bool) (app *cachedApplication, generation int64, writes int, err error) {
 	if s.appsREST != nil {
-		app, generation, err = applyApplicationProjected(ctx, s.appsREST, s.ns, o.Metadata.Name, o.body())
+		app, generation, writes, err = s.writeApplication(ctx, o, create)
 	} else {
 		var applied *argov1.Application
 		applied, err = s.argo.ArgoprojV1alpha1().Applications(s.ns).Patch(ctx, o.Metadata.Name, types.ApplyPatchType, o.body(),
 			metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+		s.metrics.write("Application", "apply", err)
+		writes = 1
 		if err == nil {
 			app, generation = cacheApplication(applied), applied.Generation
 		}
 	}
-	s.metrics.write("Application", "apply", err)
 	if err != nil {
-		return nil, 0, classify(err, "apply application "+o.Metadata.Name)
+		return nil, 0, writes, classify(err, "write application "+o.Metadata.Name)
 	}
 	s.apps.wrote(app)
-	return app, generation, nil
+	return app, generation, writes, nil
+}
+
+// writeApplication writes the rendered Application o through the Kubernetes API.
+//
+// A new one (create) is created by a plain create: for the API server it is about a quarter
+// cheaper than an apply that creates (the benchmark's two floors), and nearly all of a burst
+// of new clusters is creations. Its fields are then FieldManager's by an update, not an apply,
+// and an apply leaves in place a field it no longer states that its manager holds by an
+// update. Every later write is an apply; when its answer shows it may have left such a field
+// (keepsMore), the update's fields are converted into the apply's (convertOwnership) and o is
+// applied again, which removes them. An edit that leaves out nothing the creation wrote (nearly
+// every edit: a Helm value, a revision) costs one request, as before.
+//
+// The creation's record (AnnotationCreatedBy) is the one field every later apply leaves out:
+// it stays until an apply converts the ownership, and is not reason enough to. An adopted
+// Application is never converted: what argo-syncer holds of it by an update is the adoption's
+// record, which later applies keep on purpose (adoption.go).
+func (s *Syncer) writeApplication(ctx context.Context, o *applyObject, create bool) (app *cachedApplication, generation int64, writes int, err error) {
+	body := o.body()
+	if create {
+		answer, err := createApplicationJSON(ctx, s.appsREST, s.ns, body)
+		s.metrics.write("Application", "create", err)
+		if !apierrors.IsAlreadyExists(err) {
+			if err != nil {
+				return nil, 0, 1, err
+			}
+			app, generation, _, err = readAnswer(answer)
+			return app, generation, 1, err
+		}
+		writes++ // the cache had not seen it yet: applied as any existing one
+	}
+	for converted := false; ; converted = true {
+		answer, err := applyApplicationJSON(ctx, s.appsREST, s.ns, o.Metadata.Name, body)
+		s.metrics.write("Application", "apply", err)
+		writes++
+		if err != nil {
+			return nil, 0, writes, err
+		}
+		app, generation, updatedBy, err := readAnswer(answer)
+		if err != nil || converted || !updatedBy || !keepsMore(app, o) {
+			return app, generation, writes, err
+		}
+		sent, err := s.convertOwnership(ctx, answer)
+		if sent {
+			writes++
+		}
+		if err != nil || !sent {
+			return app, generation, writes, err
+		}
+	}
+}
+
+// keepsMore reports whether app, as an apply of desired answered it, may hold a field argo-syncer
+// wrote by its creation and desired leaves out: app is not adopted, and has another spec, or a
+// label or an annotation desired has not (the creation's record aside).
+func keepsMore(app *cachedApplication, desired *applyObject) bool {
+	if _, adopted := app.Annotations.Lookup(AnnotationAdoptedFrom); adopted {
+		return false
+	}
+	if app.SpecDigest != digestSpec(desired.Spec) {
+		return true
+	}
+	return hasOther(app.Labels, desired.Metadata.Labels) || hasOther(app.Annotations, desired.Metadata.Annotations)
+}
+
+// hasOther reports whether have holds a key that want has not, other than AnnotationCreatedBy.
+func hasOther(have metaStrings, want map[string]string) (other bool) {
+	have.all(func(k, _ string) bool {
+		_, ok := want[k]
+		other = !ok && k != AnnotationCreatedBy
+		return !other
+	})
+	return other
+}
+
+// convertOwnership makes the fields FieldManager holds of the Application answer (the server's
+// JSON of it) by an update its fields by an apply, as kubectl does when it moves an object
+// from client-side to server-side apply: the update's entry of the managed fields is merged
+// into the apply's. The patch replaces the resource version too, so it fails with a conflict
+// if the Application changed since answer. sent is false when there was nothing to convert.
+func (s *Syncer) convertOwnership(ctx context.Context, answer []byte) (sent bool, err error) {
+	app := &unstructured.Unstructured{}
+	if err := app.UnmarshalJSON(answer); err != nil {
+		return false, fmt.Errorf("decode application: %w", err)
+	}
+	patch, err := csaupgrade.UpgradeManagedFieldsPatch(app, sets.New(FieldManager), FieldManager)
+	if err != nil || patch == nil {
+		return false, err
+	}
+	err = s.appsREST.Patch(types.JSONPatchType).Namespace(s.ns).Resource("applications").Name(app.GetName()).
+		Body(patch).Do(ctx).Error()
+	s.metrics.write("Application", "patch", err)
+	return true, err
 }
 
 // ensureCluster keeps the cluster registered in Argo CD. Enforcement's cluster Secret, when
