@@ -187,6 +187,7 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 	createFloor := fl.create
 
 	// The rule edit.
+	writesBeforeEdit := argoSyncerWrites(b, s)
 	start := time.Now()
 	patch := []byte(`{"spec":{"enforcements":[{"name":"agent","repo":"https://git.example/agent","path":"charts/agent","namespace":"monitoring","helm":{"parameters":{"replicaCount":2}}}]}}`)
 	if _, err := s.dyn.Resource(gvrClusterRule).Namespace(operatorNS).Patch(context.Background(), "pipeline", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
@@ -196,6 +197,7 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 	edit := apps.last("2").Sub(start)
 	// The edit's share of rule-engine (to its last install intent) and of argo-syncer (the rest).
 	editIntents := appeared.last(&events.InstallIntent{}).Sub(start)
+	writesEdit := argoSyncerWrites(b, s)
 	editFloor, editApplyFloor := fl.floor.updateAll(), fl.applier.reapplyAll()
 
 	if !scanTuned {
@@ -224,7 +226,7 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 		"  create  %8s   floor (%d plain creates, %d clients) %8s   ratio %.2f (%s)\n"+
 		"          CPU meanwhile: %s\n"+
 		"          floor by server-side apply %8s (ratio to plain creates %.2f; the create's ratio to it %.2f), CPU: creates %s; applies %s\n"+
-		"  edit    %8s   floor (%d plain updates) %8s   ratio %.2f (last install intent at %s)\n"+
+		"  edit    %8s   floor (%d plain updates) %8s   ratio %.2f (last install intent at %s; argo-syncer's writes: %s)\n"+
 		"          floor by server-side apply %8s (ratio to plain updates %.2f; the edit's ratio to it %.2f)\n"+
 		"  one new cluster, event to its last Application, %d in a row: %s\n"+
 		"          its share up to its last install intent (rule-engine): %s\n"+
@@ -233,6 +235,7 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 		cpuSpent(cpuBefore, cpuCreate),
 		fl.apply.Round(time.Millisecond), fl.apply.Seconds()/createFloor.Seconds(), create.Seconds()/fl.apply.Seconds(), fl.createCPU, fl.applyCPU,
 		edit.Round(time.Millisecond), n, editFloor.Round(time.Millisecond), edit.Seconds()/editFloor.Seconds(), editIntents.Round(time.Millisecond),
+		countsSpent(writesBeforeEdit, writesEdit, len(writesEdit)),
 		editApplyFloor.Round(time.Millisecond), editApplyFloor.Seconds()/editFloor.Seconds(), edit.Seconds()/editApplyFloor.Seconds(),
 		len(latencies), spread(latencies), spread(toIntents),
 		strings.Join(memory, "\n"))
@@ -337,8 +340,8 @@ func cpuSpent(before, after map[string]time.Duration, names ...string) string {
 	return strings.Join(out, ", ")
 }
 
-// argoSyncerWrites is argo-syncer's count of write requests so far, by object kind, from its
-// /metrics page.
+// argoSyncerWrites is argo-syncer's count of write requests so far, by object kind and verb
+// ("Application create"), from its /metrics page.
 func argoSyncerWrites(b *testing.B, s *system) map[string]int {
 	b.Helper()
 	s.mu.Lock()
@@ -348,7 +351,7 @@ func argoSyncerWrites(b *testing.B, s *system) map[string]int {
 		if name != "enforcement_argo_syncer_api_writes_total" {
 			return ""
 		}
-		return labels["kind"]
+		return labels["kind"] + " " + labels["verb"]
 	})
 }
 
