@@ -95,15 +95,7 @@ func (h *harness) waiting(in *events.InstallIntent) string {
 }
 
 // applicationWrites counts the write requests to Applications among reqs.
-func applicationWrites(reqs []request) int {
-	n := 0
-	for _, r := range writes(reqs) {
-		if strings.Contains(r.Path, "/applications") {
-			n++
-		}
-	}
-	return n
-}
+func applicationWrites(reqs []request) int { return len(applicationRequests(reqs)) }
 
 // TestBeforeInstallGate follows the gate through the consumer: a new Application with a
 // beforeInstall trigger waits (recorded, announced with the whole intent, nothing written) and

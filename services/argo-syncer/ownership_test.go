@@ -98,8 +98,8 @@ func TestCreatedApplicationLosesWhatLaterRendersLeaveOut(t *testing.T) {
 }
 
 // A spec field the creation wrote and a later render leaves out is removed too. A label someone
-// else added is kept, though argo-syncer, which does not read the managed fields, cannot tell it
-// from one it left out: the first edit converts the ownership.
+// else added is kept, though argo-syncer, which does not read the managed fields' sets, cannot
+// tell it from one it left out: the first edit converts the ownership.
 func TestCreatedApplicationLosesASpecFieldLaterRendersLeaveOut(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
