@@ -599,14 +599,36 @@ func (k *keeper) queued() []*delivery {
 // It is called only after pulling ended: a message handed back earlier could be redelivered to
 // this very subscription while it drains, and come back behind its successors.
 //
-// The short delay matters: the server may still hold this subscription's last pull request for a
-// moment, and a message it tries to deliver there goes to the back of its redelivery queue. With
-// a delay, the handed-back messages expire together and the server redelivers them sorted by
-// stream sequence, which keeps each key's order.
+// The short delay keeps each key's order: the handed-back messages expire together and the
+// server queues them for redelivery sorted by stream sequence. Before they expire, forgetPulls
+// has had the server drop this subscription's pull requests, where a delivery attempt would put
+// a message back behind its successors.
 func (c *Consumer) handBack(msg *delivery) {
 	_ = msg.NakWithDelay(handBackDelay)
 	c.opts.Metrics.outcome(headerValue(msg.Headers(), HeaderType), "handed_back")
 }
+
+// forgetPulls has the server drop this instance's pull requests before Stop hands messages back.
+// Their subscription is gone, but the server notices that only when it next looks at a request:
+// when it answers a consumer info request, or when it tries to deliver there. Such a delivery
+// takes the first handed-back message off the redelivery queue, finds no one listening, and puts
+// the message back at the end of the queue, behind the later messages of its key (nats-server
+// v2.15, loopAndGatherMsgs): without another instance pulling, the next one to start would get a
+// key's first message last (TestContractHandedBackMessagesKeepTheirOrderForALateSuccessor). An
+// info request first has the server drop the dead requests. If it fails, the messages are handed
+// back all the same.
+func (c *Consumer) forgetPulls(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, forgetPullsTimeout)
+	defer cancel()
+	if _, err := c.cons.Info(ctx); err != nil {
+		c.opts.Logger.Warn("Consumer info before the hand-back failed; the next instance may get a key's first message last",
+			"consumer", c.opts.Name, "error", err)
+	}
+}
+
+// forgetPullsTimeout bounds forgetPulls' request: a server that does not answer in time does not
+// hold up the stop.
+const forgetPullsTimeout = 2 * time.Second
 
 // deadLetter stores the message with the reason on the consumer's dead-letter subject and then
 // terminates it. If the dead letter cannot be stored the message is retried later instead: it is
@@ -667,6 +689,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("stop consumer %s: %w", c.opts.Name, ctx.Err())
 	}
+	c.forgetPulls(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for key, q := range c.queues {
