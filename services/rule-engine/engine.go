@@ -77,6 +77,7 @@ type engine struct {
 	rules         map[string]*ruleState            // by namespace/name
 	rulesBySource map[string]map[string]*ruleState // source id -> rules
 	pairs         map[string]map[string]*pairState // rule -> cluster id -> pair
+	tallies       map[string]*ruleTally            // by rule: its pairs' enforcements counted (status.go)
 	pairByName    map[string][]namedCluster        // cluster name -> the cluster ids pairs hold it for, sorted (pairsNamed)
 	degraded      map[string]*degradation          // by source id
 	held          map[string]*heldRemovals         // by rule: selection removals a rule edit held
@@ -95,6 +96,7 @@ func newEngine(log *slog.Logger, st store, pub intentPublisher, r *Renderer, m *
 		rules:         map[string]*ruleState{},
 		rulesBySource: map[string]map[string]*ruleState{},
 		pairs:         map[string]map[string]*pairState{},
+		tallies:       map[string]*ruleTally{},
 		pairByName:    map[string][]namedCluster{},
 		degraded:      map[string]*degradation{},
 		held:          map[string]*heldRemovals{},
@@ -193,19 +195,23 @@ func (e *engine) setPair(rule, cid string, p *pairState) {
 		if p == nil || oldName != name {
 			e.unindexName(oldName, cid)
 		}
+		e.tallies[rule].count(cid, old, -1)
 	}
 	if p == nil {
 		if old != nil {
 			delete(e.pairs[rule], cid)
 			if len(e.pairs[rule]) == 0 {
 				delete(e.pairs, rule)
+				delete(e.tallies, rule)
 			}
 		}
 		return
 	}
 	if e.pairs[rule] == nil {
 		e.pairs[rule] = map[string]*pairState{}
+		e.tallies[rule] = &ruleTally{}
 	}
+	e.tallies[rule].count(cid, p, 1)
 	e.pairs[rule][cid] = p
 	if old == nil || oldName != name {
 		e.indexName(name, cid)

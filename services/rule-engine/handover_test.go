@@ -194,6 +194,7 @@ func TestHandoverAndRemovedEnforcementInOneEdit(t *testing.T) {
 	if got := e.pairsNamed("ns/fleet", "a"); !slices.Equal(got, []string{newID, oldID}) && !slices.Equal(got, []string{oldID, newID}) {
 		t.Errorf("the name a points at pairs %q, want both", got)
 	}
+	checkTally(t, e, "ns/fleet", "after the edit") // the handed-over pair counts for nothing
 	takeover := pub.evs[slices.IndexFunc(pub.evs, func(ev events.Event) bool { _, ok := ev.(*events.InstallIntent); return ok })].(*events.InstallIntent)
 	if err := e.applyOutcome(ctx, &events.InstallSucceeded{IntentID: takeover.ID(), Rule: takeover.Rule, Cluster: "a",
 		Enforcement: "guestbook", SpecHash: takeover.SpecHash}, events.Meta{}); err != nil {
@@ -205,6 +206,7 @@ func TestHandoverAndRemovedEnforcementInOneEdit(t *testing.T) {
 	if got := e.pairsNamed("ns/fleet", "a"); !slices.Equal(got, []string{newID}) {
 		t.Errorf("the name a points at pairs %q, want the cm2 cluster's", got)
 	}
+	checkTally(t, e, "ns/fleet", "after the takeover was confirmed")
 }
 
 // installedOutcome is argo-syncer's install.succeeded for an install intent (an update: not created).

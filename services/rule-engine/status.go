@@ -45,7 +45,7 @@ func (e *engine) status(key string, generation int64) (v1beta1.ClusterRuleStatus
 	}
 	st.MatchedClusters, st.Clusters = e.matchedClusters(r)
 
-	t := tallyEnforcements(e.pairs[key])
+	t := e.tallies[key].enfTally()
 	st.InstalledApplications = t.installed
 	st.InstallErrorCount = t.installFailed + int32(t.afterFailed)
 	st.InstallErrors = t.installErrors[:min(len(t.installErrors), v1beta1.MaxStatusEntries)]
@@ -176,6 +176,59 @@ type enfTally struct {
 	// installErrors lists the failed installs and afterInstall failures, sorted by
 	// cluster/enforcement.
 	installErrors []v1beta1.InstallError
+}
+
+// ruleTally counts the enforcements of a rule's pairs as the pairs change (engine.setPair, the
+// one place they do: a stored pair is never changed in place), so that a status does not walk
+// every pair. The status is computed again after each outcome of the rule, under the engine's
+// mutex: walking 10,000 pairs for it took 1.5 – 2 ms, 16 % of rule-engine's CPU during the
+// pipeline benchmark's create at 10,000 × 10. A pair none of whose enforcements has trouble (a
+// failure, a trigger block, an afterInstall failure), as nearly every pair, is only counted as
+// installed or pending; the others are kept aside, few as they are, for the messages and the
+// list of errors, and tallied in full when a status asks.
+type ruleTally struct {
+	installed, pending int
+	troubled           map[string]*pairState // by cluster id
+}
+
+// count adds the pair p of cluster cid to the tally (by 1), or takes it out (by -1). A pair
+// handed over to another cluster counts for nothing: the successor's pair reports these
+// Applications.
+func (t *ruleTally) count(cid string, p *pairState, by int) {
+	if p.handedOverTo() != "" {
+		return
+	}
+	for _, es := range p.Enforcements {
+		if es.trouble != nil {
+			if by > 0 {
+				if t.troubled == nil {
+					t.troubled = map[string]*pairState{}
+				}
+				t.troubled[cid] = p
+			} else {
+				delete(t.troubled, cid)
+			}
+			return
+		}
+	}
+	for _, es := range p.Enforcements {
+		if es.Installed {
+			t.installed += by
+		} else {
+			t.pending += by
+		}
+	}
+}
+
+// enfTally is the tally of the rule's enforcements; the zero tally for a rule without pairs.
+func (t *ruleTally) enfTally() enfTally {
+	if t == nil {
+		return enfTally{}
+	}
+	tally := tallyEnforcements(t.troubled)
+	tally.installed += int32(t.installed)
+	tally.pending += t.pending
+	return tally
 }
 
 // tallyEnforcements counts the enforcements of a rule's pairs: installed, failed or pending,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -103,6 +104,88 @@ func TestMatchedViewStaysExact(t *testing.T) {
 	}
 	if kept < steps/2 {
 		t.Errorf("the matched view was mended in place after %d of %d changes, want most", kept, steps)
+	}
+}
+
+// TestEnforcementTallyStaysExact drives a rule's pairs at random through what changes their
+// count: clusters appear (selected or not), come back at a new revision and go, and each
+// outcome an enforcement can have arrives for a pair's current intent (installed, failed, by a
+// name conflict among them, a beforeInstall trigger blocking it and then delivered, an
+// afterInstall trigger failing and then delivered). After each step the tally kept as the
+// pairs changed must equal one counted from scratch over all of them.
+func TestEnforcementTallyStaysExact(t *testing.T) {
+	e := prodRuleEngine(t)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 4))
+	const steps = 800
+	for step := range steps {
+		key := fmt.Sprintf("k-%02d", rng.IntN(60))
+		p := e.pairs["ns/r"][clusterID(rancherSource().ID, key)]
+		var ev events.Event
+		switch roll := rng.IntN(10); {
+		case roll == 0:
+			ev = &events.ClusterGone{Source: rancherSource(), Key: key, Revision: uint64(step + 1), LastSeen: time.Now()}
+		case roll <= 3 || p == nil:
+			env := []string{"prod", "prod", "dev"}[rng.IntN(3)]
+			c := testCluster(key, map[string]string{"env": env}, true)
+			c.Key, c.URL = key, "https://rancher.example/k8s/clusters/"+key+"/"+strconv.Itoa(rng.IntN(2))
+			ev = &events.ClusterAppeared{Revision: uint64(step + 1), Cluster: c}
+		default:
+			st := p.Enforcements[0]
+			rule, cluster, id := p.Rule.Value(), p.Cluster.Value().Name, st.intentID()
+			switch roll {
+			case 4, 5:
+				ev = &events.InstallSucceeded{IntentID: id, Rule: rule, Cluster: cluster, Enforcement: st.Name,
+					Application: cluster + "-" + st.Name, Created: true, SpecHash: st.SpecHash}
+			case 6:
+				reason := []string{"ApplyFailed", v1beta1.ReasonNameConflict}[rng.IntN(2)]
+				ev = &events.InstallFailed{IntentID: id, Rule: rule, Cluster: cluster, Enforcement: st.Name,
+					Reason: reason, Message: "step " + strconv.Itoa(step)}
+			case 7:
+				ev = &events.TriggerFailed{DeliveryID: "d" + strconv.Itoa(step), IntentID: id, Rule: rule, Cluster: cluster,
+					Enforcement: st.Name, Phase: []string{events.PhaseBeforeInstall, events.PhaseAfterInstall}[rng.IntN(2)],
+					FailurePolicy: "Fail", Attempts: 3, Message: "hook down"}
+			default:
+				ev = &events.TriggerDelivered{DeliveryID: "d" + strconv.Itoa(step), IntentID: id, Rule: rule, Cluster: cluster,
+					Enforcement: st.Name, Phase: []string{events.PhaseBeforeInstall, events.PhaseAfterInstall}[rng.IntN(2)],
+					StatusCode: 200, Attempts: 1}
+			}
+		}
+		var err error
+		switch ev := ev.(type) {
+		case *events.ClusterAppeared:
+			err = e.applyCluster(ctx, ev.Cluster, ev.Revision, 0)
+		case *events.ClusterGone:
+			err = e.applyClusterGone(ctx, ev, 0)
+		default:
+			err = e.applyOutcome(ctx, ev, events.Meta{ID: fmt.Sprintf("outcome-%d", step)})
+		}
+		if err != nil {
+			t.Fatalf("step %d (%T): %v", step, ev, err)
+		}
+		checkTally(t, e, "ns/r", fmt.Sprintf("step %d (%T)", step, ev))
+	}
+	got := e.tallies["ns/r"].enfTally()
+	if got.installed == 0 || got.pending == 0 || got.installFailed == 0 || got.nameConflicts == 0 || got.blocked == 0 || got.afterFailed == 0 {
+		t.Errorf("the steps did not reach every count: %+v", got)
+	}
+}
+
+// checkTally fails t if the tally kept for rule differs from one counted over all of its pairs.
+// Which blocked enforcement's message a tally keeps depends on the order of the walk, so
+// only whether there is one is compared.
+func checkTally(t *testing.T, e *engine, rule, when string) {
+	t.Helper()
+	kept, full := e.tallies[rule].enfTally(), tallyEnforcements(e.pairs[rule])
+	if (kept.blockedMsg == "") != (full.blockedMsg == "") {
+		t.Fatalf("%s: kept tally blocked by %q, counted from scratch by %q", when, kept.blockedMsg, full.blockedMsg)
+	}
+	kept.blockedMsg, full.blockedMsg = "", ""
+	if !reflect.DeepEqual(kept, full) {
+		t.Fatalf("%s: kept tally %+v, counted from scratch %+v", when, kept, full)
+	}
+	if _, ok := e.tallies[rule]; ok != (len(e.pairs[rule]) > 0) {
+		t.Fatalf("%s: a tally kept: %v, with %d pairs", when, ok, len(e.pairs[rule]))
 	}
 }
 
