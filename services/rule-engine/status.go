@@ -181,11 +181,12 @@ type enfTally struct {
 // ruleTally counts the enforcements of a rule's pairs as the pairs change (engine.setPair, the
 // one place they do: a stored pair is never changed in place), so that a status does not walk
 // every pair. The status is computed again after each outcome of the rule, under the engine's
-// mutex: walking 10,000 pairs for it took 1.5 – 2 ms, 16 % of rule-engine's CPU during the
-// pipeline benchmark's create at 10,000 × 10. A pair none of whose enforcements has trouble (a
-// failure, a trigger block, an afterInstall failure), as nearly every pair, is only counted as
-// installed or pending; the others are kept aside, few as they are, for the messages and the
-// list of errors, and tallied in full when a status asks.
+// mutex: walking 10,000 pairs for it was 16 % of rule-engine's CPU during the pipeline
+// benchmark's create at 10,000 × 10 (BenchmarkRuleStatus: 0.88 ms a status with the walk, 0.26
+// ms without). A pair none of whose enforcements has trouble (a failure, a trigger block, an
+// afterInstall failure), as nearly every pair, is only counted as installed or pending; the
+// others are kept aside, few as they are, for the messages and the list of errors, and tallied
+// in full when a status asks.
 type ruleTally struct {
 	installed, pending int
 	troubled           map[string]*pairState // by cluster id
