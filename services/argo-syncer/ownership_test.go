@@ -131,3 +131,63 @@ func TestCreatedApplicationLosesASpecFieldLaterRendersLeaveOut(t *testing.T) {
 		t.Errorf("after the revision was left out: %+v", app)
 	}
 }
+
+// projectRequests lists the method of each write request to AppProjects among reqs.
+func projectRequests(reqs []request) []string {
+	var methods []string
+	for _, r := range writes(reqs) {
+		if strings.Contains(r.Path, "/appprojects") {
+			methods = append(methods, r.Method)
+		}
+	}
+	return methods
+}
+
+// A cluster's new AppProject is created in one plain create. A repository added later is one
+// apply: the repositories only grow, so it leaves out nothing the creation wrote. A setting that
+// drops a field the creation wrote (cluster-scoped resources no longer allowed) converts the
+// ownership and applies again, and the field is gone.
+func TestCreatedProjectLosesWhatLaterRendersLeaveOut(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	name := ProjectName("owned")
+	install := func(what, enforcement, repo string, want []string) *argov1.AppProject {
+		t.Helper()
+		if cached, ok, _ := h.syncer.projects.get(name); ok {
+			eventually(t, "cache sees the last write", func() bool {
+				live := h.project(name)
+				return live != nil && cached.GetResourceVersion() == live.ResourceVersion
+			})
+		}
+		in := h.installIntent("baseline", "owned", enforcement)
+		in.Enforcement.Repo = repo
+		mark := h.log.mark()
+		if _, err := h.syncer.Install(ctx, in, true); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := projectRequests(h.log.since(mark)); !slices.Equal(got, want) {
+			t.Errorf("%s sent %v to AppProjects; want %v", what, got, want)
+		}
+		return h.project(name)
+	}
+
+	p := install("the first install", "agent", "https://git.example/agent", []string{http.MethodPost})
+	if p == nil || len(p.Spec.ClusterResourceWhitelist) == 0 || !updatedByManager(p.ManagedFields) {
+		t.Fatalf("created %+v; want cluster resources allowed, held by argo-syncer's update", p)
+	}
+
+	p = install("a second repository", "ingress", "https://git.example/ingress", []string{http.MethodPatch})
+	if want := []string{"https://git.example/agent", "https://git.example/ingress"}; !slices.Equal(p.Spec.SourceRepos, want) {
+		t.Errorf("repositories %v; want %v", p.Spec.SourceRepos, want)
+	}
+
+	h.syncer.project.ClusterResources = false
+	p = install("cluster resources no longer allowed", "policies", "https://git.example/policies",
+		[]string{http.MethodPatch, http.MethodPatch, http.MethodPatch})
+	if len(p.Spec.ClusterResourceWhitelist) != 0 || updatedByManager(p.ManagedFields) || len(p.Spec.SourceRepos) != 3 {
+		t.Errorf("after cluster resources were left out: %+v, %+v; want none allowed, three repositories and nothing held by an update",
+			p.Spec, p.ManagedFields)
+	}
+
+	install("a fourth repository", "backup", "https://git.example/backup", []string{http.MethodPatch})
+}

@@ -529,7 +529,7 @@ func (s *Syncer) writeApplication(ctx context.Context, o *applyObject, create bo
 			return nil, 0, writes, err
 		}
 		app, generation, updatedBy, err := readAnswer(answer)
-		if err != nil || converted || !updatedBy || !keepsMore(app, o) {
+		if err != nil || converted || !updatedBy || !keepsMore(&app.cachedMeta, app.SpecDigest, o) {
 			return app, generation, writes, err
 		}
 		sent, err := s.convertOwnership(ctx, answer)
@@ -542,28 +542,35 @@ func (s *Syncer) writeApplication(ctx context.Context, o *applyObject, create bo
 	}
 }
 
-// keepsMore reports whether app, as an apply of desired answered it, may hold a field argo-syncer
-// wrote by its creation and desired leaves out: app is not adopted, and has another spec, or a
-// label or an annotation desired has not (the creation's record aside).
-func keepsMore(app *cachedApplication, desired *applyObject) bool {
-	if _, adopted := app.Annotations.Lookup(AnnotationAdoptedFrom); adopted {
+// keepsMore reports whether an object with metadata m and spec digest digest, as an apply of
+// desired answered it, may hold a field argo-syncer wrote by its creation and desired leaves
+// out: it is not adopted, and has another spec, or a label or an annotation desired has not
+// (those argo-syncer writes by patches of their own aside, patchedAnnotation).
+func keepsMore(m *cachedMeta, digest specDigest, desired *applyObject) bool {
+	if _, adopted := m.Annotations.Lookup(AnnotationAdoptedFrom); adopted {
 		return false
 	}
-	if app.SpecDigest != digestSpec(desired.Spec) {
+	if digest != digestSpec(desired.Spec) {
 		return true
 	}
-	return hasOther(app.Labels, desired.Metadata.Labels) || hasOther(app.Annotations, desired.Metadata.Annotations)
+	return hasOther(m.Labels, desired.Metadata.Labels) || hasOther(m.Annotations, desired.Metadata.Annotations)
 }
 
-// hasOther reports whether have holds a key that want has not, other than AnnotationCreatedBy.
+// hasOther reports whether have holds a key that want has not, other than a patchedAnnotation.
 func hasOther(have metaStrings, want map[string]string) (other bool) {
 	have.all(func(k, _ string) bool {
 		_, ok := want[k]
-		other = !ok && k != AnnotationCreatedBy
+		other = !ok && !patchedAnnotation(k)
 		return !other
 	})
 	return other
 }
+
+// patchedAnnotation reports whether argo-syncer writes annotation k by a patch of its own, not
+// by an apply, so that an apply leaving it out is meant: an Application's creation record
+// (AnnotationCreatedBy) and a project's pending unregistration (AnnotationUnregister, which an
+// install clears by its own patch, clearUnregisterPending).
+func patchedAnnotation(k string) bool { return k == AnnotationCreatedBy || k == AnnotationUnregister }
 
 // convertOwnership makes the fields FieldManager holds of the Application answer (the server's
 // JSON of it) by an update its fields by an apply, as kubectl does when it moves an object
@@ -583,6 +590,60 @@ func (s *Syncer) convertOwnership(ctx context.Context, answer []byte) (sent bool
 		Body(patch).Do(ctx).Error()
 	s.metrics.write("Application", "patch", err)
 	return true, err
+}
+
+// writeProject writes the rendered AppProject o as writeApplication writes an Application: a
+// new one (create) by a plain create, every later write by an apply, whose answer tells whether
+// the creation's fields must first become the apply's (keepsMore) for the apply to remove what
+// it leaves out. It returns the project as the API server answered and the writes sent. API
+// mode has neither creates nor managed fields: there it is one apply (argocdapi_objects.go).
+func (s *Syncer) writeProject(ctx context.Context, o *applyObject, create bool) (*cachedProject, int, error) {
+	body, writes := o.body(), 0
+	if create && s.appsREST != nil {
+		created := &argov1.AppProject{}
+		err := s.appsREST.Post().Namespace(s.ns).Resource("appprojects").
+			VersionedParams(&metav1.CreateOptions{FieldManager: FieldManager}, metav1.ParameterCodec).
+			Body(body).Do(ctx).Into(created)
+		s.metrics.write("AppProject", "create", err)
+		writes++
+		if !apierrors.IsAlreadyExists(err) {
+			if err != nil {
+				return nil, writes, err
+			}
+			return cacheProject(created), writes, nil
+		}
+	}
+	projects := s.argo.ArgoprojV1alpha1().AppProjects(s.ns)
+	for converted := false; ; converted = true {
+		p, err := projects.Patch(ctx, o.Metadata.Name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+		s.metrics.write("AppProject", "apply", err)
+		writes++
+		if err != nil {
+			return nil, writes, err
+		}
+		c := cacheProject(p)
+		if s.appsREST == nil || converted || !updatedByManager(p.ManagedFields) || !keepsMore(&c.cachedMeta, c.SpecDigest, o) {
+			return c, writes, nil
+		}
+		patch, err := csaupgrade.UpgradeManagedFieldsPatch(p, sets.New(FieldManager), FieldManager)
+		if err != nil || patch == nil {
+			return c, writes, err
+		}
+		_, err = projects.Patch(ctx, o.Metadata.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		s.metrics.write("AppProject", "patch", err)
+		writes++
+		if err != nil {
+			return c, writes, err
+		}
+	}
+}
+
+// updatedByManager reports whether FieldManager holds some of an object's fields (managed) by
+// an update: a create, or a patch other than an apply.
+func updatedByManager(managed []metav1.ManagedFieldsEntry) bool {
+	return slices.ContainsFunc(managed, func(e metav1.ManagedFieldsEntry) bool {
+		return e.Manager == FieldManager && e.Operation == metav1.ManagedFieldsOperationUpdate && e.Subresource == ""
+	})
 }
 
 // ensureCluster keeps the cluster registered in Argo CD. Enforcement's cluster Secret, when
@@ -885,14 +946,12 @@ func (s *Syncer) ensureProject(ctx context.Context, t events.Target, n objectNam
 			return writes, nil
 		}
 	}
-	p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.ApplyPatchType, desired.body(),
-		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
-	s.metrics.write("AppProject", "apply", err)
-	writes++
+	p, sent, err := s.writeProject(ctx, desired, !exists)
+	writes += sent
 	if err != nil {
-		return writes, classify(err, "apply appproject "+name)
+		return writes, classify(err, "write appproject "+name)
 	}
-	s.projects.wrote(cacheProject(p))
+	s.projects.wrote(p)
 	if !exists {
 		s.logger.Info("Created AppProject", "appproject", name, "cluster", t.Name)
 	}
@@ -922,17 +981,15 @@ func (s *Syncer) ensureTenantProject(ctx context.Context, t events.Target, name 
 			return 0, nil
 		}
 	}
-	p, err := s.argo.ArgoprojV1alpha1().AppProjects(s.ns).Patch(ctx, name, types.ApplyPatchType, desired.body(),
-		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
-	s.metrics.write("AppProject", "apply", err)
+	p, writes, err := s.writeProject(ctx, desired, !exists)
 	if err != nil {
-		return 1, classify(err, "apply appproject "+name)
+		return writes, classify(err, "write appproject "+name)
 	}
-	s.projects.wrote(cacheProject(p))
+	s.projects.wrote(p)
 	if !exists {
 		s.logger.Info("Created AppProject", "appproject", name, "cluster", t.Name, "grant", g.Name)
 	}
-	return 1, nil
+	return writes, nil
 }
 
 // deleteTenantProjects deletes the grants' AppProjects of a cluster (Enforcement's only), once

@@ -314,7 +314,9 @@ func TestFieldOfSomeoneElseIsNotDrift(t *testing.T) {
 // TestProjectFieldOfSomeoneElseIsNotDrift: as for Applications, argo-syncer caches a digest of
 // its AppProjects' specs. A field another tool adds (a role) costs one read and no write; a field
 // argo-syncer renders changed by hand (the destinations) is read and applied back, the other
-// tool's field kept, and later intents send nothing.
+// tool's field kept, and later intents send nothing. The project was created, so the apply that
+// repairs it, finding a spec other than it rendered (the other tool's role), converts the
+// creation's fields and applies again (writeProject): three writes, once.
 func TestProjectFieldOfSomeoneElseIsNotDrift(t *testing.T) {
 	h := newHarness(t)
 	h.syncer.metrics = NewMetrics(prometheus.NewRegistry())
@@ -347,8 +349,8 @@ func TestProjectFieldOfSomeoneElseIsNotDrift(t *testing.T) {
 	edit(`{"spec":{"destinations":[{"server":"https://elsewhere.example","namespace":"*"}]}}`)
 	mark = h.log.mark()
 	h.handle(a)
-	if got, want := byKind(h.log.since(mark)), map[string]int{"GET appprojects": 1, "PATCH appprojects": 1}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("an intent after a hand edit: requests %v, want %v", got, want)
+	if got, want := byKind(h.log.since(mark)), map[string]int{"GET appprojects": 1, "PATCH appprojects": 3}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("an intent after a hand edit: requests %v, want %v (a read, then apply, conversion, apply)", got, want)
 	}
 	p := h.project("c1")
 	if !reflect.DeepEqual(p.Spec.Destinations, rendered) || len(p.Spec.Roles) != 1 {
@@ -604,7 +606,7 @@ func TestRejectedObjectIsPermanentFailure(t *testing.T) {
 // TestRequestsPerBatch counts the API requests a batch of 200 new clusters costs: reads are
 // O(1) per batch (the informers listed Applications, AppProjects and cluster Secrets once at
 // start, the source Secret is read once for the whole batch, no GET per cluster or package),
-// writes are one per new object (a Secret and an Application create, an AppProject apply), and
+// writes are one per new object (a Secret, an AppProject and an Application create), and
 // the same batch delivered again through the stream sends no request at all.
 func TestRequestsPerBatch(t *testing.T) {
 	h := newHarness(t)
@@ -625,7 +627,7 @@ func TestRequestsPerBatch(t *testing.T) {
 	}
 	reqs := nonWatch(h.log.since(mark))
 	counts := byKind(reqs)
-	want := map[string]int{"POST secrets": n, "PATCH appprojects": n, "POST applications": n, "GET secrets": 1}
+	want := map[string]int{"POST secrets": n, "POST appprojects": n, "POST applications": n, "GET secrets": 1}
 	if !reflect.DeepEqual(counts, want) {
 		t.Fatalf("requests for %d new clusters: %v, want %v", n, counts, want)
 	}

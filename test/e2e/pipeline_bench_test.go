@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -103,7 +104,8 @@ func pipelineEnforcement(i int) string {
 // it with go tool pprof -sample_index=inuse_space), and its CPU profiles of the create, one a
 // cpuProfileWindow from the clusters' appearance until the window in which the last Application
 // was created ends (<service>-<N>x<R>-create-cpu-<k>.pprof; go tool pprof merges the windows
-// given together). It prints the figures and their ratios to the floor, and from a setting's
+// given together), and the benchmark process's own CPU profile of the create, the embedded NATS
+// server among it (benchmark-<N>x<R>-create-cpu.pprof). It prints the figures and their ratios to the floor, and from a setting's
 // second run in one process on the medians of its runs so far (recordPipelineRun); it asserts
 // no timing.
 func BenchmarkPipeline(b *testing.B) {
@@ -1073,8 +1075,9 @@ func editedApplication(app *unstructured.Unstructured) (*unstructured.Unstructur
 const cpuProfileWindow = 10 * time.Second
 
 // cpuProfiler takes CPU profiles of every hub service started with system.profiles, one window
-// after the other, until stopped.
+// after the other, and of the benchmark's own process, until stopped.
 type cpuProfiler struct {
+	own   *os.File // the benchmark process's profile, nil if it could not start
 	done  chan struct{}
 	wg    sync.WaitGroup
 	mu    sync.Mutex
@@ -1085,6 +1088,17 @@ type cpuProfiler struct {
 // <dir>/<name>-<label>-cpu-<k>.pprof.
 func (s *system) profileCPU(dir, label string) *cpuProfiler {
 	p := &cpuProfiler{done: make(chan struct{})}
+	// The benchmark's own process (the embedded NATS server, the fake Rancher, the benchmark's
+	// watches) in one profile for the whole create.
+	own := filepath.Join(dir, fmt.Sprintf("benchmark-%s-cpu.pprof", label))
+	if f, err := os.Create(own); err != nil {
+		s.t.Errorf("CPU profile of the benchmark process: %v", err)
+	} else if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		s.t.Errorf("CPU profile of the benchmark process: %v", err)
+	} else {
+		p.own, p.files = f, append(p.files, own)
+	}
 	for _, name := range hubServices {
 		s.mu.Lock()
 		addr := s.procs[name].pprof
@@ -1124,6 +1138,10 @@ func (p *cpuProfiler) stop() []string {
 		return nil
 	}
 	close(p.done)
+	if p.own != nil {
+		pprof.StopCPUProfile()
+		p.own.Close()
+	}
 	p.wg.Wait()
 	slices.Sort(p.files)
 	return p.files
