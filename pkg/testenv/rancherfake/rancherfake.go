@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -46,6 +47,11 @@ type Handler struct {
 
 	mu       sync.Mutex
 	clusters []map[string]any
+	// listings are the clusters each filter matches with their JSON, by filterKey, computed at
+	// the filter's first request after SetClusters: a scan of a large fleet asks for a hundred
+	// pages with the same filters, and a fake that filters and encodes the whole fleet for each
+	// page spends the CPU the benchmarks measure the services by.
+	listings map[string]*listing
 	pageSize int
 	status   map[int]int // page → HTTP status to answer; page 0: every page
 	mode     map[int]int // page → Fail* mode
@@ -79,11 +85,55 @@ func (s *Server) CACertPEM() []byte {
 	return pemEncode(s.Certificate().Raw)
 }
 
-// SetClusters replaces the cluster objects the server lists (in this order).
+// SetClusters replaces the cluster objects the server lists (in this order). The server reads
+// them until the next SetClusters: change a listing by calling it again, not by changing the
+// maps it was given.
 func (h *Handler) SetClusters(clusters ...map[string]any) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.clusters = clusters
+	h.listings = nil
+}
+
+// listing is the clusters one filter matches, each with its JSON.
+type listing struct {
+	clusters []map[string]any
+	encoded  []json.RawMessage
+}
+
+// filterKey is the filters of a query q, the paging parameters left out, in one string.
+func filterKey(q url.Values) string {
+	f := url.Values{}
+	for k, vs := range q {
+		if !pagingParameter(k) {
+			f[k] = vs
+		}
+	}
+	return f.Encode()
+}
+
+// listingFor returns the clusters q's filters match, from listings or computed anew; h.mu is
+// held.
+func (h *Handler) listingFor(q url.Values) *listing {
+	key := filterKey(q)
+	if l, ok := h.listings[key]; ok {
+		return l
+	}
+	l := &listing{}
+	for _, c := range h.clusters {
+		if matches(c, q) {
+			data, err := json.Marshal(c)
+			if err != nil {
+				panic(fmt.Sprintf("rancherfake: cluster %v: %v", c["id"], err)) // tests build clusters of plain values
+			}
+			l.clusters, l.encoded = append(l.clusters, c), append(l.encoded, data)
+		}
+	}
+	if h.listings == nil {
+		h.listings = map[string]*listing{}
+	}
+	h.listings[key] = l
+	return l
 }
 
 // FailPage makes page (1-based; 0 for every page) answer with an HTTP status (e.g. 500, 401)
@@ -203,12 +253,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if status == 0 {
 		status = h.status[0]
 	}
-	var matched []map[string]any
-	for _, c := range h.clusters {
-		if matches(c, q) {
-			matched = append(matched, c)
-		}
-	}
+	matched := h.listingFor(q).encoded
 	pageSize := h.pageSize
 	h.mu.Unlock()
 
@@ -242,7 +287,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	data := matched[start:end]
 	if data == nil {
-		data = []map[string]any{}
+		data = []json.RawMessage{}
 	}
 	body := map[string]any{
 		"type":         "collection",
@@ -263,8 +308,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // top-level field of the same name.
 func matches(c map[string]any, q map[string][]string) bool {
 	for k, vs := range q {
-		switch k {
-		case "marker", "limit", "order", "sort":
+		if pagingParameter(k) {
 			continue
 		}
 		if fmt.Sprint(c[k]) != vs[0] {
@@ -272,6 +316,16 @@ func matches(c map[string]any, q map[string][]string) bool {
 		}
 	}
 	return true
+}
+
+// pagingParameter reports whether query parameter k pages or orders a listing rather than
+// filtering it.
+func pagingParameter(k string) bool {
+	switch k {
+	case "marker", "limit", "order", "sort":
+		return true
+	}
+	return false
 }
 
 func filtersOf(q map[string][]string) map[string]any {
