@@ -14,16 +14,20 @@ import (
 	"github.com/enforcement-io/enforcement/pkg/events"
 )
 
-// applicationRequests lists the method of each write request to Applications among reqs.
-func applicationRequests(reqs []request) []string {
+// writesTo lists the method of each write request among reqs to resource ("applications",
+// "appprojects"), its collection (a create) or one of its objects.
+func writesTo(reqs []request, resource string) []string {
 	var methods []string
 	for _, r := range writes(reqs) {
-		if strings.Contains(r.Path, "/applications") {
+		if strings.Contains(r.Path, "/"+resource) {
 			methods = append(methods, r.Method)
 		}
 	}
 	return methods
 }
+
+// applicationRequests lists the method of each write request to Applications among reqs.
+func applicationRequests(reqs []request) []string { return writesTo(reqs, "applications") }
 
 // heldByUpdate reports whether argo-syncer's field manager holds fields of app by an update.
 func heldByUpdate(app *argov1.Application) bool {
@@ -132,17 +136,6 @@ func TestCreatedApplicationLosesASpecFieldLaterRendersLeaveOut(t *testing.T) {
 	}
 }
 
-// projectRequests lists the method of each write request to AppProjects among reqs.
-func projectRequests(reqs []request) []string {
-	var methods []string
-	for _, r := range writes(reqs) {
-		if strings.Contains(r.Path, "/appprojects") {
-			methods = append(methods, r.Method)
-		}
-	}
-	return methods
-}
-
 // A cluster's new AppProject is created in one plain create. A repository added later is one
 // apply: the repositories only grow, so it leaves out nothing the creation wrote. A setting that
 // drops a field the creation wrote (cluster-scoped resources no longer allowed) converts the
@@ -165,7 +158,7 @@ func TestCreatedProjectLosesWhatLaterRendersLeaveOut(t *testing.T) {
 		if _, err := h.syncer.Install(ctx, in, true); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		if got := projectRequests(h.log.since(mark)); !slices.Equal(got, want) {
+		if got := writesTo(h.log.since(mark), "appprojects"); !slices.Equal(got, want) {
 			t.Errorf("%s sent %v to AppProjects; want %v", what, got, want)
 		}
 		return h.project(name)
