@@ -47,11 +47,11 @@ type Handler struct {
 
 	mu       sync.Mutex
 	clusters []map[string]any
-	// listings are the clusters each filter matches with their JSON, by filterKey, computed at
+	// listings are the JSON of the clusters each filter matches, by filterKey, computed at
 	// the filter's first request after SetClusters: a scan of a large fleet asks for a hundred
 	// pages with the same filters, and a fake that filters and encodes the whole fleet for each
 	// page spends the CPU the benchmarks measure the services by.
-	listings map[string]*listing
+	listings map[string][]json.RawMessage
 	pageSize int
 	status   map[int]int // page → HTTP status to answer; page 0: every page
 	mode     map[int]int // page → Fail* mode
@@ -95,12 +95,6 @@ func (h *Handler) SetClusters(clusters ...map[string]any) {
 	h.listings = nil
 }
 
-// listing is the clusters one filter matches, each with its JSON.
-type listing struct {
-	clusters []map[string]any
-	encoded  []json.RawMessage
-}
-
 // filterKey is the filters of a query q, the paging parameters left out, in one string.
 func filterKey(q url.Values) string {
 	f := url.Values{}
@@ -112,25 +106,25 @@ func filterKey(q url.Values) string {
 	return f.Encode()
 }
 
-// listingFor returns the clusters q's filters match, from listings or computed anew; h.mu is
-// held.
-func (h *Handler) listingFor(q url.Values) *listing {
+// listingFor returns the JSON of the clusters q's filters match, from listings or computed
+// anew; h.mu is held.
+func (h *Handler) listingFor(q url.Values) []json.RawMessage {
 	key := filterKey(q)
 	if l, ok := h.listings[key]; ok {
 		return l
 	}
-	l := &listing{}
+	l := []json.RawMessage{}
 	for _, c := range h.clusters {
 		if matches(c, q) {
 			data, err := json.Marshal(c)
 			if err != nil {
 				panic(fmt.Sprintf("rancherfake: cluster %v: %v", c["id"], err)) // tests build clusters of plain values
 			}
-			l.clusters, l.encoded = append(l.clusters, c), append(l.encoded, data)
+			l = append(l, data)
 		}
 	}
 	if h.listings == nil {
-		h.listings = map[string]*listing{}
+		h.listings = map[string][]json.RawMessage{}
 	}
 	h.listings[key] = l
 	return l
@@ -253,7 +247,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if status == 0 {
 		status = h.status[0]
 	}
-	matched := h.listingFor(q).encoded
+	matched := h.listingFor(q)
 	pageSize := h.pageSize
 	h.mu.Unlock()
 
