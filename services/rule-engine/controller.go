@@ -48,7 +48,7 @@ type reconciler struct {
 // setupController registers the controller with mgr and returns the function the engine calls
 // to mark a rule dirty.
 func setupController(ctx context.Context, mgr ctrl.Manager, rc *reconciler, statusInterval time.Duration) (func(string), error) {
-	n := &notifier{pending: map[string]bool{}, wake: make(chan struct{}, 1), out: make(chan event.GenericEvent), interval: statusInterval}
+	n := newNotifier(statusInterval)
 	go n.pump(ctx)
 	skip := true
 	err := ctrl.NewControllerManagedBy(mgr).
@@ -191,43 +191,93 @@ func metav1Condition(generation int64) metav1.Condition {
 }
 
 // notifier turns engine notices into controller events without ever blocking the engine: keys
-// collect in a set and one goroutine feeds them to the controller's channel source at most once
-// per interval, so a burst of events on a rule becomes one status write.
+// collect in a set and one goroutine feeds them to the controller's channel source. A rule is
+// passed on once its notices have paused for interval, or, while they keep coming (a burst of
+// clusters, each concerning the rule), once maxWait has passed since the first of them: a burst
+// of events on a rule becomes one status write per maxWait instead of one per interval.
 type notifier struct {
 	mu       sync.Mutex
-	pending  map[string]bool
+	pending  map[string]pendingNotice
 	wake     chan struct{}
 	out      chan event.GenericEvent
 	interval time.Duration
+	maxWait  time.Duration
+	now      func() time.Time
+}
+
+// statusMaxWaitFactor sets a notifier's maxWait: STATUS_INTERVAL times this.
+const statusMaxWaitFactor = 10
+
+// pendingNotice is when the notices a rule has waiting began, and when the last one came.
+type pendingNotice struct{ first, last time.Time }
+
+func newNotifier(interval time.Duration) *notifier {
+	return &notifier{pending: map[string]pendingNotice{}, wake: make(chan struct{}, 1), out: make(chan event.GenericEvent),
+		interval: interval, maxWait: statusMaxWaitFactor * interval, now: time.Now}
 }
 
 func (n *notifier) add(key string) {
+	now := n.now()
 	n.mu.Lock()
-	n.pending[key] = true
+	p, ok := n.pending[key]
+	if !ok {
+		p.first = now
+	}
+	p.last = now
+	n.pending[key] = p
 	n.mu.Unlock()
-	select {
-	case n.wake <- struct{}{}:
-	default:
+	if !ok {
+		select {
+		case n.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
+// due takes the keys whose notices are due at now out of the pending set and returns them, with
+// when the next of the others is due (zero when none is left). A notice that arrives later
+// only delays its key (up to maxWait), so the next due time can only come later, never sooner,
+// until the set is empty again.
+func (n *notifier) due(now time.Time) (keys []string, next time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for key, p := range n.pending {
+		at := p.last.Add(n.interval)
+		if limit := p.first.Add(n.maxWait); limit.Before(at) {
+			at = limit
+		}
+		if !at.After(now) {
+			keys = append(keys, key)
+			delete(n.pending, key)
+		} else if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return keys, next
+}
+
 func (n *notifier) pump(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	armed := false // the timer runs until the earliest key is due
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-n.wake:
+		case <-n.wake: // a key's first notice: due an interval from now, no sooner than the others
+			if !armed {
+				timer.Reset(n.interval)
+				armed = true
+			}
+			continue
+		case <-timer.C:
 		}
-		select { // let the burst collect
-		case <-ctx.Done():
-			return
-		case <-time.After(n.interval):
+		keys, next := n.due(n.now())
+		armed = !next.IsZero()
+		if armed {
+			timer.Reset(next.Sub(n.now()))
 		}
-		n.mu.Lock()
-		keys := n.pending
-		n.pending = map[string]bool{}
-		n.mu.Unlock()
-		for key := range keys {
+		for _, key := range keys {
 			nn := splitKey(key)
 			obj := &v1beta1.ClusterRule{ObjectMeta: metav1.ObjectMeta{Namespace: nn.Namespace, Name: nn.Name}}
 			select {

@@ -66,8 +66,9 @@ type config struct {
 	// pkg/service) runs the engine only in the replica that holds the Lease leaseName in
 	// LEADER_ELECTION_NAMESPACE (default OPERATOR_NAMESPACE); the others wait, ready.
 	LeaderElection service.LeaderElection
-	// StatusInterval (STATUS_INTERVAL, default 1s) is how long status notices for a rule are
-	// collected before its status is recomputed and written: it bounds status writes per rule.
+	// StatusInterval (STATUS_INTERVAL, default 1s): a rule's status is recomputed and written
+	// once its notices have paused this long, and at least every statusMaxWaitFactor times this
+	// while they keep coming. It bounds status writes per rule.
 	StatusInterval time.Duration
 	// RuleEventInterval (RULE_EVENT_INTERVAL, default 30s) is the least time between two
 	// Kubernetes Events of one kind on one ClusterRule; decisions in between are counted into the
