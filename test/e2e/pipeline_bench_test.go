@@ -188,18 +188,9 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 	fl := measureFloors(b, s, n, rules)
 	createFloor := fl.create
 
-	// The rule edit.
-	writesBeforeEdit := argoSyncerWrites(b, s)
-	start := time.Now()
-	patch := []byte(`{"spec":{"enforcements":[{"name":"agent","repo":"https://git.example/agent","path":"charts/agent","namespace":"monitoring","helm":{"parameters":{"replicaCount":2}}}]}}`)
-	if _, err := s.dyn.Resource(gvrClusterRule).Namespace(operatorNS).Patch(context.Background(), "pipeline", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	waitFor(b, time.Hour, fmt.Sprintf("%d Applications updated", n), func() bool { return apps.count("2") == n })
-	edit := apps.last("2").Sub(start)
-	// The edit's share of rule-engine (to its last install intent) and of argo-syncer (the rest).
-	editIntents := appeared.last(&events.InstallIntent{}).Sub(start)
-	writesEdit := argoSyncerWrites(b, s)
+	ed := editRule(b, s, apps, appeared, n, rules, profiles)
+	cpuProfileFiles = append(cpuProfileFiles, ed.profiles...)
+	edit, editIntents := ed.took, ed.intents
 	editFloor, editApplyFloor := fl.floor.updateAll(), fl.applier.reapplyAll()
 
 	if !scanTuned {
@@ -221,7 +212,7 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 	memory := s.memoryGrowth(n+newClusters, idle, idleLive, &run)
 	if profiles != "" {
 		memory = append(memory, s.saveHeapProfiles(profiles, fmt.Sprintf("%dx%d", n, rules))...)
-		memory = append(memory, "    CPU profiles of the create, in windows of "+cpuProfileWindow.String()+": "+strings.Join(cpuProfileFiles, " "))
+		memory = append(memory, "    CPU profiles of the create and of the edit, in windows of "+cpuProfileWindow.String()+": "+strings.Join(cpuProfileFiles, " "))
 	}
 	settings := pipelineSettings(tuning, scanTuned)
 	b.Logf("%d clusters, %d rule(s) of one package each, %s:\n"+
@@ -229,6 +220,7 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 		"          CPU meanwhile: %s\n"+
 		"          floor by server-side apply %8s (ratio to plain creates %.2f; the create's ratio to it %.2f), CPU: creates %s; applies %s\n"+
 		"  edit    %8s   floor (%d plain updates) %8s   ratio %.2f (last install intent at %s; argo-syncer's writes: %s)\n"+
+		"          CPU meanwhile: %s\n"+
 		"          floor by server-side apply %8s (ratio to plain updates %.2f; the edit's ratio to it %.2f)\n"+
 		"  one new cluster, event to its last Application, %d in a row: %s\n"+
 		"          its share up to its last install intent (rule-engine): %s\n"+
@@ -237,11 +229,45 @@ func pipelineRound(b *testing.B, n, rules, newClusters int, tuning string) {
 		cpuSpent(cpuBefore, cpuCreate),
 		fl.apply.Round(time.Millisecond), fl.apply.Seconds()/createFloor.Seconds(), create.Seconds()/fl.apply.Seconds(), fl.createCPU, fl.applyCPU,
 		edit.Round(time.Millisecond), n, editFloor.Round(time.Millisecond), edit.Seconds()/editFloor.Seconds(), editIntents.Round(time.Millisecond),
-		countsSpent(writesBeforeEdit, writesEdit, len(writesEdit)),
+		countsSpent(ed.writesBefore, ed.writes, len(ed.writes)),
+		cpuSpent(ed.cpuBefore, ed.cpu),
 		editApplyFloor.Round(time.Millisecond), editApplyFloor.Seconds()/editFloor.Seconds(), edit.Seconds()/editApplyFloor.Seconds(),
 		len(latencies), spread(latencies), spread(toIntents),
 		strings.Join(memory, "\n"))
 	recordPipelineRun(b, fmt.Sprintf("%d clusters, %d rule(s), %s", n, rules, settings), run)
+}
+
+// ruleEdit is what editRule measured: the edit's time, its share up to rule-engine's last
+// install intent, argo-syncer's writes and the CPU times before and after, and the CPU
+// profiles saved.
+type ruleEdit struct {
+	took, intents        time.Duration
+	writesBefore, writes map[string]int
+	cpuBefore, cpu       map[string]time.Duration
+	profiles             []string
+}
+
+// editRule changes the first rule's Helm value and waits until its n Applications carry it,
+// profiling the services' CPU meanwhile in profiles ("" for none).
+func editRule(b *testing.B, s *system, apps *pipelineApps, appeared *appearedEvents, n, rules int, profiles string) ruleEdit {
+	ed := ruleEdit{writesBefore: argoSyncerWrites(b, s), cpuBefore: s.cpuTimes()}
+	var cpuProfiles *cpuProfiler
+	if profiles != "" {
+		cpuProfiles = s.profileCPU(profiles, fmt.Sprintf("%dx%d-edit", n, rules))
+	}
+	start := time.Now()
+	patch := []byte(`{"spec":{"enforcements":[{"name":"agent","repo":"https://git.example/agent","path":"charts/agent","namespace":"monitoring","helm":{"parameters":{"replicaCount":2}}}]}}`)
+	if _, err := s.dyn.Resource(gvrClusterRule).Namespace(operatorNS).Patch(context.Background(), "pipeline", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	waitFor(b, time.Hour, fmt.Sprintf("%d Applications updated", n), func() bool { return apps.count("2") == n })
+	ed.cpu = s.cpuTimes()
+	ed.profiles = cpuProfiles.stop()
+	ed.took = apps.last("2").Sub(start)
+	// The edit's share of rule-engine (to its last install intent) and of argo-syncer (the rest).
+	ed.intents = appeared.last(&events.InstallIntent{}).Sub(start)
+	ed.writes = argoSyncerWrites(b, s)
+	return ed
 }
 
 // memoryGrowth reads each service's resident set, its peak and its live heap after a round and
