@@ -94,6 +94,9 @@ func (h *Handler) install(ctx context.Context, in *events.InstallIntent, seq uin
 	if stale || err != nil {
 		return err
 	}
+	if first {
+		h.syncer.quietStart(in.Cluster.Name, in.Enforcement.Name) // its empty first report is not sent (health.go)
+	}
 	res, err := h.syncer.Install(ctx, in, true)
 	if err == nil && res.Waiting {
 		return h.hold(ctx, in, seq, app)
@@ -207,6 +210,7 @@ func (h *Handler) finish(ctx context.Context, in *events.InstallIntent, seq uint
 	}
 	h.logger.Error("Install rejected", "application", res.Application, "reason", f.reason, "error", f.err)
 	if first {
+		h.syncer.forgetQuietStart(in.Cluster.Name, in.Enforcement.Name)
 		return nil
 	}
 	return h.ungate(ctx, in.Rule, events.ApplicationName(in.Cluster.Name, in.Enforcement.Name), in.ID())
@@ -235,6 +239,7 @@ func (h *Handler) uninstall(ctx context.Context, in *events.UninstallIntent, seq
 	if stale, _, err := h.stale(ctx, in.Rule, in.Cluster.Name, in.Enforcement, uninstallRecord(in, seq), false); stale || err != nil {
 		return err
 	}
+	h.syncer.forgetQuietStart(in.Cluster.Name, in.Enforcement)
 	// The waiting install goes first, so that its trigger's outcome, however late, creates
 	// nothing; a crash after this step repeats the uninstall, which finds no entry.
 	if err := h.ungate(ctx, in.Rule, events.ApplicationName(in.Cluster.Name, in.Enforcement), in.ID()); err != nil {

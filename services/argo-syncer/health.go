@@ -13,11 +13,21 @@ package main
 // name once, however often the Application changes meanwhile, and a failed publish (NATS away) is
 // retried with backoff, the latest state winning. A new leader knows nothing of what the last
 // one published: it reports every owned Application once; rule-engine drops what it already had.
+//
+// One report is not sent: the first of an Application written for its pair's first decision
+// (decisionStore.admit's first), while the status says nothing (Argo CD has not looked at it).
+// No intent of the pair was acted on before, so no Application of it was reported on and
+// rule-engine holds no health for it; a report that says nothing would change nothing there
+// (rule-engine drops it too). A pair that had an Application before (deleted and created again,
+// an uninstall then an install) still gets its empty report, which replaces the health of the
+// earlier Application. The handler marks the Application before it writes it (quietStarts), so
+// that the mark is there however soon the watch brings the Application.
 
 import (
 	"context"
 	"hash/maphash"
 	"strings"
+	"sync"
 	"time"
 
 	argov1 "github.com/argoproj/argo-cd/v2/pkg/apis/application/v1alpha1"
@@ -85,6 +95,7 @@ func (s *Syncer) reportHealth(ctx context.Context, pub healthPublisher, name str
 	app, ok := obj.(*cachedApplication)
 	if !exists || !ok || !owned(app) {
 		delete(last, name)
+		s.quiet.take(name)
 		return nil
 	}
 	ev, ok := applicationHealth(app)
@@ -93,7 +104,12 @@ func (s *Syncer) reportHealth(ctx context.Context, pub healthPublisher, name str
 		return nil
 	}
 	fingerprint := healthFingerprint(*ev)
-	if prev, seen := last[name]; seen && prev == fingerprint {
+	prev, seen := last[name]
+	if seen && prev == fingerprint {
+		return nil
+	}
+	if s.quiet.take(name) && !seen && saysNothing(ev) {
+		last[name] = fingerprint // what rule-engine holds: nothing
 		return nil
 	}
 	if _, err := pub.Publish(ctx, ev); err != nil {
@@ -102,6 +118,49 @@ func (s *Syncer) reportHealth(ctx context.Context, pub healthPublisher, name str
 	last[name] = fingerprint
 	s.metrics.healthPublished(ev.Health)
 	return nil
+}
+
+// saysNothing reports whether ev reports no status at all: neither healthy nor failed, for no
+// spec, as rule-engine reads it.
+func saysNothing(ev *events.ApplicationHealth) bool {
+	return !ev.Observed && ev.Health == "" && ev.Sync == "" && ev.Operation == "" && ev.Message == ""
+}
+
+// quietStarts holds the names of the Applications being written for their pair's first
+// decision, until the reporter has seen them (see the top of this file). A name stays when its
+// Application is never created (an install that waits for a trigger that fails); the handler
+// drops it on a permanent failure and on an uninstall.
+type quietStarts struct {
+	mu    sync.Mutex
+	names map[string]struct{}
+}
+
+func (q *quietStarts) add(name string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.names == nil {
+		q.names = map[string]struct{}{}
+	}
+	q.names[name] = struct{}{}
+}
+
+// take reports whether name is held and lets go of it.
+func (q *quietStarts) take(name string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.names[name]
+	delete(q.names, name)
+	return ok
+}
+
+// quietStart marks the Application of the cluster's enforcement as written for its pair's first
+// decision; forgetQuietStart unmarks it.
+func (s *Syncer) quietStart(cluster, enforcement string) {
+	s.quiet.add(s.names(cluster, enforcement).application)
+}
+
+func (s *Syncer) forgetQuietStart(cluster, enforcement string) {
+	s.quiet.take(s.names(cluster, enforcement).application)
 }
 
 // healthSeed seeds healthFingerprint for the process's life.

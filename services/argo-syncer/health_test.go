@@ -130,34 +130,35 @@ func TestHealthReportedAsArgoCDWritesIt(t *testing.T) {
 		}
 	})
 
-	// Created, not compared yet: reported, not observed.
-	first := pub.waitNext(t, 1)
-	if first.Observed || first.Health != "" || first.Application != app || first.Cluster != "edge-1" ||
-		first.Enforcement != "agent" || first.SpecHash != in.SpecHash || first.Rule.String() != in.Rule.String() || first.Rule.UID != in.Rule.UID {
-		t.Fatalf("first report %+v", first)
+	// Created for its pair's first decision, not compared yet: rule-engine holds no health for
+	// the pair, and a report that says nothing is not sent.
+	eventually(t, "the reporter has seen the new Application", func() bool { return !h.syncer.quiet.holds(app) })
+	if n, _ := pub.count(); n != 0 {
+		t.Fatalf("%d reports of a new Application Argo CD has not looked at, want none: %+v", n, pub.published)
 	}
 
-	// The status of the previous spec (another path): still not observed.
+	// The status of the previous spec (another path): not observed.
 	h.setStatus(app, func(a *argov1.Application) {
 		old := a.Spec.DeepCopy()
 		old.Source.Path = "charts/previous"
 		a.Status = argoStatus(*old, events.HealthHealthy, events.SyncSynced, "Succeeded", "")
 	})
-	if r := pub.waitNext(t, 2); r.Observed || r.Health != events.HealthHealthy {
-		t.Fatalf("a status of the previous spec reported %+v, want Healthy and not observed", r)
+	if r := pub.waitNext(t, 1); r.Observed || r.Health != events.HealthHealthy || r.Application != app || r.Cluster != "edge-1" ||
+		r.Enforcement != "agent" || r.SpecHash != in.SpecHash || r.Rule.String() != in.Rule.String() || r.Rule.UID != in.Rule.UID {
+		t.Fatalf("a status of the previous spec reported %+v, want Healthy and not observed, of the intent's pair and spec", r)
 	}
 
 	// Argo CD compares the current spec: Progressing, then Healthy and Synced.
 	h.setStatus(app, func(a *argov1.Application) {
 		a.Status = argoStatus(a.Spec, events.HealthProgressing, events.SyncOutOfSync, "Running", "")
 	})
-	if r := pub.waitNext(t, 3); !r.Observed || r.Health != events.HealthProgressing || r.Sync != events.SyncOutOfSync || r.Operation != "Running" {
+	if r := pub.waitNext(t, 2); !r.Observed || r.Health != events.HealthProgressing || r.Sync != events.SyncOutOfSync || r.Operation != "Running" {
 		t.Fatalf("report %+v, want observed Progressing, OutOfSync, Running", r)
 	}
 	h.setStatus(app, func(a *argov1.Application) {
 		a.Status = argoStatus(a.Spec, events.HealthHealthy, events.SyncSynced, "Succeeded", "")
 	})
-	if r := pub.waitNext(t, 4); !r.Observed || r.Health != events.HealthHealthy || r.Sync != events.SyncSynced || r.Operation != "Succeeded" {
+	if r := pub.waitNext(t, 3); !r.Observed || r.Health != events.HealthHealthy || r.Sync != events.SyncSynced || r.Operation != "Succeeded" {
 		t.Fatalf("report %+v, want observed Healthy, Synced, Succeeded", r)
 	}
 
@@ -168,15 +169,15 @@ func TestHealthReportedAsArgoCDWritesIt(t *testing.T) {
 		a.Status.ReconciledAt = &now
 	})
 	time.Sleep(time.Second)
-	if n, _ := pub.count(); n != 4 {
-		t.Fatalf("%d reports after a write that changed nothing reported, want 4", n)
+	if n, _ := pub.count(); n != 3 {
+		t.Fatalf("%d reports after a write that changed nothing reported, want 3", n)
 	}
 
 	// Degraded after a failed sync: the operation's message names the failure.
 	h.setStatus(app, func(a *argov1.Application) {
 		a.Status = argoStatus(a.Spec, events.HealthDegraded, events.SyncSynced, "Failed", "one or more objects failed to apply")
 	})
-	if r := pub.waitNext(t, 5); r.Health != events.HealthDegraded || r.Operation != events.OperationFailed ||
+	if r := pub.waitNext(t, 4); r.Health != events.HealthDegraded || r.Operation != events.OperationFailed ||
 		r.Message != "one or more objects failed to apply" || !r.Observed {
 		t.Fatalf("report %+v, want Degraded, Failed, with the operation's message", r)
 	}
@@ -188,15 +189,67 @@ func TestHealthReportedAsArgoCDWritesIt(t *testing.T) {
 	})
 	testenv.EventuallyTrue(t, 10*time.Second, "two failed attempts", func() bool {
 		n, attempts := pub.count()
-		return n == 5 && attempts >= 7
+		return n == 4 && attempts >= 6
 	})
 	pub.fail(false)
-	if r := pub.waitNext(t, 6); r.Health != events.HealthHealthy || !r.Observed {
+	if r := pub.waitNext(t, 5); r.Health != events.HealthHealthy || !r.Observed {
 		t.Fatalf("report after the retry %+v, want Healthy", r)
 	}
 	if got := testutil.ToFloat64(h.syncer.metrics.health.WithLabelValues(events.HealthHealthy)); got != 3 {
 		t.Errorf("application_health_published_total{health=Healthy} = %v, want 3", got)
 	}
+}
+
+// TestEmptyReportOfAnApplicationCreatedAgain: the Application of a pair that had one before is
+// reported as soon as it is created again, before Argo CD looks at it, since its empty report
+// replaces the health rule-engine holds of the earlier one; an Application written for its
+// pair's first decision is not.
+func TestEmptyReportOfAnApplicationCreatedAgain(t *testing.T) {
+	h := newHarness(t)
+	h.consume()
+	pub := &recordingHealthPublisher{pub: h.pub}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.syncer.ReportHealth(ctx, pub) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("ReportHealth: %v", err)
+		}
+	})
+
+	in := h.installIntent("agent", "edge-1", "agent")
+	h.publish(in)
+	app := h.outcome(succeeded(in.ID())).(*events.InstallSucceeded).Application
+	eventually(t, "the reporter has seen the new Application", func() bool { return !h.syncer.quiet.holds(app) })
+	h.setStatus(app, func(a *argov1.Application) {
+		a.Status = argoStatus(a.Spec, events.HealthHealthy, events.SyncSynced, "Succeeded", "")
+	})
+	if r := pub.waitNext(t, 1); !r.Observed || r.Health != events.HealthHealthy || r.SpecHash != in.SpecHash {
+		t.Fatalf("report %+v, want observed Healthy of spec %s", r, in.SpecHash)
+	}
+
+	un := uninstallIntent(in, events.UninstallNoLongerMatches)
+	h.publish(un)
+	h.outcome(uninstalled(un.ID()))
+	eventually(t, "the Application is gone", func() bool { return h.app(app) == nil })
+
+	again := h.installIntent("agent", "edge-1", "agent")
+	again.Rule.Generation++
+	h.publish(again)
+	h.outcome(succeeded(again.ID()))
+	r := pub.waitNext(t, 2)
+	if !saysNothing(r) || r.Application != app || r.SpecHash != again.SpecHash {
+		t.Fatalf("report of the Application created again %+v, want one that says nothing, of %s", r, app)
+	}
+}
+
+// holds reports whether the Application name is marked as written for its pair's first decision.
+func (q *quietStarts) holds(name string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.names[name]
+	return ok
 }
 
 // An Application without the annotations an install intent writes (adopted by hand, a foreign

@@ -112,6 +112,9 @@ type Syncer struct {
 	// covered and coveredProjects: the Applications and AppProjects whose spec holds more than
 	// argo-syncer renders (drift.go).
 	covered, coveredProjects coveredSpecs
+	// quiet: the Applications written for their pair's first decision, whose first report,
+	// empty, the health reporter does not send (health.go).
+	quiet quietStarts
 	// pending holds clusters to unregister once their terminating Applications are gone.
 	pending workqueue.TypedRateLimitingInterface[string]
 	synced  []cache.InformerSynced
