@@ -74,6 +74,23 @@ func (p *recordingHealthPublisher) waitNext(t *testing.T, n int) *events.Applica
 	return p.published[n-1]
 }
 
+// reportHealth runs the syncer's health reporter until the test ends, publishing through a
+// recordingHealthPublisher.
+func (h *harness) reportHealth() *recordingHealthPublisher {
+	h.t.Helper()
+	pub := &recordingHealthPublisher{pub: h.pub}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.syncer.ReportHealth(ctx, pub) }()
+	h.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			h.t.Errorf("ReportHealth: %v", err)
+		}
+	})
+	return pub
+}
+
 // setStatus writes the Application's status as Argo CD's application controller does (the
 // Application CRD has no status subresource: an update of the whole object).
 func (h *harness) setStatus(name string, mutate func(app *argov1.Application)) {
@@ -119,16 +136,7 @@ func TestHealthReportedAsArgoCDWritesIt(t *testing.T) {
 	h.publish(in)
 	app := h.outcome(succeeded(in.ID())).(*events.InstallSucceeded).Application
 
-	pub := &recordingHealthPublisher{pub: h.pub}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.syncer.ReportHealth(ctx, pub) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ReportHealth: %v", err)
-		}
-	})
+	pub := h.reportHealth()
 
 	// Created for its pair's first decision, not compared yet: rule-engine holds no health for
 	// the pair, and a report that says nothing is not sent.
@@ -207,16 +215,7 @@ func TestHealthReportedAsArgoCDWritesIt(t *testing.T) {
 func TestEmptyReportOfAnApplicationCreatedAgain(t *testing.T) {
 	h := newHarness(t)
 	h.consume()
-	pub := &recordingHealthPublisher{pub: h.pub}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.syncer.ReportHealth(ctx, pub) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ReportHealth: %v", err)
-		}
-	})
+	pub := h.reportHealth()
 
 	in := h.installIntent("agent", "edge-1", "agent")
 	h.publish(in)
