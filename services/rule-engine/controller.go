@@ -272,10 +272,11 @@ func (n *notifier) pump(ctx context.Context) {
 			continue
 		case <-timer.C:
 		}
-		keys, next := n.due(n.now())
+		now := n.now()
+		keys, next := n.due(now)
 		armed = !next.IsZero()
 		if armed {
-			timer.Reset(next.Sub(n.now()))
+			timer.Reset(next.Sub(now))
 		}
 		for _, key := range keys {
 			nn := splitKey(key)
